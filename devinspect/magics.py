@@ -1,0 +1,141 @@
+"""The IPython layer: magics, argument parsing and configuration. Nothing else imports IPython."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool, CaselessStrEnum, Int
+
+from .model import KINDS
+from .render.table import DEFAULT_MAX_ROWS, SORTS
+
+#: The magics each loaded instance registers, so unloading removes exactly these.
+_MAGIC_NAMES = {"line": ("devices",), "cell": ()}
+#: One instance per shell; loading again is a no-op.
+_instances: dict[int, DevInspect] = {}
+
+
+@magics_class
+class DevInspect(Magics):
+    """Device inspection magics for PyTorch (``%devices``). Configure with ``%config DevInspect``."""
+
+    max_rows = Int(DEFAULT_MAX_ROWS, help="Rows a %devices table shows before '… N more' (0: all).").tag(config=True)
+    sort = CaselessStrEnum(SORTS, default_value="walk", help="Default row order of %devices.").tag(config=True)
+    include_hidden = Bool(False, help="List IPython's history names (_, _12, Out) and other _ names by default.").tag(
+        config=True
+    )
+    max_depth = Int(8, help="How deep %devices follows containers and plain objects below a name.").tag(config=True)
+    max_items = Int(200_000, help="Items %devices looks at in one container.").tag(config=True)
+
+    @magic_arguments()
+    @argument("names", nargs="*", help="Only these variables (a dotted name such as model.encoder keeps what lies below it).")
+    @argument("-d", "--device", help="Only tensors on this device (cpu, cuda, cuda:0, …).")
+    @argument("-k", "--kind", choices=KINDS, help="Only this kind of tensor.")
+    @argument("-s", "--sort", choices=SORTS, help="Row order (default: walk order, largest kept when cut).")
+    @argument("-f", "--findings", action="store_true", help="Show only the findings.")
+    @argument("-a", "--all", action="store_true", dest="all_objects",
+              help="Also list live tensors no name reaches (garbage-collector walk).")
+    @argument("--hidden", action="store_true", help="Also list IPython's history names (_, _12, Out) and _ names.")
+    @argument("-n", "--max-rows", type=int, help="Rows to show (0: all).")
+    @argument("-o", "--output", action="store_true",
+              help="Return the result object (it is always returned; kept for %%timeit -o habits).")
+    @line_magic
+    def devices(self, line: str = "") -> Any:
+        """List every tensor in the session with its device, dtype, shape and bytes, and what looks wrong.
+
+        Parameters, buffers, gradients, optimizer state, tensors in containers and
+        objects, each named as you would type it (``model.fc.weight``,
+        ``batch["ids"]``, ``opt.state[model.fc.weight]["exp_avg"]``). Memory shared
+        by several names (views, tied weights) is counted once. Nothing is moved,
+        copied or synchronised, and CUDA is not initialised.
+
+        Examples::
+
+            %devices                       # everything
+            %devices model x               # only these names
+            %devices --device cuda:0 --sort bytes
+            %devices --findings            # only what looks wrong
+            r = %devices                   # keep the result: r.frame, r.findings
+        """
+        args = parse_argstring(self.devices, line)
+        from .scan import scan
+
+        namespace = self.shell.user_ns
+        hidden = self.shell.user_ns_hidden
+        exclude = [n for n, v in hidden.items() if n in namespace and namespace[n] is v and not n.startswith("_")]
+        include_hidden = bool(args.hidden or self.include_hidden)
+        try:
+            result = scan(
+                namespace,
+                roots=args.names or None,
+                include_hidden=include_hidden,
+                all_objects=args.all_objects,
+                exclude=exclude,
+                max_depth=self.max_depth,
+                max_items=self.max_items,
+            )
+        except LookupError as exc:
+            raise UsageError(f"%devices: {_with_suggestion(str(exc), args.names, namespace)}") from None
+        if args.device:
+            result = result.filter(device=_device_filter(args.device, result))
+        if args.kind:
+            result = result.filter(kind=args.kind)
+        max_rows = self.max_rows if args.max_rows is None else args.max_rows
+        view = {"max_rows": max_rows, "sort": args.sort or self.sort, "findings_only": args.findings}
+        return result.filter(**view)
+
+
+def _device_filter(text: str, result: Any) -> str:
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"%devices: {text!r} is not a device (try cpu, cuda, cuda:0)") from None
+    name = str(device)
+    if device.index is None and device.type != "cpu":
+        matches = sorted({r.device for r in result.records if r.device.split(":")[0] == device.type})
+        return matches[0] if len(matches) == 1 else f"{device.type}:0"
+    return name
+
+
+def _with_suggestion(message: str, names: list[str], namespace: dict) -> str:
+    for name in names:
+        top = name.split(".")[0].split("[")[0]
+        if top not in namespace:
+            candidates = [n for n, v in namespace.items() if not n.startswith("_") and not callable(v)]
+            close = difflib.get_close_matches(top, candidates, n=1)
+            if close:
+                return f"{message} (did you mean {close[0]!r}?)"
+    return message
+
+
+def load(shell: Any) -> None:
+    """Register the magics once per shell; a second call does nothing."""
+    if id(shell) in _instances:
+        return
+    instance = DevInspect(shell=shell)
+    shell.register_magics(instance)
+    shell.configurables.append(instance)
+    _instances[id(shell)] = instance
+
+
+def unload(shell: Any) -> None:
+    """Remove what :func:`load` registered; harmless when nothing is loaded."""
+    instance = _instances.pop(id(shell), None)
+    if instance is None:
+        return
+    manager = shell.magics_manager
+    for kind, names in _MAGIC_NAMES.items():
+        for name in names:
+            bound = manager.magics[kind].get(name)
+            if getattr(bound, "__self__", None) is instance:
+                del manager.magics[kind][name]
+    if manager.registry.get(type(instance).__name__) is instance:
+        del manager.registry[type(instance).__name__]
+    if instance in shell.configurables:
+        shell.configurables.remove(instance)

@@ -1,0 +1,296 @@
+"""Plain data the collectors produce and the renderers consume.
+
+Everything here is a frozen dataclass of primitives: no record keeps a reference to
+a user object, so a result can sit in IPython's ``Out`` history without keeping a
+single tensor alive. Sizes are ``*_bytes`` ints; ``None`` means "not measurable"
+(never a guessed 0). Human units appear only in :mod:`devinspect.render`.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Record kinds, in the order a table groups them.
+KINDS = (
+    "parameter",
+    "buffer",
+    "gradient",
+    "attribute",
+    "optimizer_state",
+    "tensor",
+    "unnamed",
+    "error",
+)
+
+#: Columns of :attr:`ScanResult.frame`, in order.
+FRAME_COLUMNS = (
+    "name",
+    "root",
+    "kind",
+    "device",
+    "dtype",
+    "shape",
+    "nbytes",
+    "storage_bytes",
+    "storage_id",
+    "alias_of",
+    "requires_grad",
+    "type_name",
+    "layout",
+    "owner",
+    "param",
+    "note",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRecord:
+    """One tensor reached from the namespace, named the way the user would type it.
+
+    ``nbytes`` is the logical size (elements × element size). ``storage_bytes`` is
+    the size of the storage the tensor lives in, counted once per storage: a view
+    of a 1 GiB tensor has a small ``nbytes`` and, when it is the first name found
+    for that storage, ``storage_bytes`` of 1 GiB; every later name for the same
+    storage carries ``alias_of`` (the first name) and counts as 0 in totals.
+    """
+
+    name: str
+    root: str
+    kind: str
+    device: str
+    dtype: str | None
+    shape: tuple[Any, ...] | None
+    nbytes: int | None
+    storage_bytes: int | None
+    storage_id: int | None
+    alias_of: str | None = None
+    requires_grad: bool = False
+    type_name: str = "Tensor"
+    layout: str = "strided"
+    #: Name of the module owning a parameter/buffer/attribute (``""`` for the root).
+    owner: str | None = None
+    #: For gradients and optimizer state: the name of the parameter they belong to.
+    param: str | None = None
+    #: Anything unusual: "sparse_coo", "lazy: shape unknown", "could not inspect: …".
+    note: str | None = None
+    #: Reached only through IPython's output history or ``sys.last_traceback``.
+    hidden: bool = False
+
+    @property
+    def counted_bytes(self) -> int:
+        """Bytes this record adds to a total: 0 for aliases and unknown sizes."""
+        if self.alias_of is not None or self.storage_bytes is None:
+            return 0
+        return self.storage_bytes
+
+    @property
+    def is_accelerator(self) -> bool:
+        """True for memory that lives on an accelerator (not cpu, meta or unknown)."""
+        return device_is_accelerator(self.device)
+
+
+def device_is_accelerator(device: str) -> bool:
+    """Whether a device string names accelerator memory (``cuda:0``, ``xpu:1``, ``sim:0``)."""
+    kind = device.split(":", 1)[0]
+    return kind not in ("cpu", "meta", "?", "")
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleSummary:
+    """One ``nn.Module`` reached from the namespace and what it holds, per device."""
+
+    name: str
+    type_name: str
+    parameters: int
+    parameter_bytes: int
+    buffers: int
+    buffer_bytes: int
+    gradient_bytes: int
+    #: Devices of parameters and buffers, most bytes first.
+    devices: tuple[str, ...]
+    #: For a module spanning devices: ``(submodule name, device)`` for each
+    #: smallest submodule that sits wholly on one device.
+    placement: tuple[tuple[str, str], ...] = ()
+    #: ``(attribute name, class of its module)`` for tensor attributes ``.to()``
+    #: will not move (plain attributes, not registered buffers).
+    unregistered: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_mixed(self) -> bool:
+        return len(self.devices) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderSummary:
+    """A ``torch.utils.data.DataLoader`` reached from the namespace."""
+
+    name: str
+    pin_memory: bool
+    num_workers: int
+    batch_size: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTotal:
+    """What the named tensors hold on one device (each storage counted once)."""
+
+    device: str
+    tensors: int
+    storage_bytes: int
+    logical_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """A part of the namespace the walk did not go into, and why."""
+
+    name: str
+    reason: str
+    skipped: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryHold:
+    """Accelerator memory kept alive only by IPython's output history or a traceback."""
+
+    name: str
+    device: str
+    storage_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Something probably wrong, said in one line, with the fix as code.
+
+    ``severity`` is ``"error"`` (will fail or is certainly wrong), ``"warning"``
+    (wastes memory or will bite later) or ``"hint"`` (worth a look).
+    """
+
+    code: str
+    severity: str
+    subject: str
+    message: str
+    fix: str | None = None
+    storage_bytes: int | None = None
+
+
+SEVERITY_ORDER = {"error": 0, "warning": 1, "hint": 2}
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """Everything :func:`devinspect.scan` found, as data.
+
+    ``records`` lists every tensor found (aliases included); ``devices`` sums them
+    per device with each storage counted once; ``frame`` is the same as a pandas
+    DataFrame. Display it in IPython for a table; :attr:`findings` explains what
+    looks wrong.
+    """
+
+    records: tuple[TensorRecord, ...]
+    modules: tuple[ModuleSummary, ...] = ()
+    loaders: tuple[LoaderSummary, ...] = ()
+    truncated: tuple[Truncation, ...] = ()
+    #: Accelerator storages reachable only through excluded history names or
+    #: ``sys.last_traceback``: always measured, even when those names are not listed.
+    history: tuple[HistoryHold, ...] = ()
+    roots: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    #: Render settings (max rows, sort) chosen by the caller; not part of the data.
+    view: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def devices(self) -> tuple[DeviceTotal, ...]:
+        """Per-device totals, most storage bytes first."""
+        totals: dict[str, list[int]] = {}
+        for r in self.records:
+            t = totals.setdefault(r.device, [0, 0, 0])
+            t[0] += 1
+            t[1] += r.counted_bytes
+            if r.alias_of is None and r.nbytes is not None:
+                t[2] += r.nbytes
+        out = [DeviceTotal(d, n, s, lg) for d, (n, s, lg) in totals.items()]
+        out.sort(key=lambda d: (-d.storage_bytes, d.device))
+        return tuple(out)
+
+    @property
+    def history_bytes(self) -> int:
+        """Accelerator bytes held only by output history / the last traceback."""
+        return sum(h.storage_bytes for h in self.history)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(r.counted_bytes for r in self.records)
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The findings for this result (computed on first use, then kept)."""
+        cached = self.__dict__.get("_findings")
+        if cached is None:
+            from .findings import find
+
+            cached = tuple(find(self))
+            object.__setattr__(self, "_findings", cached)
+        return cached
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """All records as a DataFrame with the columns in :data:`FRAME_COLUMNS`."""
+        return records_frame(self.records)
+
+    def filter(self, **view: Any) -> ScanResult:
+        """A copy showing only some records: ``device=``, ``kind=``, ``prefix=``."""
+        records = self.records
+        device = view.pop("device", None)
+        kind = view.pop("kind", None)
+        prefix = view.pop("prefix", None)
+        if device is not None:
+            records = tuple(r for r in records if r.device == device)
+        if kind is not None:
+            records = tuple(r for r in records if r.kind == kind)
+        if prefix is not None:
+            records = tuple(r for r in records if _under(r.name, prefix) or _under(r.param or "", prefix))
+        return ScanResult(
+            records=records,
+            modules=self.modules,
+            loaders=self.loaders,
+            truncated=self.truncated,
+            history=self.history,
+            roots=self.roots,
+            options=self.options,
+            view={**self.view, **view},
+        )
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        from .render import html, text
+
+        return {"text/plain": text.render_scan(self), "text/html": html.render_scan(self)}
+
+    def __repr__(self) -> str:
+        from .render import text
+
+        return text.render_scan(self)
+
+
+def _under(name: str, prefix: str) -> bool:
+    """Whether ``name`` is ``prefix`` or lies below it (``model.fc`` under ``model``)."""
+    return name == prefix or (name.startswith(prefix) and name[len(prefix)] in ".[")
+
+
+def records_frame(records: tuple[TensorRecord, ...] | list[TensorRecord]) -> pd.DataFrame:
+    import pandas as pd
+
+    columns = [*FRAME_COLUMNS, "hidden"]
+    row_of = operator.attrgetter(*columns)
+    frame = pd.DataFrame([row_of(r) for r in records], columns=columns)
+    for column in ("nbytes", "storage_bytes", "storage_id"):
+        frame[column] = frame[column].astype("Int64")
+    return frame

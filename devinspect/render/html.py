@@ -1,0 +1,66 @@
+"""Static HTML: readable in JupyterLab light and dark themes, nbconvert and GitHub.
+
+No colours of its own (text inherits the theme's), no scripts, no classes that
+need a stylesheet: severity is a symbol, sizes are right-aligned, names are code.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..model import ScanResult
+from .table import SEVERITY_MARK, note_cell, size_cell, visible_rows
+from .text import summary_line
+from .units import human_bytes, shape_text
+
+_CELL = "padding:1px 8px;text-align:left;vertical-align:top"
+_NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums"
+
+
+def render_scan(result: ScanResult) -> str:
+    out = [f'<div class="devinspect"><p><b>devinspect</b>: {escape(summary_line(result))}</p>']
+    findings = result.findings
+    if findings:
+        out.append(f"<p><b>Findings ({len(findings)})</b></p><ul>")
+        for f in findings:
+            out.append(f"<li>{SEVERITY_MARK.get(f.severity, '-')} <b>{escape(f.severity)}</b> {escape(f.message)}")
+            if f.fix:
+                out.append(f"<br>fix:<pre style=\"margin:2px 0 4px 0\">{escape(f.fix)}</pre>")
+            out.append("</li>")
+        out.append("</ul>")
+    if result.view.get("findings_only"):
+        if not findings:
+            out.append("<p>No findings.</p>")
+        out.append("</div>")
+        return "".join(out)
+    rows, more = visible_rows(result)
+    if rows:
+        out.append('<table style="border-collapse:collapse"><thead><tr>')
+        for title, style in (("name", _CELL), ("kind", _CELL), ("device", _CELL), ("dtype", _CELL),
+                             ("shape", _CELL), ("size", _NUM), ("note", _CELL)):
+            out.append(f'<th style="{style}">{title}</th>')
+        out.append("</tr></thead><tbody>")
+        for r in rows:
+            out.append(
+                "<tr>"
+                f'<td style="{_CELL}"><code>{escape(r.name)}</code></td>'
+                f'<td style="{_CELL}">{escape(r.kind)}</td>'
+                f'<td style="{_CELL}">{escape(r.device)}</td>'
+                f'<td style="{_CELL}">{escape(r.dtype or "?")}</td>'
+                f'<td style="{_CELL}">{escape(shape_text(r.shape))}</td>'
+                f'<td style="{_NUM}">{escape(size_cell(r))}</td>'
+                f'<td style="{_CELL}">{escape(note_cell(r))}</td>'
+                "</tr>"
+            )
+        out.append("</tbody></table>")
+    elif not findings:
+        out.append("<p>No tensors found.</p>")
+    if more:
+        out.append(f"<p>… {more:,} more not shown (largest first; <code>.frame</code> has all)</p>")
+    if result.history_bytes and not result.options.get("include_hidden"):
+        out.append(
+            f"<p>Output history / last traceback hold {escape(human_bytes(result.history_bytes))} of accelerator "
+            "memory not listed above (<code>%devices --hidden</code> lists it).</p>"
+        )
+    out.append("</div>")
+    return "".join(out)

@@ -1,0 +1,58 @@
+"""Choosing which records a rendered table shows, shared by text and HTML."""
+
+from __future__ import annotations
+
+from ..model import KINDS, ScanResult, TensorRecord
+
+DEFAULT_MAX_ROWS = 40
+SORTS = ("walk", "bytes", "name", "device", "kind")
+_KIND_RANK = {k: i for i, k in enumerate(KINDS)}
+
+
+def visible_rows(result: ScanResult) -> tuple[list[TensorRecord], int]:
+    """(records to show, how many more exist). Long results keep the largest ones."""
+    view = result.view
+    limit = int(view.get("max_rows", DEFAULT_MAX_ROWS))
+    sort = view.get("sort", "walk")
+    records = list(result.records)
+    if sort == "bytes":
+        records.sort(key=lambda r: -(r.counted_bytes or 0))
+    elif sort == "name":
+        records.sort(key=lambda r: r.name)
+    elif sort == "device":
+        records.sort(key=lambda r: (r.device, -(r.counted_bytes or 0)))
+    elif sort == "kind":
+        records.sort(key=lambda r: (_KIND_RANK.get(r.kind, 99), r.name))
+    if limit <= 0 or len(records) <= limit:
+        return records, 0
+    if sort == "walk":
+        # Keep the largest, shown in walk order so related names stay together.
+        order = {id(r): i for i, r in enumerate(records)}
+        kept = sorted(records, key=lambda r: -(r.counted_bytes or 0))[:limit]
+        kept.sort(key=lambda r: order[id(r)])
+        return kept, len(records) - limit
+    return records[:limit], len(records) - limit
+
+
+def size_cell(r: TensorRecord) -> str:
+    from .units import human_bytes
+
+    if r.alias_of is not None:
+        return "shared"
+    return human_bytes(r.storage_bytes)
+
+
+def note_cell(r: TensorRecord) -> str:
+    parts = []
+    if r.alias_of is not None:
+        parts.append(f"same memory as {r.alias_of}")
+    if r.note:
+        parts.append(r.note)
+    if r.type_name not in ("Tensor", "Parameter"):
+        parts.append(r.type_name)
+    if r.requires_grad and r.kind == "tensor":
+        parts.append("requires_grad")
+    return "; ".join(parts)
+
+
+SEVERITY_MARK = {"error": "✖", "warning": "⚠", "hint": "ℹ"}

@@ -1,0 +1,76 @@
+"""Plain-text rendering for terminal IPython and ``repr``."""
+
+from __future__ import annotations
+
+from ..model import Finding, ScanResult
+from .table import SEVERITY_MARK, note_cell, size_cell, visible_rows
+from .units import human_bytes, shape_text
+
+_MAX_NAME = 72
+
+
+def summary_line(result: ScanResult) -> str:
+    devices = result.devices
+    parts = [f"{d.device} {human_bytes(d.storage_bytes)} ({d.tensors})" for d in devices]
+    head = f"{len(result.records)} tensors, {human_bytes(result.total_bytes)}"
+    if devices:
+        head += f" on {len(devices)} device{'s' if len(devices) != 1 else ''}: " + " · ".join(parts)
+    return head
+
+
+def render_findings(findings: tuple[Finding, ...] | list[Finding]) -> list[str]:
+    lines = []
+    for f in findings:
+        lines.append(f"{SEVERITY_MARK.get(f.severity, '-')} {f.severity:<7} {f.message}")
+        if f.fix:
+            fix_lines = f.fix.splitlines()
+            lines.append(f"          fix: {fix_lines[0]}")
+            lines.extend(f"               {line}" for line in fix_lines[1:])
+    return lines
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_scan(result: ScanResult) -> str:
+    lines = [f"devinspect: {summary_line(result)}"]
+    findings = result.findings
+    if findings:
+        lines.append("")
+        lines.append(f"Findings ({len(findings)}):")
+        lines.extend("  " + line for line in render_findings(findings))
+    if result.view.get("findings_only"):
+        if not findings:
+            lines.append("No findings.")
+        return "\n".join(lines)
+    rows, more = visible_rows(result)
+    if rows:
+        header = ("name", "kind", "device", "dtype", "shape", "size", "note")
+        table = [
+            (
+                _clip(r.name, _MAX_NAME),
+                r.kind,
+                r.device,
+                r.dtype or "?",
+                shape_text(r.shape),
+                size_cell(r),
+                note_cell(r),
+            )
+            for r in rows
+        ]
+        widths = [max(len(header[i]), *(len(row[i]) for row in table)) for i in range(len(header) - 1)]
+        lines.append("")
+        fmt = "  ".join(f"{{:<{w}}}" if i != 5 else f"{{:>{w}}}" for i, w in enumerate(widths)) + "  {}"
+        lines.append(fmt.format(*header).rstrip())
+        lines.extend(fmt.format(*row).rstrip() for row in table)
+    elif not findings:
+        lines.append("No tensors found.")
+    if more:
+        lines.append(f"… {more:,} more not shown (largest first; .frame has all, %config DevInspect.max_rows)")
+    if result.history_bytes and not result.options.get("include_hidden"):
+        lines.append(
+            f"Output history / last traceback hold {human_bytes(result.history_bytes)} of accelerator memory "
+            "not listed above (%devices --hidden lists it)."
+        )
+    return "\n".join(lines)

@@ -1,0 +1,227 @@
+"""A simulated accelerator for machines without one.
+
+``enable()`` registers a device called ``sim`` (two of them: ``sim:0`` and
+``sim:1``) through PyTorch's PrivateUse1 backend, with every tensor's data kept in
+ordinary CPU memory. Everything goes through the real dispatcher, so
+``x.to("sim")``, ``model.to("sim")``, an optimizer step, ``.item()``, ``.cpu()``
+and a device-mismatch error behave as they do on a GPU, and a dispatch mode sees
+``aten._to_copy`` from ``cpu`` to ``sim:0`` exactly as it would for ``cuda:0``.
+CUDA is never touched.
+
+Use it to test device-agnostic code without a GPU::
+
+    from devinspect import testing
+    dev = testing.enable()              # torch.device("sim:0")
+    model = MyModel().to(dev)
+    model(torch.randn(2, 8))            # RuntimeError: Expected all tensors to be
+                                        # on the same device, ... sim:0 and cpu!
+
+Limits: the PrivateUse1 slot is global and can be named only once per process, so
+``enable()`` fails when another PrivateUse1 backend is loaded. ``torch.compile``
+does not target the simulated device. Arithmetic runs on the CPU at CPU speed.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+#: Name of the simulated device type.
+DEVICE_TYPE = "sim"
+#: How many simulated devices exist (``sim:0`` … ``sim:{DEVICE_COUNT-1}``).
+DEVICE_COUNT = 2
+
+_lock = threading.Lock()
+_enabled = False
+
+# Ops whose inputs may legitimately sit on different devices.
+_CROSS_DEVICE_OPS = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "to", "set_"})
+
+
+class SimulatedDeviceError(RuntimeError):
+    """The simulated device cannot be set up in this process."""
+
+
+class _BackendModule:
+    """What ``torch.sim`` answers: always available, never initialising anything real."""
+
+    def __init__(self) -> None:
+        self._current = 0
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return DEVICE_COUNT
+
+    def current_device(self) -> int:
+        return self._current
+
+    def set_device(self, index: int) -> None:
+        self._current = int(index)
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def manual_seed_all(self, seed: int) -> None:
+        pass
+
+    def synchronize(self, device: Any = None) -> None:
+        pass
+
+
+class SimTensor(torch.Tensor):
+    """A tensor on a simulated device; its data is a CPU tensor in ``_data``.
+
+    It is a traceable wrapper subclass (``__tensor_flatten__``), so tools that know
+    how to look inside DTensor or nested tensors see its real size.
+    """
+
+    _data: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, device: torch.device) -> SimTensor:
+        wrapper = torch.Tensor._make_wrapper_subclass(
+            cls,
+            data.shape,
+            strides=data.stride(),
+            storage_offset=data.storage_offset(),
+            dtype=data.dtype,
+            layout=data.layout,
+            device=device,
+            requires_grad=False,
+        )
+        wrapper._data = data
+        return wrapper
+
+    def __init__(self, data: torch.Tensor, device: torch.device) -> None:
+        pass
+
+    def __tensor_flatten__(self) -> tuple[list[str], torch.device]:
+        return ["_data"], self.device
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: torch.device, outer_size: Any, outer_stride: Any) -> SimTensor:
+        return SimTensor(inner["_data"], ctx)
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        # Printing shows values like a GPU tensor does (a device-to-host copy).
+        with torch._C.DisableTorchFunctionSubclass():
+            body = repr(self._data.detach())
+        return body[:-1] + f", device='{self.device}')" if body.endswith(")") else body
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if func is torch.ops.aten.copy_.default:
+            dst, src = args[0], args[1]
+            _data_of(dst).copy_(_data_of(src), **kwargs)
+            return dst
+        if name == "_to_copy":
+            return _to_copy(*args, **kwargs)
+        devices: set[torch.device] = set()
+        on: list[torch.device] = []
+
+        def unwrap(x: Any) -> Any:
+            if type(x) is SimTensor:
+                devices.add(x.device)
+                on.append(x.device)
+                return x._data
+            if isinstance(x, torch.Tensor) and x.dim() > 0:
+                # As on CUDA, a CPU scalar tensor may join a device op; nothing larger.
+                devices.add(x.device)
+            return x
+
+        plain_args = tree_map(unwrap, args)
+        plain_kwargs = tree_map(unwrap, kwargs)
+        if len(devices) > 1 and name not in _CROSS_DEVICE_OPS:
+            first, second = _two_devices(devices)
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
+            )
+        out = func(*plain_args, **plain_kwargs)
+        if func is torch.ops.aten._local_scalar_dense.default or not on:
+            return out
+        device = on[0]
+        return tree_map(lambda x: SimTensor(x, device) if type(x) is torch.Tensor else x, out)
+
+
+def _two_devices(devices: set[torch.device]) -> tuple[str, str]:
+    names = sorted(str(d) for d in devices)
+    sim = [n for n in names if n.startswith(DEVICE_TYPE)]
+    others = [n for n in names if n not in sim[:1]]
+    return (sim[0], others[0]) if sim else (names[0], names[1])
+
+
+def _data_of(t: Any) -> Any:
+    return t._data if type(t) is SimTensor else t
+
+
+def _to_copy(src: torch.Tensor, *, device: Any = None, **kwargs: Any) -> torch.Tensor:
+    target = torch.device(device) if device is not None else src.device
+    plain = _data_of(src)
+    out = torch.ops.aten._to_copy.default(plain, **kwargs)
+    if target.type == DEVICE_TYPE:
+        return SimTensor(out, _with_index(target))
+    if target.type != "cpu":
+        return out.to(target)
+    return out
+
+
+def _with_index(device: torch.device) -> torch.device:
+    return device if device.index is not None else torch.device(DEVICE_TYPE, torch.sim.current_device())  # type: ignore[attr-defined]
+
+
+def _register_kernels() -> None:
+    def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        data = torch.empty(size, dtype=dtype, memory_format=memory_format or torch.contiguous_format)
+        return SimTensor(data, _with_index(torch.device(device)))
+
+    def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+        return SimTensor(torch.empty_strided(size, stride, dtype=dtype), _with_index(torch.device(device)))
+
+    torch.library.impl("aten::empty.memory_format", "privateuseone")(empty_memory_format)
+    torch.library.impl("aten::empty_strided", "privateuseone")(empty_strided)
+
+
+def enable() -> torch.device:
+    """Register the simulated device (once per process) and return ``sim:0``.
+
+    Raises :class:`SimulatedDeviceError` when another PrivateUse1 backend already
+    owns the slot.
+    """
+    global _enabled
+    with _lock:
+        if not _enabled:
+            current = torch._C._get_privateuse1_backend_name()
+            if current not in ("privateuseone", DEVICE_TYPE):
+                raise SimulatedDeviceError(
+                    f"PrivateUse1 is already registered as {current!r}; the simulated device needs it"
+                )
+            from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+            if current == "privateuseone":
+                _setup_privateuseone_for_python_backend(DEVICE_TYPE, backend_module=_BackendModule())
+            _register_kernels()
+            _enabled = True
+    return torch.device(DEVICE_TYPE, 0)
+
+
+def is_enabled() -> bool:
+    """Whether :func:`enable` has run in this process."""
+    return _enabled
+
+
+def device(index: int = 0) -> torch.device:
+    """``sim:{index}``, enabling the simulated device first if needed."""
+    enable()
+    if not 0 <= index < DEVICE_COUNT:
+        raise ValueError(f"there are {DEVICE_COUNT} simulated devices; index {index} is out of range")
+    return torch.device(DEVICE_TYPE, index)
