@@ -12,36 +12,21 @@ From plain Python::
     result.frame        # a pandas DataFrame
     result.findings     # what looks wrong, with the fix as code
 
-Importing this package imports neither IPython nor torch; both load on first use.
+Importing this package imports torch (never initialising CUDA) but not IPython,
+pandas or ipywidgets; those load on first use.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["scan", "find", "load_ipython_extension", "unload_ipython_extension", "__version__"]
 
-if TYPE_CHECKING:
-    from .findings import find
-    from .scan import scan
-
-
-def __getattr__(name: str) -> Any:
-    # Lazy so that `import devinspect` stays cheap and never imports torch early.
-    if name == "scan":
-        from .scan import scan
-
-        return scan
-    if name == "find":
-        from .findings import find
-
-        return find
-    if name in ("model", "findings", "testing", "render", "magics"):
-        import importlib
-
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'devinspect' has no attribute {name!r}")
+# Bound here, not lazily: importing the submodule ``devinspect.scan`` would otherwise
+# replace the function of the same name on the package.
+from .findings import find
+from .scan import scan
 
 
 def load_ipython_extension(ipython: Any) -> None:

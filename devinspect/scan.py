@@ -194,6 +194,8 @@ def tensor_facts(t: Any) -> tuple:
     cls = type(t)
     if (cls is _Tensor or cls is _Parameter) and t.layout is _strided and not t.is_nested:
         storage = t.untyped_storage()
+        if t.is_meta:
+            return ("meta", _dtype_name(t.dtype), tuple(t.shape), t.nbytes, 0, None, "strided", "meta: holds no memory")
         return (
             _device_name(t.device),
             _dtype_name(t.dtype),
@@ -211,9 +213,11 @@ def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
     if issubclass(cls, _Lazy):
         device = _device_name(_TensorBase.device.__get__(t))
         return (device, _dtype_name(_TensorBase.dtype.__get__(t)), None, None, None, None, "strided", "lazy: not initialised yet, size unknown")
-    if "fake_device" in _instance_dict(t) and cls.__name__ == "FakeTensor":
-        device = _device_name(_instance_dict(t)["fake_device"])
-        return (device, _dtype_name(t.dtype), _shape(t), None, None, None, "strided", "fake tensor: holds no memory")
+    d = _instance_dict(t)
+    if "fake_mode" in d and cls.__name__ == "FakeTensor":
+        device = _device_name(d.get("_fake_device") or _TensorBase.device.__get__(t))
+        dtype = _dtype_name(_TensorBase.dtype.__get__(t))
+        return (device, dtype, _shape(t), None, 0, None, "strided", "fake tensor: holds no memory")
     layout = t.layout
     device = _device_name(_TensorBase.device.__get__(t))
     dtype = _dtype_name(_TensorBase.dtype.__get__(t))
@@ -255,7 +259,18 @@ def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
 def _inner_tensors(t: Any) -> list:
     attrs, _ctx = t.__tensor_flatten__()
     d = _instance_dict(t)
-    return [d[a] for a in attrs if a in d and issubclass(type(d[a]), _Tensor)]
+    inner = []
+    for attr in attrs:
+        if attr in d:
+            value = d[attr]
+        else:  # kept in __slots__ (DTensor's _local_tensor)
+            descriptor = _static_class_attr(type(t), attr)
+            if type(descriptor) is not types.MemberDescriptorType:
+                continue
+            value = descriptor.__get__(t, type(t))
+        if issubclass(type(value), _Tensor):
+            inner.append(value)
+    return inner
 
 
 def _shape(t: Any) -> tuple | None:
@@ -517,7 +532,8 @@ class _Walker:
                 type(t).__name__, layout, owner, param, note or facts_note, self.hidden,
             )
         )
-        if requires_grad and kind != "gradient" and not same_object:
+        # Reading .grad of a non-leaf warns; only leaves (or retain_grad()) have one.
+        if requires_grad and kind != "gradient" and not same_object and (t.is_leaf or t.retains_grad):
             grad = t._grad
             if grad is not None:
                 self._tensor(grad, f"{name}.grad", root, "gradient", owner, param=name)

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+import torch
+
+from devinspect import testing
+
+
+def has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config: Any, items: list) -> None:
+    if has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def sim() -> torch.device:
+    """The simulated accelerator, ``sim:0``."""
+    return testing.enable()
+
+
+@pytest.fixture
+def ip():
+    """A real InteractiveShell with devinspect loaded, a clean namespace and HTML on."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.display_formatter.active_types = shell.display_formatter.format_types
+    shell.run_line_magic("load_ext", "devinspect")
+    before = set(shell.user_ns)
+    yield shell
+    for name in set(shell.user_ns) - before:
+        del shell.user_ns[name]
+    shell.run_line_magic("unload_ext", "devinspect")
+    gc.collect()
+
+
+def run(shell: Any, code: str) -> Any:
+    """Run a cell; return (result, text/plain, text/html) of what it displayed."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = shell.run_cell(code)
+    texts = [o.data.get("text/plain", "") for o in captured.outputs]
+    htmls = [o.data.get("text/html", "") for o in captured.outputs]
+    return result, "\n".join(texts) + captured.stdout, "\n".join(htmls), captured

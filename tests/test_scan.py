@@ -1,0 +1,324 @@
+"""devinspect.scan: every record kind, names as typed, shared storage counted once."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+import warnings
+from typing import NamedTuple
+
+import pytest
+import torch
+
+import devinspect
+from devinspect.model import FRAME_COLUMNS
+
+
+def by_name(result):
+    return {r.name: r for r in result.records}
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj = torch.nn.Linear(4, 4)
+        self.register_buffer("scale", torch.ones(4))
+        self.register_buffer("cache", torch.zeros(2), persistent=False)
+
+
+class Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([Block(), Block()])
+        self.heads = torch.nn.ModuleDict({"cls": torch.nn.Linear(4, 2)})
+
+
+def test_module_names_parameters_buffers_and_grads(sim):
+    model = Encoder().to(sim)
+    model.layers[0].q_proj(torch.ones(1, 4, device=sim)).sum().backward()
+    recs = by_name(devinspect.scan({"model": model}))
+    w = recs["model.layers[0].q_proj.weight"]
+    assert (w.kind, w.device, w.dtype, w.shape, w.nbytes) == ("parameter", "sim:0", "float32", (4, 4), 64)
+    assert w.storage_bytes == 64 and w.requires_grad and w.owner == "model.layers[0].q_proj"
+    assert recs["model.layers[0].q_proj.weight.grad"].kind == "gradient"
+    assert recs["model.layers[0].q_proj.weight.grad"].param == "model.layers[0].q_proj.weight"
+    assert recs["model.layers[1].scale"].kind == "buffer"
+    assert recs["model.layers[1].cache"].note == "non-persistent"
+    assert "model.heads.cls.weight" in recs
+    assert "model.layers[1].q_proj.weight.grad" not in recs
+
+
+def test_result_frame_has_the_documented_columns(sim):
+    x = torch.ones(3, 4)
+    frame = devinspect.scan({"x": x, "m": torch.nn.Linear(2, 2)}).frame
+    for column in ("name", "root", "kind", "device", "dtype", "shape", "nbytes", "storage_bytes",
+                   "storage_id", "alias_of", "requires_grad"):
+        assert column in frame.columns
+    assert list(frame.columns[: len(FRAME_COLUMNS)]) == list(FRAME_COLUMNS)
+    row = frame.set_index("name").loc["x"]
+    assert row["nbytes"] == 48 and row["device"] == "cpu" and row["shape"] == (3, 4)
+
+
+def test_containers_and_objects_are_named_as_typed():
+    Point = NamedTuple("Point", [("a", torch.Tensor), ("b", int)])
+
+    @dataclasses.dataclass
+    class Batch:
+        ids: torch.Tensor
+        extra: dict
+
+    class Holder:
+        __slots__ = ("t",)
+
+        def __init__(self):
+            self.t = torch.zeros(1)
+
+    class Plain:
+        def __init__(self):
+            self.weights = [torch.zeros(1)]
+
+    ns = {
+        "batch": {"input_ids": torch.zeros(2), 3: torch.zeros(1), ("a", 1): torch.zeros(1)},
+        "items": [torch.zeros(1), (torch.zeros(1),)],
+        "q": collections.deque([torch.zeros(1)]),
+        "s": {torch.zeros(1)},
+        "p": Point(torch.zeros(1), 3),
+        "b": Batch(torch.zeros(2), {"mask": torch.zeros(2)}),
+        "h": Holder(),
+        "obj": Plain(),
+    }
+    names = set(by_name(devinspect.scan(ns)))
+    assert {
+        'batch["input_ids"]', "batch[3]", 'batch[("a", 1)]', "items[0]", "items[1][0]", "q[0]",
+        "list(s)[0]", "p.a", "b.ids", 'b.extra["mask"]', "h.t", "obj.weights[0]",
+    } <= names
+
+
+def test_shared_storage_is_counted_once():
+    base = torch.zeros(100)
+    lin = torch.nn.Linear(10, 10)
+    tied = torch.nn.Linear(10, 10)
+    tied.weight = lin.weight
+    ns = {
+        "base": base, "view": base[10:20], "det": base.detach(), "data": lin.weight.data,
+        "lin": lin, "tied": tied, "params": [lin.weight],
+    }
+    result = devinspect.scan(ns)
+    recs = by_name(result)
+    assert recs["lin.weight"].alias_of is None
+    assert recs["view"].alias_of == "base" and recs["view"].nbytes == 40
+    assert recs["det"].alias_of == "base"
+    assert recs["data"].alias_of == "lin.weight"
+    assert recs["tied.weight"].alias_of == "lin.weight"
+    assert recs["params[0]"].alias_of == "lin.weight" and recs["params[0]"].kind == "parameter"
+    expected = 400 + 400 + 40 + 40  # base, lin.weight, lin.bias, tied.bias
+    assert result.total_bytes == expected
+    assert sum(d.storage_bytes for d in result.devices) == expected
+
+
+def test_optimizer_state_linked_to_parameter_names(sim):
+    model = torch.nn.Linear(3, 2).to(sim)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3, device=sim)).sum().backward()
+    opt.step()
+    recs = by_name(devinspect.scan({"opt": opt, "model": model}))
+    state = recs['opt.state[model.weight]["exp_avg"]']
+    assert state.kind == "optimizer_state" and state.param == "model.weight" and state.device == "sim:0"
+    assert recs['opt.state[model.weight]["step"]'].device == "cpu"
+
+
+def test_optimizer_without_model_names_params_by_group():
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = torch.ones(2)
+    opt.step()
+    recs = by_name(devinspect.scan({"opt": opt}))
+    assert 'opt.param_groups[0]["params"][0]' in recs
+    assert 'opt.state[opt.param_groups[0]["params"][0]]["momentum_buffer"]' in recs
+
+
+def test_unregistered_module_attributes_are_found(sim):
+    class PE(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(2, 2)
+            self.pe = torch.zeros(5, 2)
+            self.tables = {"a": torch.zeros(1)}
+
+    model = torch.nn.Sequential(PE()).to(sim)
+    result = devinspect.scan({"model": model})
+    recs = by_name(result)
+    assert recs["model[0].pe"].kind == "attribute" and recs["model[0].pe"].device == "cpu"
+    assert recs['model[0].tables["a"]'].kind == "attribute"
+    assert result.modules[0].unregistered == (("model[0].pe", "PE"), ("model[0].tables", "PE"))
+
+
+def test_wrappers_compile_and_dataparallel():
+    lin = torch.nn.Linear(2, 2)
+    recs = by_name(devinspect.scan({"c": torch.compile(lin), "dp": torch.nn.DataParallel(torch.nn.Linear(2, 2))}))
+    assert "c._orig_mod.weight" in recs and "dp.module.weight" in recs
+
+
+def test_unusual_tensors_have_sizes_or_explicit_unknowns():
+    from torch.testing._internal.two_tensor import TwoTensor
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        fake = torch.empty(5, 5)
+    ns = {
+        "coo": torch.eye(4).to_sparse(),
+        "csr": torch.eye(4).to_sparse_csr(),
+        "q": torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8),
+        "meta": torch.empty(100, device="meta"),
+        "lazy": torch.nn.LazyLinear(3),
+        "njt": torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], layout=torch.jagged),
+        "two": TwoTensor(torch.randn(3), torch.randn(3)),
+        "fake": fake,
+    }
+    recs = by_name(devinspect.scan(ns))
+    assert recs["coo"].layout == "sparse_coo" and recs["coo"].storage_bytes == 4 * 2 * 8 + 4 * 4
+    assert recs["csr"].layout == "sparse_csr" and recs["csr"].storage_bytes > 0
+    assert recs["q"].dtype == "qint8" and recs["q"].storage_bytes == 4
+    assert recs["meta"].storage_bytes == 0 and recs["meta"].nbytes == 400
+    assert recs["lazy.weight"].shape is None and recs["lazy.weight"].storage_bytes is None
+    assert recs["njt"].storage_bytes == (6 * 3) * 4 + 3 * 8  # values + offsets
+    assert recs["two"].storage_bytes == 24 and recs["two"].type_name == "TwoTensor"
+    assert recs["fake"].storage_bytes == 0 and "fake" in recs["fake"].note
+    assert all(r.kind != "error" for r in recs.values())
+
+
+def test_dtensor_counts_its_local_shard():
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed not built")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    mesh = init_device_mesh("cpu", (1,))
+    dt = distribute_tensor(torch.randn(4, 4), mesh, [Replicate()])
+    rec = by_name(devinspect.scan({"dt": dt}))["dt"]
+    assert rec.type_name == "DTensor" and rec.storage_bytes == 64
+
+
+def test_roots_and_dotted_prefix_restrict_the_walk():
+    model = Encoder()
+    ns = {"model": model, "x": torch.zeros(1), "y": torch.zeros(1)}
+    assert {r.root for r in devinspect.scan(ns, roots=["x"]).records} == {"x"}
+    sub = devinspect.scan(ns, roots=["model.layers[1]"])
+    assert sub.records and all(r.name.startswith("model.layers[1]") for r in sub.records)
+    with pytest.raises(LookupError, match="nope"):
+        devinspect.scan(ns, roots=["nope"])
+
+
+def test_scan_defaults_to_the_callers_globals():
+    result = devinspect.scan()
+    assert isinstance(result, devinspect.model.ScanResult)
+
+
+def test_depth_and_item_bounds_are_reported_not_silent():
+    deep: list = [torch.zeros(1)]
+    for _ in range(20):
+        deep = [deep]
+    big = [torch.zeros(1) for _ in range(30)]
+    result = devinspect.scan({"deep": deep, "big": big}, max_depth=5, max_items=10)
+    reasons = {t.name: t for t in result.truncated}
+    assert "deeper than 5 levels" in next(t.reason for t in result.truncated if t.name.startswith("deep"))
+    assert reasons["big"].skipped == 20
+    assert sum(r.root == "big" for r in result.records) == 10
+    assert any(f.code == "not-walked" for f in result.findings)
+
+
+def test_history_names_are_excluded_but_their_accelerator_bytes_counted(sim):
+    kept = torch.zeros(256, device=sim)
+    ns = {"x": torch.zeros(1), "_": kept, "_5": kept, "Out": {5: kept}, "_private": torch.zeros(1)}
+    result = devinspect.scan(ns)
+    assert {r.name for r in result.records} == {"x"}
+    assert result.history_bytes == 1024
+    assert [h.name for h in result.history] == ["Out[5]"]
+    shown = devinspect.scan(ns, include_hidden=True)
+    assert {"Out[5]", "_", "_5", "_private"} <= {r.name for r in shown.records}
+
+
+def test_history_that_is_also_named_is_not_counted(sim):
+    kept = torch.zeros(256, device=sim)
+    assert devinspect.scan({"kept": kept, "_": kept}).history_bytes == 0
+
+
+def test_traceback_locals_are_measured(sim):
+    def fails():
+        big = torch.zeros(64, device=sim)  # noqa: F841 - kept alive by the traceback
+        raise ValueError("boom")
+
+    try:
+        fails()
+    except ValueError:
+        sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()
+    try:
+        result = devinspect.scan({})
+        assert result.history_bytes == 256
+        assert any(h.name.endswith("fails.big") for h in result.history)
+        assert any(f.code == "held-by-traceback" for f in result.findings)
+    finally:
+        sys.last_type = sys.last_value = sys.last_traceback = None
+
+
+def test_all_objects_finds_unnamed_tensors():
+    holder = []
+
+    def closure():
+        return holder
+
+    closure.cache = None
+    hidden_away = [torch.full((7,), 3.0)]  # reachable only through a function attribute
+    closure.__dict__["stash"] = hidden_away
+    del hidden_away
+    result = devinspect.scan({"x": torch.zeros(1)}, all_objects=True)
+    unnamed = [r for r in result.records if r.kind == "unnamed"]
+    assert any(r.shape == (7,) for r in unnamed)
+    assert all(r.root == "<unnamed>" and r.name.startswith("<unnamed") for r in unnamed)
+    assert closure  # keep alive until the scan is done
+
+
+def test_non_leaf_tensors_do_not_warn():
+    leaf = torch.ones(2, requires_grad=True)
+    nonleaf = leaf * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        devinspect.scan({"nonleaf": nonleaf, "leaf": leaf})
+
+
+def test_uninspectable_object_becomes_an_error_record(monkeypatch):
+    scan_module = sys.modules["devinspect.scan"]
+
+    real = scan_module.tensor_facts
+
+    def broken(t):
+        if t.numel() == 3:
+            raise RuntimeError("storage gone")
+        return real(t)
+
+    monkeypatch.setattr(scan_module, "tensor_facts", broken)
+    recs = by_name(devinspect.scan({"bad": torch.zeros(3), "good": torch.zeros(2)}))
+    assert recs["bad"].kind == "error" and "could not inspect: RuntimeError: storage gone" in recs["bad"].note
+    assert recs["good"].kind == "tensor"
+
+
+def test_dataloader_is_summarised_and_its_dataset_walked():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loader = DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=4)
+    result = devinspect.scan({"loader": loader})
+    assert result.loaders[0].name == "loader" and result.loaders[0].pin_memory is False
+    assert "loader.dataset.tensors[0]" in by_name(result)
+
+
+def test_mixed_module_placement_names_submodules(sim):
+    model = Encoder()
+    model.layers[0].to(sim)
+    summary = devinspect.scan({"model": model}).modules[0]
+    assert summary.is_mixed and set(summary.devices) == {"cpu", "sim:0"}
+    assert ("model.layers[0]", "sim:0") in summary.placement
+    assert ("model.layers[1]", "cpu") in summary.placement

@@ -1,0 +1,90 @@
+"""The simulated accelerator behaves like a real one, through the real dispatcher."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from devinspect import testing
+
+
+def test_enable_is_idempotent_and_returns_sim0(sim):
+    assert testing.enable() == torch.device("sim", 0)
+    assert testing.is_enabled()
+    assert testing.device(1) == torch.device("sim", 1)
+    with pytest.raises(ValueError):
+        testing.device(5)
+
+
+def test_tensor_moves_and_comes_back(sim):
+    x = torch.arange(6.0).reshape(2, 3)
+    y = x.to(sim)
+    assert y.device == sim
+    assert (y * 2).device == sim
+    back = (y * 2).cpu()
+    assert back.device.type == "cpu"
+    assert torch.equal(back, x * 2)
+    assert y.sum().item() == 15.0
+    assert y.to("sim:1").device == torch.device("sim", 1)
+    assert torch.ones(3, device=sim).device == sim
+
+
+def test_model_training_step_on_sim(sim):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    reference.load_state_dict(model.state_dict())
+    model.to(sim)
+    assert all(p.device == sim for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=0.1)
+    x = torch.randn(5, 4)
+    for m, o, inp in ((model, opt, x.to(sim)), (reference, ref_opt, x)):
+        loss = m(inp).pow(2).mean()
+        loss.backward()
+        o.step()
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.allclose(p.cpu(), q)
+    state = opt.state[model[0].weight]
+    assert state["exp_avg"].device == sim
+    assert state["step"].device.type == "cpu"  # as on CUDA (non-capturable AdamW)
+
+
+def test_device_mismatch_raises_like_a_gpu(sim):
+    model = torch.nn.Linear(3, 2).to(sim)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        model(torch.randn(4, 3))
+    with pytest.raises(RuntimeError, match="sim:1"):
+        torch.ones(2, device="sim:1") + torch.ones(2, device=sim)
+    # A CPU scalar tensor may join a device op, as on CUDA.
+    assert (torch.ones(2, device=sim) * torch.tensor(3.0)).device == sim
+
+
+def test_dispatch_mode_sees_copies_as_for_cuda(sim):
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is torch.ops.aten._to_copy.default:
+                seen.append((str(args[0].device), str(kwargs.get("device"))))
+            return func(*args, **kwargs)
+
+    with Log():
+        t = torch.ones(3).to(sim)
+        t.cpu()
+    assert seen == [("cpu", "sim:0"), ("sim:0", "cpu")]
+
+
+def test_simulated_device_never_initialises_cuda():
+    code = (
+        "import torch\nfrom devinspect import testing\nd = testing.enable()\n"
+        "m = torch.nn.Linear(2, 2).to(d); m(torch.ones(1, 2, device=d)).sum().backward()\n"
+        "print(torch.cuda.is_initialized())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
