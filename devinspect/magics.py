@@ -62,11 +62,13 @@ class DevInspect(Magics):
             r = %devices                   # keep the result: r.frame, r.findings
         """
         args = parse_argstring(self.devices, line)
-        from .scan import scan
+        from .scan import is_history_name, scan
 
         namespace = self.shell.user_ns
         hidden = self.shell.user_ns_hidden
-        exclude = [n for n, v in hidden.items() if n in namespace and namespace[n] is v and not n.startswith("_")]
+        # IPython's own variables, unless the user rebound them; history names stay,
+        # since the scan measures what they hold.
+        exclude = [n for n, v in hidden.items() if namespace.get(n, v) is v and not is_history_name(n)]
         include_hidden = bool(args.hidden or self.include_hidden)
         try:
             result = scan(
@@ -118,9 +120,8 @@ def load(shell: Any) -> None:
     """Register the magics once per shell; a second call does nothing."""
     if id(shell) in _instances:
         return
-    instance = DevInspect(shell=shell)
+    instance = DevInspect(shell=shell)  # Magics.__init__ adds it to shell.configurables (%config)
     shell.register_magics(instance)
-    shell.configurables.append(instance)
     _instances[id(shell)] = instance
 
 
@@ -137,5 +138,4 @@ def unload(shell: Any) -> None:
                 del manager.magics[kind][name]
     if manager.registry.get(type(instance).__name__) is instance:
         del manager.registry[type(instance).__name__]
-    if instance in shell.configurables:
-        shell.configurables.remove(instance)
+    shell.configurables[:] = [c for c in shell.configurables if c is not instance]

@@ -185,6 +185,11 @@ def scan(
     return result
 
 
+def is_history_name(name: str) -> bool:
+    """Whether ``name`` is one of IPython's output-history names (``_``, ``_12``, ``Out``)."""
+    return bool(_HISTORY_RE.match(name))
+
+
 def tensor_facts(t: Any) -> tuple:
     """(device, dtype, shape, nbytes, storage_bytes, storage_key, layout, note) of a tensor.
 

@@ -50,6 +50,11 @@ def run(shell: Any, code: str) -> Any:
 
     with capture_output() as captured:
         result = shell.run_cell(code)
-    texts = [o.data.get("text/plain", "") for o in captured.outputs]
-    htmls = [o.data.get("text/html", "") for o in captured.outputs]
-    return result, "\n".join(texts) + captured.stdout, "\n".join(htmls), captured
+    bundles = [o.data for o in captured.outputs]
+    if result.result is not None:
+        # What a kernel sends for the cell's value: the shell's own formatters.
+        bundles.append(shell.display_formatter.format(result.result)[0])
+    texts = [b.get("text/plain", "") for b in bundles]
+    htmls = [b.get("text/html", "") for b in bundles]
+    stdout = "\n".join(line for line in captured.stdout.splitlines() if not line.startswith("Out["))
+    return result, "\n".join(texts) + stdout, "\n".join(htmls), captured

@@ -1,0 +1,157 @@
+"""%devices through a real InteractiveShell: text, HTML, -o, options, errors, load/unload."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import run
+
+import devinspect
+from devinspect.model import ScanResult
+
+SETUP = """
+import torch
+from devinspect import testing
+dev = testing.enable()
+class PE(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.pe = torch.zeros(10, 4)
+model = torch.nn.Sequential(PE(), torch.nn.Linear(4, 2)).to(dev)
+model[1].to("cpu")
+x = torch.randn(3, 4)
+"""
+
+
+def test_devices_text_output(ip):
+    ip.run_cell(SETUP)
+    _, text, html, _ = run(ip, "%devices")
+    assert text.splitlines()[0].startswith("devinspect: 6 tensors")
+    assert "Findings (2):" in text
+    assert "model (Sequential) has parameters/buffers on" in text
+    assert "model[0].lin.weight  parameter  sim:0" in text
+    assert "model[0].pe" in text and "x " in text
+    # Findings come before the table.
+    assert text.index("Findings") < text.index("name  ")
+
+
+def test_devices_html_output_is_a_static_table(ip):
+    ip.run_cell(SETUP)
+    _, _, html, _ = run(ip, "%devices")
+    assert html.startswith('<div class="devinspect">')
+    assert "<table" in html and "<code>model[0].lin.weight</code>" in html
+    assert "<script" not in html and "background" not in html
+    assert "fix:<pre" in html
+
+
+def test_result_object_with_and_without_o(ip):
+    ip.run_cell(SETUP)
+    ip.run_cell("r = %devices\nr2 = %devices -o")
+    r, r2 = ip.user_ns["r"], ip.user_ns["r2"]
+    assert isinstance(r, ScanResult) and isinstance(r2, ScanResult)
+    assert set(r.frame["name"]) == {rec.name for rec in r.records}
+    assert len(r.findings) == 2
+
+
+def test_options_filter_and_sort(ip):
+    ip.run_cell(SETUP)
+    ip.run_cell("a = %devices --device sim:0\nb = %devices --kind attribute\nc = %devices model\n"
+                "d = %devices -s bytes -n 2\ne = %devices --device sim")
+    ns = ip.user_ns
+    assert {r.device for r in ns["a"].records} == {"sim:0"}
+    assert {r.kind for r in ns["b"].records} == {"attribute"}
+    assert {r.root for r in ns["c"].records} == {"model"}
+    assert {r.device for r in ns["e"].records} == {"sim:0"}
+    _, text, _, _ = run(ip, "%devices -s bytes -n 2")
+    assert "… 4 more not shown" in text
+    table = text.split("name  ", 1)[1].splitlines()[1:3]
+    assert table[0].startswith("model[0].pe")
+
+
+def test_findings_only(ip):
+    ip.run_cell(SETUP)
+    _, text, _, _ = run(ip, "%devices --findings")
+    assert "Findings (2)" in text and "name  " not in text
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("%devices nope", "no variable named 'nope'"),
+        ("%devices --sort sideways", "invalid choice"),
+        ("%devices --device gpu:x", "is not a device"),
+        ("%devices --kind banana", "invalid choice"),
+        ("%devices --bogus", "unrecognized arguments"),
+    ],
+)
+def test_bad_input_is_a_usage_error_without_traceback(ip, line, message):
+    ip.run_cell(SETUP)
+    result, text, _, captured = run(ip, line)
+    assert result.error_in_exec is not None
+    assert type(result.error_in_exec).__name__ == "UsageError"
+    assert message in str(result.error_in_exec)
+    assert "Traceback" not in captured.stdout + captured.stderr
+
+
+def test_history_is_hidden_but_measured(ip):
+    ip.run_cell("import torch\nfrom devinspect import testing\ndev = testing.enable()")
+    ip.run_cell("torch.zeros(256, device=dev)")  # displayed: now held by Out and _
+    _, text, _, _ = run(ip, "%devices")
+    assert not any(row.startswith("Out[") for row in table_rows(text))
+    assert "held only by IPython's output history (Out[" in text
+    _, hidden_text, _, _ = run(ip, "%devices --hidden")
+    assert any(row.startswith("Out[") for row in table_rows(hidden_text))
+
+
+def table_rows(text):
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("name ")), len(lines))
+    return lines[start + 1 :]
+
+
+def test_config_traits(ip):
+    ip.run_cell(SETUP)
+    ip.run_line_magic("config", "DevInspect.max_rows = 1")
+    _, text, _, _ = run(ip, "%devices")
+    assert "… 5 more not shown" in text
+    ip.run_line_magic("config", "DevInspect.max_rows = 40")
+
+
+def test_help_is_the_docstring(ip):
+    doc = ip.find_line_magic("devices").__doc__
+    assert "Examples" in doc and "--device" in doc
+
+
+def test_load_unload_reload_leave_exactly_one_of_each(ip):
+    manager = ip.magics_manager
+    instances = lambda: [c for c in ip.configurables if type(c).__name__ == "DevInspect"]  # noqa: E731
+    assert len(instances()) == 1
+    devinspect.load_ipython_extension(ip)  # a second load is a no-op
+    assert len(instances()) == 1
+    ip.run_line_magic("reload_ext", "devinspect")
+    ip.run_line_magic("reload_ext", "devinspect")
+    assert len(instances()) == 1
+    assert manager.magics["line"]["devices"].__self__ is instances()[0]
+    ip.run_line_magic("unload_ext", "devinspect")
+    assert "devices" not in manager.magics["line"] and instances() == []
+    assert "DevInspect" not in manager.registry
+    devinspect.unload_ipython_extension(ip)  # unloading twice is harmless
+    ip.run_line_magic("load_ext", "devinspect")
+    assert len(instances()) == 1
+
+
+def test_loading_prints_nothing_and_patches_nothing():
+    from IPython.testing.globalipapp import get_ipython
+    from IPython.utils.capture import capture_output
+
+    ip = get_ipython()
+    ip.run_line_magic("unload_ext", "devinspect")
+    repr_before, to_before = torch.Tensor.__repr__, torch.Tensor.to
+    formatters_before = {k: dict(f.type_printers) for k, f in ip.display_formatter.formatters.items()}
+    with capture_output() as captured:
+        ip.run_line_magic("load_ext", "devinspect")
+    assert captured.stdout == "" and captured.stderr == "" and captured.outputs == []
+    assert torch.Tensor.__repr__ is repr_before and torch.Tensor.to is to_before
+    assert {k: dict(f.type_printers) for k, f in ip.display_formatter.formatters.items()} == formatters_before
+    ip.run_line_magic("unload_ext", "devinspect")
