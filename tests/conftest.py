@@ -56,5 +56,6 @@ def run(shell: Any, code: str) -> Any:
         bundles.append(shell.display_formatter.format(result.result)[0])
     texts = [b.get("text/plain", "") for b in bundles]
     htmls = [b.get("text/html", "") for b in bundles]
-    stdout = "\n".join(line for line in captured.stdout.splitlines() if not line.startswith("Out["))
+    # The terminal displayhook prints the value again on stdout; keep stdout only without one.
+    stdout = captured.stdout if result.result is None else ""
     return result, "\n".join(texts) + stdout, "\n".join(htmls), captured
