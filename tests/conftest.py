@@ -49,7 +49,7 @@ def run(shell: Any, code: str) -> Any:
     from IPython.utils.capture import capture_output
 
     with capture_output() as captured:
-        result = shell.run_cell(code)
+        result = shell.run_cell(code, store_history=True)
     bundles = [o.data for o in captured.outputs]
     if result.result is not None:
         # What a kernel sends for the cell's value: the shell's own formatters.

@@ -96,12 +96,12 @@ def test_bad_input_is_a_usage_error_without_traceback(ip, line, message):
 
 def test_history_is_hidden_but_measured(ip):
     ip.run_cell("import torch\nfrom devinspect import testing\ndev = testing.enable()")
-    ip.run_cell("torch.zeros(256, device=dev)")  # displayed: now held by Out and _
+    run(ip, "torch.zeros(256, device=dev)")  # displayed: now held by Out and _
     _, text, _, _ = run(ip, "%devices")
     assert not any(row.startswith("Out[") for row in table_rows(text))
     assert "held only by IPython's output history (Out[" in text
     _, hidden_text, _, _ = run(ip, "%devices --hidden")
-    assert any(row.startswith("Out[") for row in table_rows(hidden_text))
+    assert any(row.startswith("Out[") for row in table_rows(hidden_text)), hidden_text
 
 
 def table_rows(text):
