@@ -148,12 +148,22 @@ def scan(
 
     walker = _Walker(options)
     with torch._C.DisableTorchFunction():
-        # Modules before everything else: their parameters get their natural
-        # names (model.fc.weight) even when a list of them comes first.
-        ordered = sorted(user_names, key=lambda n: not issubclass(type(dict.get(namespace, n)), _Module))
-        for name in ordered:
+        # Modules first, so parameters get their natural names (model.fc.weight)
+        # even when a list of them comes first; optimizers next, so their state is
+        # named opt.state[model.fc.weight][...] rather than after a checkpoint dict.
+        def rank(name: str) -> int:
+            vt = type(dict.get(namespace, name))
+            return 0 if issubclass(vt, _Module) else 1 if issubclass(vt, _Optimizer) else 2
+
+        if roots is not None:
+            # Name parameters after the namespace's modules even when only an
+            # optimizer is asked for: opt.state[model.fc.weight], not param_groups[0].
+            for name, value in list(dict.items(namespace)):
+                if isinstance(name, str) and not name.startswith("_") and issubclass(type(value), _Module):
+                    walker.name_parameters(value, name)
+        for name in sorted(user_names, key=rank):
             walker.root(name, dict.get(namespace, name))
-        walker.flush_deferred()
+            walker.flush_deferred()
         walker.hidden = True
         for name in history_names:
             walker.root(name, dict.get(namespace, name))
@@ -414,6 +424,22 @@ class _Walker:
         while self._deferred:
             name, root, opt = self._deferred.pop(0)
             self._guarded(self._optimizer, opt, name, root)
+
+    def name_parameters(self, m: Any, name: str) -> None:
+        """Learn the names of a module's parameters without recording anything."""
+        stack, seen = [(m, name)], set()
+        while stack:
+            module, path = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            d = _instance_dict(module)
+            for pname, p in dict.items(d.get("_parameters") or {}):
+                if p is not None:
+                    self._param_names.setdefault(id(p), _child_name(path, pname, module))
+            for cname, child in dict.items(d.get("_modules") or {}):
+                if child is not None:
+                    stack.append((child, _child_name(path, cname, module)))
 
     def traceback(self) -> None:
         """Walk the locals of the frames in ``sys.last_traceback`` (kept after an error)."""

@@ -322,3 +322,13 @@ def test_mixed_module_placement_names_submodules(sim):
     assert summary.is_mixed and set(summary.devices) == {"cpu", "sim:0"}
     assert ("model.layers[0]", "sim:0") in summary.placement
     assert ("model.layers[1]", "cpu") in summary.placement
+
+
+def test_restricting_to_an_optimizer_still_names_parameters_after_the_model():
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    result = devinspect.scan({"model": model, "opt": opt}, roots=["opt"])
+    assert {r.root for r in result.records} == {"opt"}
+    assert 'opt.state[model.weight]["momentum_buffer"]' in by_name(result)
