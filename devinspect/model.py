@@ -100,6 +100,32 @@ def device_is_accelerator(device: str) -> bool:
     return kind not in ("cpu", "meta", "?", "")
 
 
+def _slot_constructor(cls: type) -> Any:
+    """A positional constructor for a frozen slotted dataclass that skips ``__init__``.
+
+    The generated ``__init__`` of a frozen dataclass assigns each field through
+    ``object.__setattr__``; the walker builds one record per tensor (100,000 in a
+    large session), and that cost alone exceeds reading the tensor. This fills the
+    same slots through their descriptors; the instance is identical and still frozen.
+    """
+    from dataclasses import fields
+
+    names = [f.name for f in fields(cls)]
+    setters = {f"_set_{name}": getattr(cls, name).__set__ for name in names}
+    source = (
+        f"def make({', '.join(names)}):\n    record = _new(_cls)\n"
+        + "".join(f"    _set_{name}(record, {name})\n" for name in names)
+        + "    return record\n"
+    )
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, **setters}
+    exec(source, namespace)  # noqa: S102 - source built from the dataclass's own field names
+    return namespace["make"]
+
+
+#: ``make_record(name, root, kind, ...)``: every field of :class:`TensorRecord`, in order.
+make_record = _slot_constructor(TensorRecord)
+
+
 @dataclass(frozen=True, slots=True)
 class ModuleSummary:
     """One ``nn.Module`` reached from the namespace and what it holds, per device."""

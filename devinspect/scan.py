@@ -32,6 +32,7 @@ from .model import (
     TensorRecord,
     Truncation,
     device_is_accelerator,
+    make_record,
 )
 
 _Tensor = torch.Tensor
@@ -147,6 +148,21 @@ def scan(
     history_names.sort(key=lambda n: (n not in ("Out", "_oh"), n))
 
     walker = _Walker(options)
+    # The walk allocates one record per tensor; letting the cyclic collector run
+    # meanwhile re-traverses the whole heap many times for nothing (it doubles the
+    # cost of a 100,000-tensor walk). It is paused, never triggered, and restored.
+    collector_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        _walk(walker, namespace, roots, user_names, history_names, all_objects)
+    finally:
+        if collector_was_on:
+            gc.enable()
+    return _result(walker, user_names, prefixes, include_hidden, all_objects, max_depth)
+
+
+def _walk(walker: _Walker, namespace: Mapping[str, Any], roots: Any, user_names: list[str],
+          history_names: list[str], all_objects: bool) -> None:
     with torch._C.DisableTorchFunction():
         # Modules first, so parameters get their natural names (model.fc.weight)
         # even when a list of them comes first; optimizers next, so their state is
@@ -165,6 +181,7 @@ def scan(
             walker.root(name, dict.get(namespace, name))
             walker.flush_deferred()
         walker.hidden = True
+        walker.first_hidden = len(walker.records)
         for name in history_names:
             walker.root(name, dict.get(namespace, name))
         walker.traceback()
@@ -173,13 +190,17 @@ def scan(
         if all_objects:
             walker.unnamed()
 
+
+def _result(walker: _Walker, user_names: list[str], prefixes: list[str], include_hidden: bool,
+            all_objects: bool, max_depth: int) -> ScanResult:
     records = walker.records
+    hidden = records[walker.first_hidden :] if walker.first_hidden is not None else []
     history = tuple(
         HistoryHold(r.name, r.device, r.storage_bytes)
-        for r in records
+        for r in hidden
         if r.hidden and r.alias_of is None and r.storage_bytes and device_is_accelerator(r.device)
     )
-    if not include_hidden:
+    if not include_hidden and hidden:
         records = [r for r in records if not r.hidden]
     result = ScanResult(
         records=tuple(records),
@@ -211,9 +232,10 @@ def tensor_facts(t: Any) -> tuple:
         storage = t.untyped_storage()
         if t.is_meta:
             return ("meta", _dtype_name(t.dtype), tuple(t.shape), t.nbytes, 0, None, "strided", "meta: holds no memory")
+        device, dtype = t.device, t.dtype
         return (
-            _device_name(t.device),
-            _dtype_name(t.dtype),
+            _device_names.get(device) or _device_name(device),
+            _dtype_names.get(dtype) or _dtype_name(dtype),
             tuple(t.shape),
             t.nbytes,
             storage.nbytes(),
@@ -407,6 +429,8 @@ class _Walker:
         self.loaders: list[LoaderSummary] = []
         self.truncated: list[Truncation] = []
         self.hidden = False
+        #: Index of the first record found through history names or the traceback.
+        self.first_hidden: int | None = None
         self._storage_first: dict[int, str] = {}
         self._tensor_first: dict[int, str] = {}
         self._visited: set[int] = set()
@@ -546,7 +570,9 @@ class _Walker:
         device, dtype, shape, nbytes, storage_bytes, key, layout, facts_note = facts
         alias = self._tensor_first.get(tid)
         same_object = alias is not None
-        if kind == "tensor" and (type(t) is _Parameter or "_is_param" in _instance_dict(t)):
+        cls = type(t)
+        # A Parameter of a tensor subclass keeps its class and is marked by _is_param.
+        if kind == "tensor" and cls is not _Tensor and (cls is _Parameter or "_is_param" in _instance_dict(t)):
             kind = "parameter"
         if alias is None and key is not None:
             alias = self._storage_first.get(key)
@@ -558,9 +584,9 @@ class _Walker:
             self._tensor_first[tid] = alias
         requires_grad = t.requires_grad
         self.records.append(
-            TensorRecord(
+            make_record(
                 name, root, kind, device, dtype, shape, nbytes, storage_bytes, key, alias, requires_grad,
-                type(t).__name__, layout, owner, param, note or facts_note, self.hidden,
+                cls.__name__, layout, owner, param, note or facts_note, self.hidden,
             )
         )
         # Reading .grad of a non-leaf warns; only leaves (or retain_grad()) have one.
@@ -705,24 +731,31 @@ class _Walker:
                 fields = _static_class_attr(vt, "_fields") if issubclass(vt, tuple) else None
                 if not (isinstance(fields, tuple) and len(fields) == total):
                     fields = None
-                fmt = "{name}[{i}]"
+                prefix = f"{name}["
             elif issubclass(vt, collections.deque):
                 total = collections.deque.__len__(o)
                 iterator = collections.deque.__iter__(o)
-                fields, fmt = None, "{name}[{i}]"
+                fields, prefix = None, f"{name}["
             else:
                 total = set.__len__(o) if issubclass(vt, set) else frozenset.__len__(o)
                 iterator = set.__iter__(o) if issubclass(vt, set) else frozenset.__iter__(o)
-                fields, fmt = None, "list({name})[{i}]"
+                fields, prefix = None, f"list({name})["
+            kind = "attribute" if owner is not None else "tensor"
+            atoms, tensor_type, record = _ATOMS, _Tensor, self._tensor
+            # The hot loop of a large namespace: tensors are recorded inline, each in
+            # its own try so one bad item becomes an error record and the rest go on.
             for i, value in enumerate(iterator):
                 if i >= limit:
                     break
                 vtype = type(value)
-                if vtype in _ATOMS:
+                if vtype in atoms:
                     continue
-                child = f"{name}.{fields[i]}" if fields is not None else fmt.format(name=name, i=i)
-                if issubclass(vtype, _Tensor):
-                    self._guarded(self._tensor, value, child, root, "attribute" if owner is not None else "tensor", owner)
+                child = f"{name}.{fields[i]}" if fields is not None else f"{prefix}{i}]"
+                if issubclass(vtype, tensor_type):
+                    try:
+                        record(value, child, root, kind, owner)
+                    except Exception:
+                        self._guarded(self._tensor, value, child, root, kind, owner)
                 else:
                     self._visit(value, child, root, depth + 1, owner)
         if total > limit:
