@@ -539,13 +539,16 @@ class _Walker:
         except RecursionError:
             self.truncated.append(Truncation(name, "nested too deeply to follow"))
         except Exception as exc:  # noqa: BLE001 - any failure is reported as data
-            self.records.append(
-                TensorRecord(
-                    name=name, root=root, kind="error", device="?", dtype=None, shape=None, nbytes=None,
-                    storage_bytes=None, storage_id=None, type_name=type(value).__name__,
-                    note=f"could not inspect: {_describe_error(exc)}", hidden=self.hidden,
-                )
+            self._error_record(value, name, root, exc)
+
+    def _error_record(self, value: Any, name: str, root: str, exc: BaseException) -> None:
+        self.records.append(
+            TensorRecord(
+                name=name, root=root, kind="error", device="?", dtype=None, shape=None, nbytes=None,
+                storage_bytes=None, storage_id=None, type_name=type(value).__name__,
+                note=f"could not inspect: {_describe_error(exc)}", hidden=self.hidden,
             )
+        )
 
     @staticmethod
     def _may_hold_tensors(value: Any, vt: type) -> bool:
@@ -754,8 +757,8 @@ class _Walker:
                 if issubclass(vtype, tensor_type):
                     try:
                         record(value, child, root, kind, owner)
-                    except Exception:
-                        self._guarded(self._tensor, value, child, root, kind, owner)
+                    except Exception as exc:  # noqa: BLE001 - reported as data
+                        self._error_record(value, child, root, exc)
                 else:
                     self._visit(value, child, root, depth + 1, owner)
         if total > limit:

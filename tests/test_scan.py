@@ -332,3 +332,18 @@ def test_restricting_to_an_optimizer_still_names_parameters_after_the_model():
     result = devinspect.scan({"model": model, "opt": opt}, roots=["opt"])
     assert {r.root for r in result.records} == {"opt"}
     assert 'opt.state[model.weight]["momentum_buffer"]' in by_name(result)
+
+
+def test_a_bad_item_inside_a_large_list_is_an_error_record(monkeypatch):
+    scan_module = sys.modules["devinspect.scan"]
+    real = scan_module.tensor_facts
+
+    def broken(t):
+        if t.numel() == 3:
+            raise RuntimeError("storage gone")
+        return real(t)
+
+    monkeypatch.setattr(scan_module, "tensor_facts", broken)
+    recs = by_name(devinspect.scan({"items": [torch.zeros(2), torch.zeros(3), torch.zeros(4)]}))
+    assert recs["items[1]"].kind == "error" and "storage gone" in recs["items[1]"].note
+    assert recs["items[0]"].kind == recs["items[2]"].kind == "tensor"

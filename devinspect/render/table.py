@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..model import KINDS, ScanResult, TensorRecord
+from .units import human_bytes
 
 DEFAULT_MAX_ROWS = 40
 SORTS = ("walk", "bytes", "name", "device", "kind")
@@ -35,8 +36,6 @@ def visible_rows(result: ScanResult) -> tuple[list[TensorRecord], int]:
 
 
 def size_cell(r: TensorRecord) -> str:
-    from .units import human_bytes
-
     if r.alias_of is not None:
         return "shared"
     return human_bytes(r.storage_bytes)
