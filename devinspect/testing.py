@@ -117,6 +117,24 @@ class SimTensor(torch.Tensor):
         return body[:-1] + f", device='{self.device}')" if body.endswith(")") else body
 
     @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name == "tolist" and args and type(args[0]) is SimTensor:
+            # As on a GPU: a device-to-host copy, then Python numbers.
+            return args[0]._data.tolist()
+        if name == "__format__" and args and type(args[0]) is SimTensor:
+            # f"{loss:.3f}" works on a GPU scalar; Tensor.__format__ only allows exact Tensors.
+            return args[0]._data.__format__(*args[1:])
+        if name == "numpy" and args and type(args[0]) is SimTensor:
+            raise TypeError(
+                f"can't convert {args[0].device} device type tensor to numpy. "
+                "Use Tensor.cpu() to copy the tensor to host memory first."
+            )
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+    @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
@@ -187,8 +205,22 @@ def _register_kernels() -> None:
     def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
         return SimTensor(torch.empty_strided(size, stride, dtype=dtype), _with_index(torch.device(device)))
 
+    def copy_from(src, dst, non_blocking=False):
+        # Reached without __torch_dispatch__ when torch.tensor(data, device=...) fills
+        # its new tensor with the Python dispatch key excluded.
+        _data_of(dst).copy_(_data_of(src))
+        return dst
+
+    def copy_from_and_resize(src, dst):
+        data = _data_of(dst)
+        data.resize_(src.shape)
+        data.copy_(_data_of(src))
+        return dst
+
     torch.library.impl("aten::empty.memory_format", "privateuseone")(empty_memory_format)
     torch.library.impl("aten::empty_strided", "privateuseone")(empty_strided)
+    torch.library.impl("aten::_copy_from", "privateuseone")(copy_from)
+    torch.library.impl("aten::_copy_from_and_resize", "privateuseone")(copy_from_and_resize)
 
 
 def enable() -> torch.device:

@@ -31,6 +31,14 @@ def test_tensor_moves_and_comes_back(sim):
     assert y.sum().item() == 15.0
     assert y.to("sim:1").device == torch.device("sim", 1)
     assert torch.ones(3, device=sim).device == sim
+    made = torch.tensor([[1.0, 2.0], [3.0, 4.0]], device=sim)
+    assert made.device == sim and made.sum().item() == 10.0
+    assert torch.tensor([True, False], device=sim).cpu().tolist() == [True, False]
+    assert made.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    with pytest.raises(TypeError, match="can't convert sim:0 device type tensor to numpy"):
+        made.numpy()
+    assert "device='sim:0'" in str(made)
+    assert f"{made.sum():.1f}" == "10.0"
 
 
 def test_model_training_step_on_sim(sim):
