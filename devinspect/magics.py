@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import time
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, CaselessStrEnum, Int
 
@@ -14,7 +15,7 @@ from .model import KINDS
 from .render.table import DEFAULT_MAX_ROWS, SORTS
 
 #: The magics each loaded instance registers, so unloading removes exactly these.
-_MAGIC_NAMES = {"line": ("devices",), "cell": ()}
+_MAGIC_NAMES = {"line": ("devices",), "cell": ("devcheck",)}
 #: One instance per shell; loading again is a no-op.
 _instances: dict[int, DevInspect] = {}
 
@@ -89,6 +90,78 @@ class DevInspect(Magics):
         max_rows = self.max_rows if args.max_rows is None else args.max_rows
         view = {"max_rows": max_rows, "sort": args.sort or self.sort, "findings_only": args.findings}
         return result.filter(**view)
+
+
+    @magic_arguments()
+    @argument("-o", "--output", metavar="NAME", help="Store the report (a CheckReport, with .frame) in this variable.")
+    @argument("-q", "--quiet", action="store_true", help="Show the report only when something was found.")
+    @argument("--strict", action="store_true", help="Raise DeviceCheckError when something was found (for tests).")
+    @cell_magic
+    def devcheck(self, line: str, cell: str) -> None:
+        """Run the cell once under a device check: name the variables behind a device
+        mismatch, and count host↔device copies and host syncs per source line.
+
+        The cell runs normally (history, magics and display work); its result is
+        unchanged. When it raises a device-mismatch error, the report above the
+        traceback names each input as you wrote it (``x``, ``model.fc1.weight``,
+        ``mask`` in ``forward``) and gives the fix; the error is then raised again so
+        "Run All" stops there. Copies and syncs are counted for ``.to()``, ``.cpu()``,
+        ``.item()``, ``float()``/``bool()`` of tensors, ``.numpy()``, ``.tolist()``,
+        printing, ``nonzero`` and boolean-mask indexing; round trips, syncs in loops,
+        repeated copies of the same tensor and non-blocking copies from unpinned
+        memory are flagged.
+
+        Examples::
+
+            %%devcheck
+            for x, y in loader:
+                loss = loss_fn(model(x.to(device)), y.to(device))
+                print(loss.item())
+
+            %%devcheck -o report --quiet
+            train_one_epoch()
+        """
+        args = parse_argstring(self.devcheck, line)
+        if args.output is not None and not args.output.isidentifier():
+            raise UsageError(f"%%devcheck: -o needs a variable name, not {args.output!r}")
+        import ast
+
+        from .check import DeviceCheckError, DeviceCheckMode, attach_note
+
+        try:
+            ast.parse(self.shell.transform_cell(cell))
+        except SyntaxError:
+            raise  # shown once, by the shell, before anything runs
+        shell = self.shell
+        namespace = shell.user_ns
+        mode = DeviceCheckMode(namespace, lambda frame: frame.f_code.co_name == "<module>" and frame.f_globals is namespace)
+        failure: list[BaseException] = []
+
+        def keep(shell_: Any, etype: Any, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
+            failure.append(value)
+            return []
+
+        saved = (shell.custom_exceptions, shell.CustomTB)
+        shell.set_custom_exc((Exception,), keep)
+        start = time.perf_counter()
+        try:
+            with mode:
+                shell.run_cell(cell, store_history=False)
+        finally:
+            shell.custom_exceptions, shell.CustomTB = saved
+        error = failure[0] if failure else None
+        report = mode.report(error, time.perf_counter() - start)
+        if args.output:
+            namespace[args.output] = report
+        if not args.quiet or report.has_findings:
+            from IPython.display import display
+
+            display(report)
+        if error is not None:
+            attach_note(error, report)
+            raise error.with_traceback(error.__traceback__)
+        if args.strict and report.has_findings:
+            raise DeviceCheckError(report)
 
 
 def _device_filter(text: str, result: Any) -> str:

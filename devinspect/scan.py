@@ -799,3 +799,56 @@ def _placement(name: str, owner_devices: dict[str, set[str]]) -> list[tuple[str,
 
     descend(name)
     return out
+
+
+_KIND_SOURCE = {"parameter": "parameter", "buffer": "buffer", "attribute": "attribute", "gradient": "namespace",
+                "optimizer_state": "namespace", "tensor": "namespace"}
+
+
+def tensor_names(namespace: Mapping[str, Any], tensors: list) -> list[tuple[str, str] | None]:
+    """``(name, source)`` for each tensor as the namespace reaches it, or None.
+
+    ``source`` is ``parameter``/``buffer``/``attribute`` for module tensors,
+    ``namespace`` for anything else reached by name, ``view`` when only the memory
+    is named (the tensor is a view of a named one). History names are not used.
+    """
+    walker = _Walker(ScanOptions())
+    names = [n for n in dict.keys(namespace) if isinstance(n, str) and not n.startswith("_")
+             and n not in _PLUMBING and not _HISTORY_RE.match(n)]
+    names.sort(key=lambda n: not issubclass(type(dict.get(namespace, n)), _Module))
+    with torch._C.DisableTorchFunction():
+        for name in names:
+            walker.root(name, dict.get(namespace, name))
+        walker.flush_deferred()
+    kind_of = {r.name: r.kind for r in walker.records}
+    out: list[tuple[str, str] | None] = []
+    for t in tensors:
+        name = walker._tensor_first.get(id(t))
+        if name is not None:
+            out.append((name, _KIND_SOURCE.get(kind_of.get(name, "tensor"), "namespace")))
+            continue
+        try:
+            key = tensor_facts(t)[5]
+        except Exception:
+            key = None
+        owner = walker._storage_first.get(key) if key is not None else None
+        out.append((f"a view of {owner}", "view") if owner is not None else None)
+    return out
+
+
+def module_paths(namespace: Mapping[str, Any]) -> dict[int, str]:
+    """``id(module) -> path`` (``model.encoder.layers[0]``) for modules the namespace reaches by name."""
+    paths: dict[int, str] = {}
+    for name, value in list(dict.items(namespace)):
+        if not isinstance(name, str) or name.startswith("_") or not issubclass(type(value), _Module):
+            continue
+        stack = [(value, name)]
+        while stack:
+            module, path = stack.pop()
+            if id(module) in paths:
+                continue
+            paths[id(module)] = path
+            for cname, child in dict.items(_instance_dict(module).get("_modules") or {}):
+                if child is not None:
+                    stack.append((child, _child_name(path, cname, module)))
+    return paths

@@ -1,0 +1,77 @@
+"""Plain-text rendering of a CheckReport."""
+
+from __future__ import annotations
+
+from ..model import CheckReport, Mismatch
+from .table import SEVERITY_MARK
+from .text import render_findings
+from .units import human_bytes, shape_text
+
+WORST_LINES = 10
+
+
+def mismatch_lines(m: Mismatch) -> list[str]:
+    where = m.cell_line.label if m.cell_line else "?"
+    head = f"device mismatch in {m.op} ({', '.join(m.devices)}) at {where}"
+    if m.cell_line and m.cell_line.text:
+        head += f": {m.cell_line.text}"
+    lines = [head]
+    if m.user_frame is not None:
+        via = f" in module {m.module_path}" if m.module_path else ""
+        lines.append(f"  raised in {m.user_frame.label}{via}: {m.user_frame.text}")
+    elif m.module_path:
+        lines.append(f"  inside module {m.module_path}")
+    for o in m.operands:
+        name = o.name or "(unnamed)"
+        extra = f" — {o.detail}" if o.detail else ""
+        lines.append(f"  {name:<28} {o.device:<8} {o.dtype}{shape_text(o.shape)}  [{o.source}]{extra}")
+    if m.fix:
+        fix = m.fix.splitlines()
+        lines.append(f"  fix: {fix[0]}")
+        lines.extend(f"       {line}" for line in fix[1:])
+    return lines
+
+
+def _transfer(count: int, nbytes: int) -> str:
+    return f"{count}× {human_bytes(nbytes)}" if count else "-"
+
+
+def summary_line(report: CheckReport) -> str:
+    """``3 host→device (1.2 MiB), 0 device→host (0 B), 0 device→device, 12 host syncs in 0.210 s``."""
+    totals = report.totals
+    head = (
+        f"{totals['h2d_count']} host→device ({human_bytes(totals['h2d_bytes'])}), "
+        f"{totals['d2h_count']} device→host ({human_bytes(totals['d2h_bytes'])}), "
+        f"{totals['d2d_count']} device→device, {totals['syncs']} host syncs"
+    )
+    if report.elapsed_s is not None:
+        head += f" in {report.elapsed_s:.3f} s"
+    return head
+
+
+def render_check(report: CheckReport) -> str:
+    lines = [f"devcheck: {summary_line(report)}"]
+    if report.mismatch is not None:
+        lines.append("")
+        lines.append(f"{SEVERITY_MARK['error']} " + mismatch_lines(report.mismatch)[0])
+        lines.extend(mismatch_lines(report.mismatch)[1:])
+    if report.findings:
+        lines.append("")
+        lines.append(f"Findings ({len(report.findings)}):")
+        lines.extend("  " + line for line in render_findings(report.findings))
+    worst = [s for s in report.worst_lines if s.sync_count or s.transfer_bytes or s.h2d_count or s.d2h_count][:WORST_LINES]
+    if worst:
+        lines.append("")
+        rows = [("where", "h2d", "d2h", "d2d", "syncs", "code")]
+        for s in worst:
+            syncs = ", ".join(f"{k}×{n}" for k, n in s.syncs) or "-"
+            rows.append((s.where.label, _transfer(s.h2d_count, s.h2d_bytes), _transfer(s.d2h_count, s.d2h_bytes),
+                         _transfer(s.d2d_count, s.d2d_bytes), syncs, s.where.text[:60]))
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        for r in rows:
+            lines.append("  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5])
+        if len(report.lines) > len(worst):
+            lines.append(f"… {len(report.lines) - len(worst)} more lines (.frame has all)")
+    if report.error and report.mismatch is None:
+        lines.append(f"The cell raised {report.error}")
+    return "\n".join(lines)
