@@ -12,6 +12,10 @@ From plain Python::
     result.frame        # a pandas DataFrame
     result.findings     # what looks wrong, with the fix as code
 
+    with devinspect.check() as c:   # copies, syncs and device mismatches in a block
+        train_step()
+    c.report
+
 Importing this package imports torch (never initialising CUDA) but not IPython,
 pandas or ipywidgets; those load on first use.
 """
@@ -21,10 +25,11 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["scan", "find", "load_ipython_extension", "unload_ipython_extension", "__version__"]
+__all__ = ["scan", "find", "check", "load_ipython_extension", "unload_ipython_extension", "__version__"]
 
 # Bound here, not lazily: importing the submodule ``devinspect.scan`` would otherwise
 # replace the function of the same name on the package.
+from .check import check
 from .findings import find
 from .scan import scan
 

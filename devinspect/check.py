@@ -386,7 +386,9 @@ class _Diagnosis:
             where, factory, given = created
             detail = f"created at {where} by torch.{factory}" + ("" if given else " without device=")
         if found is not None:
-            name, source = found
+            name, source, is_view = found
+            if is_view:
+                detail = "; ".join(filter(None, [f"a view of {name}", detail]))
             return Operand(name, source, device, dtype, shape, detail)
         if frame is not None:
             local = _local_name(frame, t, modules)
@@ -396,11 +398,16 @@ class _Diagnosis:
         return Operand(None, "created" if created else "unknown", device, dtype, shape, detail or "a temporary")
 
     def _target_device(self, operands: list[Operand]) -> str | None:
-        for o in operands:
-            if o.source in ("parameter", "buffer"):
-                return o.device
-        accelerators = [o.device for o in operands if device_is_accelerator(o.device)]
-        return accelerators[0] if accelerators else (operands[0].device if operands else None)
+        # Forgetting to move something to the accelerator is the common bug, so the
+        # accelerator wins; between accelerators, the device the model's weights are on.
+        accelerators = [o for o in operands if device_is_accelerator(o.device)]
+        if len({o.device for o in accelerators}) > 1:
+            for o in accelerators:
+                if o.source in ("parameter", "buffer"):
+                    return o.device
+        if accelerators:
+            return accelerators[0].device
+        return operands[0].device if operands else None
 
     def _fix(self, operands: list[Operand], target: str | None, frame: Any) -> tuple[str | None, dict | None]:
         if target is None:
@@ -419,6 +426,19 @@ class _Diagnosis:
             if o.source == "namespace" and o.name:
                 lines.append(f"{o.name} = {o.name}.to({device_expr})")
                 action = action or {"kind": "move", "name": o.name, "device": target}
+            elif o.source == "optimizer_state" and o.name:
+                opt = o.name.split(".state[", 1)[0]
+                lines.append(
+                    f"for state in {opt}.state.values():  # state loaded before the model moved\n"
+                    f"    for k, v in state.items():\n"
+                    f"        if torch.is_tensor(v) and v.dim() > 0:\n"
+                    f'            state[k] = v.to("{target}")'
+                )
+                action = action or {"kind": "move_optimizer_state", "name": opt, "device": target}
+            elif o.source == "gradient" and o.name:
+                root = o.name.split(".")[0].split("[")[0]
+                lines.append(f'{root}.to("{target}")  # moves parameters and their .grad')
+                action = action or {"kind": "move", "name": root, "device": target}
             elif o.source in ("parameter", "buffer") and o.name:
                 root = o.name.split(".")[0].split("[")[0]
                 lines.append(f'{root}.to("{target}")')

@@ -801,16 +801,17 @@ def _placement(name: str, owner_devices: dict[str, set[str]]) -> list[tuple[str,
     return out
 
 
-_KIND_SOURCE = {"parameter": "parameter", "buffer": "buffer", "attribute": "attribute", "gradient": "namespace",
-                "optimizer_state": "namespace", "tensor": "namespace"}
+_KIND_SOURCE = {"parameter": "parameter", "buffer": "buffer", "attribute": "attribute", "gradient": "gradient",
+                "optimizer_state": "optimizer_state", "tensor": "namespace"}
 
 
-def tensor_names(namespace: Mapping[str, Any], tensors: list) -> list[tuple[str, str] | None]:
-    """``(name, source)`` for each tensor as the namespace reaches it, or None.
+def tensor_names(namespace: Mapping[str, Any], tensors: list) -> list[tuple[str, str, bool] | None]:
+    """``(name, source, is_view)`` for each tensor as the namespace reaches it, or None.
 
-    ``source`` is ``parameter``/``buffer``/``attribute`` for module tensors,
-    ``namespace`` for anything else reached by name, ``view`` when only the memory
-    is named (the tensor is a view of a named one). History names are not used.
+    ``source`` is how the name was found: ``parameter``, ``buffer``, ``attribute``
+    (a module tensor ``.to()`` does not move), ``gradient``, ``optimizer_state`` or
+    ``namespace``. ``is_view`` is True when the tensor itself has no name but shares
+    the memory of the named one (``x[:2]``, ``self.pe[:n]``). History names are not used.
     """
     walker = _Walker(ScanOptions())
     names = [n for n in dict.keys(namespace) if isinstance(n, str) and not n.startswith("_")
@@ -824,15 +825,18 @@ def tensor_names(namespace: Mapping[str, Any], tensors: list) -> list[tuple[str,
     out: list[tuple[str, str] | None] = []
     for t in tensors:
         name = walker._tensor_first.get(id(t))
-        if name is not None:
-            out.append((name, _KIND_SOURCE.get(kind_of.get(name, "tensor"), "namespace")))
-            continue
-        try:
-            key = tensor_facts(t)[5]
-        except Exception:
-            key = None
-        owner = walker._storage_first.get(key) if key is not None else None
-        out.append((f"a view of {owner}", "view") if owner is not None else None)
+        is_view = False
+        if name is None:
+            try:
+                key = tensor_facts(t)[5]
+            except Exception:
+                key = None
+            name = walker._storage_first.get(key) if key is not None else None
+            is_view = name is not None
+        if name is None:
+            out.append(None)
+        else:
+            out.append((name, _KIND_SOURCE.get(kind_of.get(name, "tensor"), "namespace"), is_view))
     return out
 
 

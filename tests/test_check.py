@@ -1,0 +1,270 @@
+"""%%devcheck / devinspect.check: one test per scenario, asserting names, lines and counts."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import devinspect
+from devinspect.check import DeviceCheckError
+
+
+def line_of(fn, needle):
+    """Absolute line number of the first source line of ``fn`` containing ``needle``."""
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if needle in line)
+
+
+def run_checked(fn, namespace):
+    with pytest.raises(Exception) as info:
+        with devinspect.check(namespace) as c:
+            fn()
+    return c.report, info.value
+
+
+class MaskNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        mask = torch.ones(x.shape[0], 8)  # forgot device=
+        return h * mask
+
+
+def test_a_mask_created_without_device_inside_forward(sim):
+    model = MaskNet().to(sim)
+    x = torch.randn(4, 8, device=sim)
+    report, error = run_checked(lambda: model(x), {"model": model, "x": x})
+    m = report.mismatch
+    assert m is not None and m.op == "Tensor.mul" and set(m.devices) == {"cpu", "sim:0"}
+    mask = next(o for o in m.operands if o.name == "mask")
+    assert mask.source == "local" and mask.device == "cpu"
+    assert f"test_check.py:{line_of(MaskNet.forward, 'torch.ones')}" in mask.detail
+    assert "by torch.ones without device=" in mask.detail
+    assert m.user_frame.function == "forward" and m.user_frame.line == line_of(MaskNet.forward, "h * mask")
+    assert m.module_path == "model"
+    # Anchored on the other operand of the failing op, a local on the right device.
+    assert "mask = torch.ones(..., device=h.device)" in m.fix
+    assert any("devinspect: device mismatch in Tensor.mul" in note for note in error.__notes__)
+
+
+def test_b_labels_left_on_cpu(sim):
+    model = nn.Linear(8, 3).to(sim)
+    x = torch.randn(4, 8, device=sim)
+    labels = torch.tensor([0, 1, 2, 0])
+
+    def step():
+        return F.cross_entropy(model(x), labels)
+
+    report, _ = run_checked(step, {"model": model, "x": x, "labels": labels})
+    m = report.mismatch
+    assert m.op == "F.cross_entropy"
+    assert {(o.name, o.source, o.device) for o in m.operands} >= {("labels", "namespace", "cpu")}
+    assert m.fix == 'labels = labels.to("sim:0")'
+    assert m.action == {"kind": "move", "name": "labels", "device": "sim:0"}
+
+
+class ScaledNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.scale = torch.ones(8)  # a plain attribute: .to() leaves it behind
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+def test_c_plain_module_attribute_not_moved_by_to(sim):
+    model = ScaledNet().to(sim)
+    x = torch.randn(2, 8, device=sim)
+    report, _ = run_checked(lambda: model(x), {"model": model, "x": x})
+    scale = next(o for o in report.mismatch.operands if o.device == "cpu")
+    assert (scale.name, scale.source) == ("model.scale", "attribute")
+    assert 'model.register_buffer("scale"' in report.mismatch.fix
+    assert report.mismatch.action == {"kind": "register_buffer", "name": "model", "attr": "scale", "device": "sim:0"}
+
+
+def test_d_item_in_a_training_loop(sim):
+    model = nn.Linear(4, 1).to(sim)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 4, device=sim)
+    losses = []
+
+    def train():
+        for _ in range(20):
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+
+    with devinspect.check({"model": model}) as c:
+        train()
+    item_line = line_of(train, "loss.item()")
+    stats = next(s for s in c.report.lines if s.where.line == item_line)
+    assert dict(stats.syncs) == {".item()": 20}
+    assert stats.where.function == "train"
+    loop = next(f for f in c.report.findings if f.code == "sync-in-loop")
+    assert loop.subject.endswith(f":{item_line} in train") and "20 times" in loop.message
+    assert "accumulate on the device" in loop.fix
+
+
+def test_e_cpu_then_back_to_device_each_iteration(sim):
+    x = torch.randn(64, 8, device=sim)
+
+    def loop():
+        out = x
+        for _ in range(5):
+            host = out.cpu()
+            out = host.to(sim) * 2
+
+    with devinspect.check({}) as c:
+        loop()
+    down = next(s for s in c.report.lines if s.where.line == line_of(loop, "out.cpu()"))
+    up = next(s for s in c.report.lines if s.where.line == line_of(loop, "host.to(sim)"))
+    assert (down.d2h_count, down.d2h_bytes) == (5, 5 * 64 * 8 * 4)
+    assert (up.h2d_count, up.h2d_bytes) == (5, 5 * 64 * 8 * 4)
+    assert dict(down.syncs) == {".cpu()": 5}
+    trip = next(f for f in c.report.findings if f.code == "round-trip")
+    assert f":{line_of(loop, 'host.to(sim)')}" in trip.subject
+    assert c.report.totals["h2d_count"] == 5 and c.report.totals["d2h_count"] == 5
+
+
+def test_f_numpy_on_a_device_tensor(sim):
+    t = torch.randn(3, device=sim)
+
+    def convert():
+        return t.numpy()
+
+    report, error = run_checked(convert, {"t": t})
+    assert isinstance(error, TypeError) and "Use Tensor.cpu()" in str(error)
+    stats = next(s for s in report.lines if s.where.line == line_of(convert, "t.numpy()"))
+    assert dict(stats.syncs) == {".numpy()": 1}
+    assert report.mismatch is None and report.error.startswith("TypeError")
+
+
+class PositionalEncoding(nn.Module):
+    def __init__(self, dim=8, length=16):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.pe = torch.randn(length, dim)  # should be a buffer
+
+    def forward(self, x):
+        return self.proj(x) + self.pe[: x.shape[0]]
+
+
+def test_g_positional_encoding_as_unregistered_attribute(sim):
+    model = nn.Sequential(PositionalEncoding()).to(sim)
+    x = torch.randn(4, 8, device=sim)
+    report, _ = run_checked(lambda: model(x), {"model": model, "x": x})
+    pe = next(o for o in report.mismatch.operands if o.device == "cpu")
+    assert (pe.name, pe.source) == ("model[0].pe", "attribute") and "a view of model[0].pe" in pe.detail
+    assert report.mismatch.module_path == "model[0]"
+    assert 'model[0].register_buffer("pe"' in report.mismatch.fix
+
+
+def test_h_loss_weight_left_on_cpu(sim):
+    model = nn.Linear(8, 3).to(sim)
+    loss_fn = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 1.0]))
+    x = torch.randn(4, 8, device=sim)
+    y = torch.tensor([0, 1, 2, 1], device=sim)
+    report, _ = run_checked(lambda: loss_fn(model(x), y), {"model": model, "loss_fn": loss_fn, "x": x, "y": y})
+    weight = next(o for o in report.mismatch.operands if o.device == "cpu")
+    assert (weight.name, weight.source) == ("loss_fn.weight", "buffer")
+    assert report.mismatch.target_device == "sim:0"
+    assert report.mismatch.fix == 'loss_fn.to("sim:0")'
+    assert report.mismatch.module_path == "loss_fn"
+
+
+def test_i_optimizer_state_left_behind_after_loading_a_checkpoint(sim):
+    model = nn.Linear(4, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(1, 4)).sum().backward()
+    opt.step()
+    checkpoint = opt.state_dict()
+    model.to(sim)
+    opt = torch.optim.AdamW(model.parameters())
+    opt.load_state_dict(checkpoint)
+    for state in opt.state.values():  # the state as it was saved: still on the CPU
+        state["exp_avg"], state["exp_avg_sq"] = state["exp_avg"].cpu(), state["exp_avg_sq"].cpu()
+    model(torch.randn(1, 4, device=sim)).sum().backward()
+    ns = {"model": model, "opt": opt}
+    report, _ = run_checked(opt.step, ns)
+    names = {o.name: o for o in report.mismatch.operands}
+    assert any(n.startswith('opt.state[model.') and o.source == "optimizer_state" for n, o in names.items())
+    assert report.mismatch.action == {"kind": "move_optimizer_state", "name": "opt", "device": "sim:0"}
+    namespace = {"opt": opt, "torch": torch}
+    exec(report.mismatch.fix, namespace)
+    opt.step()  # the fix works
+
+
+def test_results_and_gradients_are_bit_identical():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+
+    def step():
+        model.zero_grad()
+        out = model(x)
+        out.pow(2).mean().backward()
+        return out.detach().clone(), [p.grad.clone() for p in model.parameters()]
+
+    plain_out, plain_grads = step()
+    with devinspect.check({}):
+        checked_out, checked_grads = step()
+    assert torch.equal(plain_out, checked_out)
+    assert all(torch.equal(a, b) for a, b in zip(plain_grads, checked_grads))
+
+
+def test_nests_with_flop_counter_and_autocast():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = nn.Linear(32, 32)
+    x = torch.randn(4, 32)
+    with FlopCounterMode(display=False) as flops_plain:
+        model(x)
+    with devinspect.check({}), FlopCounterMode(display=False) as flops:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+    assert out.dtype == torch.bfloat16
+    assert flops.get_total_flops() == flops_plain.get_total_flops() > 0
+
+
+def test_torch_compile_still_compiles_inside_the_check():
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+
+    @torch.compile(backend=counter)
+    def f(a):
+        return torch.sin(a) + a * 2
+
+    with devinspect.check({}):
+        out = f(torch.randn(8))
+    assert counter.frame_count == 1 and counter.op_count >= 3
+    assert out.shape == (8,)
+
+
+def test_strict_turns_findings_into_an_error(sim):
+    t = torch.ones(3, device=sim)
+    with pytest.raises(DeviceCheckError, match="host waits for the device"):
+        with devinspect.check({}, strict=True):
+            for _ in range(12):
+                t.sum().item()
+
+
+def test_no_findings_on_clean_device_code(sim):
+    model = nn.Linear(4, 4).to(sim)
+    x = torch.randn(2, 4, device=sim)
+    with devinspect.check({"model": model}) as c:
+        model(x).sum().backward()
+    assert c.report.findings == () and c.report.mismatch is None
+    assert c.report.totals["syncs"] == 0

@@ -1,0 +1,94 @@
+"""%%devcheck through a real shell and a real kernel."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from conftest import run
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+SETUP = """
+import torch
+from torch import nn
+from devinspect import testing
+dev = testing.enable()
+model = nn.Linear(8, 3).to(dev)
+x = torch.randn(4, 8)
+"""
+
+
+def test_mismatch_report_above_the_reraised_error(ip):
+    ip.run_cell(SETUP)
+    result, text, html, captured = run(ip, "%%devcheck -o rep\ny = model(x)\n")
+    assert type(result.error_in_exec).__name__ == "RuntimeError"
+    assert "device mismatch in F.linear (cpu, sim:0) at cell line 1: y = model(x)" in text
+    assert "x = x.to(model.weight.device)" in text
+    assert "<b>devcheck</b>" in html
+    # One traceback, after the report, ending with the diagnosis note.
+    out = captured.stdout
+    assert out.count("Traceback (most recent call last)") == 1
+    assert "devinspect: device mismatch in F.linear" in out
+    rep = ip.user_ns["rep"]
+    assert rep.mismatch.action == {"kind": "move", "name": "x", "device": "sim:0"}
+
+
+def test_counts_per_cell_line_and_the_cell_value_still_shows(ip):
+    ip.run_cell(SETUP)
+    cell = "%%devcheck -o rep\nxs = x.to(dev)\ntotal = 0.0\nfor i in range(3):\n    total += model(xs).sum().item()\nround(total, 3)\n"
+    result, text, _, _ = run(ip, cell)
+    assert result.error_in_exec is None
+    assert result.result is None  # the magic itself returns nothing ...
+    rep = ip.user_ns["rep"]
+    by_line = {s.where.line: s for s in rep.lines}
+    assert by_line[1].h2d_count == 1 and by_line[1].h2d_bytes == 4 * 8 * 4
+    assert dict(by_line[4].syncs) == {".item()": 3}
+    assert "devcheck: 1 host→device (128 B)" in text
+    assert rep.frame.set_index("line").loc[4, "syncs"] == 3
+
+
+def test_nested_magics_and_history(ip):
+    ip.run_cell(SETUP)
+    result, text, _, _ = run(ip, "%%devcheck\nr = %devices\nz = x * 2\n")
+    assert result.error_in_exec is None
+    assert ip.user_ns["r"].records and "z" in ip.user_ns
+
+
+def test_quiet_prints_only_when_something_was_found(ip):
+    ip.run_cell(SETUP)
+    _, text, _, _ = run(ip, "%%devcheck --quiet\nz = x + 1\n")
+    assert "devcheck" not in text
+    _, text, _, _ = run(ip, "%%devcheck --quiet\nfor _ in range(12):\n    model(x.to(dev)).sum().item()\n")
+    assert "host waits for the device 12 times" in text
+
+
+def test_strict_raises_a_short_error(ip):
+    ip.run_cell(SETUP)
+    result, _, _, captured = run(ip, "%%devcheck --strict\nfor _ in range(12):\n    float(model(x.to(dev)).sum())\n")
+    assert type(result.error_in_exec).__name__ == "DeviceCheckError"
+    assert "Traceback" not in captured.stdout
+
+
+def test_bad_arguments(ip):
+    result, _, _, _ = run(ip, "%%devcheck -o 3bad\nx = 1\n")
+    assert type(result.error_in_exec).__name__ == "UsageError"
+
+
+@pytest.mark.slow
+def test_run_all_stops_at_the_failing_cell():
+    cells = [
+        "%load_ext devinspect",
+        SETUP,
+        "%%devcheck\ny = model(x)",
+        "after = 'ran'",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    client = NotebookClient(nb, timeout=120, kernel_name="python3")
+    with pytest.raises(CellExecutionError):
+        client.execute()
+    failing, after = nb.cells[2], nb.cells[3]
+    texts = "".join(o.get("data", {}).get("text/plain", "") for o in failing.outputs)
+    assert "device mismatch in F.linear" in texts and "x = x.to(model.weight.device)" in texts
+    error = next(o for o in failing.outputs if o.output_type == "error")
+    assert error.ename == "RuntimeError"
+    assert after.outputs == [] and after.get("execution_count") is None
