@@ -157,6 +157,11 @@ class DevInspect(Magics):
             from IPython.display import display
 
             display(report)
+            if report.mismatch is not None and report.mismatch.fix and getattr(shell, "kernel", None) is not None:
+                # A widget frontend: offer the fix as a button, then a re-run of this cell.
+                from .render.widgets import fix_panel
+
+                display(fix_panel(report.mismatch, namespace, lambda: shell.run_cell(f"%%devcheck {line}\n{cell}")))
         if error is not None:
             attach_note(error, report)
             raise error.with_traceback(error.__traceback__)
