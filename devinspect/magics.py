@@ -128,11 +128,17 @@ class DevInspect(Magics):
 
         from .check import DeviceCheckError, DeviceCheckMode, attach_note
 
+        transformed = self.shell.transform_cell(cell)
         try:
-            ast.parse(self.shell.transform_cell(cell))
+            ast.parse(transformed)
         except SyntaxError:
             raise  # shown once, by the shell, before anything runs
         shell = self.shell
+        if _event_loop_running() and shell.should_run_async(cell, transformed_cell=transformed, preprocessing_exc_tuple=None):
+            raise UsageError(
+                "%%devcheck: top-level await cannot run inside %%devcheck in a running kernel. "
+                "Put the awaited code in an async function and use `with devinspect.check(): ...` inside it."
+            )
         namespace = shell.user_ns
         mode = DeviceCheckMode(namespace, lambda frame: frame.f_code.co_name == "<module>" and frame.f_globals is namespace)
         failure: list[BaseException] = []
@@ -167,6 +173,15 @@ class DevInspect(Magics):
             raise error.with_traceback(error.__traceback__)
         if args.strict and report.has_findings:
             raise DeviceCheckError(report)
+
+
+def _event_loop_running() -> bool:
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop().is_running()
+    except RuntimeError:
+        return False
 
 
 def _device_filter(text: str, result: Any) -> str:

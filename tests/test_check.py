@@ -268,3 +268,38 @@ def test_no_findings_on_clean_device_code(sim):
         model(x).sum().backward()
     assert c.report.findings == () and c.report.mismatch is None
     assert c.report.totals["syncs"] == 0
+
+
+def test_non_blocking_copy_from_unpinned_memory_is_flagged(sim):
+    host = torch.randn(32)
+
+    def copy():
+        return host.to(sim, non_blocking=True)
+
+    with devinspect.check({}) as c:
+        copy()
+    flag = next(f for f in c.report.findings if f.code == "non-blocking-unpinned")
+    assert flag.subject.endswith(f":{line_of(copy, 'non_blocking=True')} in copy") and "pin_memory" in flag.fix
+
+
+def test_nests_with_torch_func_checkpointing_and_fake_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.checkpoint import checkpoint
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    x = torch.randn(3, 4)
+    params = dict(model.named_parameters())
+
+    def loss(p, inp):
+        return torch.func.functional_call(model, p, (inp,)).sum()
+
+    plain_grads = torch.func.grad(loss)(params, x)
+    plain_ckpt = checkpoint(model, x, use_reentrant=False).sum()
+    with devinspect.check({}):
+        grads = torch.func.grad(loss)(params, x)
+        ckpt = checkpoint(model, x, use_reentrant=False).sum()
+        with FakeTensorMode():
+            fake_out = nn.Linear(4, 2)(torch.empty(5, 4))
+    assert all(torch.equal(grads[k], plain_grads[k]) for k in grads)
+    assert torch.equal(ckpt, plain_ckpt)
+    assert tuple(fake_out.shape) == (5, 2)

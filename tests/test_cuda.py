@@ -67,3 +67,31 @@ def test_history_holds_gpu_memory(ip):
     run(ip, "import torch\ntorch.zeros(1024, device='cuda')")
     _, text, _, _ = run(ip, "%devices")
     assert "held only by IPython's output history" in text
+
+
+def test_devcheck_names_cpu_input_of_a_cuda_model():
+    model = torch.nn.Linear(8, 3).cuda()
+    x = torch.randn(4, 8)
+    try:
+        with devinspect.check({"model": model, "x": x}) as c:
+            model(x)
+    except RuntimeError:
+        pass
+    m = c.report.mismatch
+    assert m is not None and set(m.devices) == {"cpu", "cuda:0"}
+    assert m.fix == "x = x.to(model.weight.device)"
+
+
+def test_devcheck_counts_cuda_copies_and_syncs():
+    x = torch.randn(256, device="cuda")
+
+    def loop():
+        for _ in range(10):
+            x.sum().item()
+            x.cpu().cuda()
+
+    with devinspect.check({}) as c:
+        loop()
+    totals = c.report.totals
+    assert totals["d2h_count"] == 10 and totals["h2d_count"] == 10 and totals["d2h_bytes"] == 10 * 1024
+    assert {f.code for f in c.report.findings} >= {"sync-in-loop", "round-trip"}

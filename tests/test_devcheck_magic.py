@@ -89,6 +89,17 @@ def test_run_all_stops_at_the_failing_cell():
     failing, after = nb.cells[2], nb.cells[3]
     texts = "".join(o.get("data", {}).get("text/plain", "") for o in failing.outputs)
     assert "device mismatch in F.linear" in texts and "x = x.to(model.weight.device)" in texts
+    # In a kernel the fix is offered as a widget (Apply fix, then Re-run cell).
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in failing.outputs)
     error = next(o for o in failing.outputs if o.output_type == "error")
     assert error.ename == "RuntimeError"
     assert after.outputs == [] and after.get("execution_count") is None
+
+
+@pytest.mark.slow
+def test_top_level_await_gets_a_clear_message_in_a_kernel():
+    cells = ["%load_ext devinspect", "import asyncio", "%%devcheck\nawait asyncio.sleep(0)"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True).execute()
+    shown = "".join(o.get("text", "") + o.get("evalue", "") for o in nb.cells[2].outputs)
+    assert "UsageError: %%devcheck: top-level await" in shown and "devinspect.check()" in shown
