@@ -124,6 +124,25 @@ COLOURS_JS = """
 """
 
 
+def run_all_until(page, selector: str, attempts: int = 3):
+    """Run All Cells, as a person would, until ``selector`` shows; accept a kernel dialog if one appears."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(attempts):
+        dialog = page.query_selector(".jp-Dialog .jp-mod-accept")
+        if dialog is not None:
+            dialog.click()
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+        page.click("#jp-MainMenu >> text=Run")
+        page.click(".lm-Menu-itemLabel >> text=Run All Cells")
+        try:
+            return page.wait_for_selector(selector, timeout=45_000)
+        except PlaywrightTimeout:
+            if attempt == attempts - 1:
+                raise
+    return None
+
+
 def test_devices_table_is_readable_in_jupyterlab(lab):
     from playwright.sync_api import sync_playwright
 
@@ -140,9 +159,7 @@ def test_devices_table_is_readable_in_jupyterlab(lab):
             page.goto(url)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=30_000)
-            page.click("#jp-MainMenu >> text=Run")
-            page.click(".lm-Menu-itemLabel >> text=Run All Cells")
-            table = page.wait_for_selector(".jp-OutputArea-output .devinspect table", timeout=90_000)
+            table = run_all_until(page, ".jp-OutputArea-output .devinspect table")
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
             table.scroll_into_view_if_needed()
             page.screenshot(path=str(shot), full_page=True)

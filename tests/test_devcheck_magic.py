@@ -64,7 +64,7 @@ def test_quiet_prints_only_when_something_was_found(ip):
 
 def test_strict_raises_a_short_error(ip):
     ip.run_cell(SETUP)
-    result, _, _, captured = run(ip, "%%devcheck --strict\nfor _ in range(12):\n    float(model(x.to(dev)).sum())\n")
+    result, _, _, captured = run(ip, "%%devcheck --strict\nfor _ in range(12):\n    float(model(x.to(dev)).sum().detach())\n")
     assert type(result.error_in_exec).__name__ == "DeviceCheckError"
     assert "Traceback" not in captured.stdout
 
