@@ -68,18 +68,31 @@ class _Path:
             parent[key] = new
 
 
+_LOOKUP_ERRORS = (ValueError, LookupError, AttributeError, KeyError, IndexError, TypeError)
+
+
+def _find(namespace: MutableMapping[str, Any], name: str) -> tuple[Any, ActionResult | None]:
+    """The object called ``name``, or a failed ActionResult saying why it cannot be found."""
+    try:
+        return _Path(name).get(namespace), None
+    except _LOOKUP_ERRORS as exc:
+        return None, ActionResult(False, f"could not find {name}: {exc}")
+
+
 def _bytes(t: torch.Tensor) -> int:
     return int(t.untyped_storage().nbytes()) if t.layout == torch.strided else int(t.nbytes)
 
 
 def move(namespace: MutableMapping[str, Any], name: str, device: str) -> ActionResult:
     """Move the tensor or module called ``name`` to ``device`` (``x = x.to(device)``; modules in place)."""
+    value, failed = _find(namespace, name)
+    if failed is not None:
+        return failed
+    path = _Path(name)
     try:
-        path = _Path(name)
         target = torch.device(device)
-        value = path.get(namespace)
-    except (ValueError, LookupError, RuntimeError, AttributeError, KeyError, IndexError, TypeError) as exc:
-        return ActionResult(False, f"could not find {name}: {exc}")
+    except RuntimeError as exc:
+        return ActionResult(False, f"could not move {name}: {exc}")
     try:
         if isinstance(value, torch.nn.Module):
             size = sum(_bytes(t) for t in value.state_dict(keep_vars=True).values() if isinstance(t, torch.Tensor))
@@ -96,10 +109,9 @@ def move(namespace: MutableMapping[str, Any], name: str, device: str) -> ActionR
 
 def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, device: str) -> ActionResult:
     """Turn the plain tensor attribute ``name.attr`` into a registered buffer on ``device``."""
-    try:
-        module = _Path(name).get(namespace)
-    except (ValueError, LookupError, AttributeError, KeyError, IndexError, TypeError) as exc:
-        return ActionResult(False, f"could not find {name}: {exc}")
+    module, failed = _find(namespace, name)
+    if failed is not None:
+        return failed
     if not isinstance(module, torch.nn.Module):
         return ActionResult(False, f"{name} is not a module")
     plain = module.__dict__.get(attr)
@@ -116,10 +128,9 @@ def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, d
 
 def move_optimizer_state(namespace: MutableMapping[str, Any], name: str, device: str) -> ActionResult:
     """Move the optimizer's state tensors (not its 0-dim CPU step counters) to ``device``."""
-    try:
-        opt = _Path(name).get(namespace)
-    except (ValueError, LookupError, AttributeError, KeyError, IndexError, TypeError) as exc:
-        return ActionResult(False, f"could not find {name}: {exc}")
+    opt, failed = _find(namespace, name)
+    if failed is not None:
+        return failed
     if not isinstance(opt, torch.optim.Optimizer):
         return ActionResult(False, f"{name} is not an optimizer")
     planned: list[tuple[dict, Any, torch.Tensor]] = []

@@ -290,9 +290,10 @@ def test_non_leaf_tensors_do_not_warn():
         devinspect.scan({"nonleaf": nonleaf, "leaf": leaf})
 
 
-def test_uninspectable_object_becomes_an_error_record(monkeypatch):
+@pytest.fixture
+def facts_fail_for_three_elements(monkeypatch):
+    """Make reading any 3-element tensor fail, as a broken or exotic tensor would."""
     scan_module = sys.modules["devinspect.scan"]
-
     real = scan_module.tensor_facts
 
     def broken(t):
@@ -301,6 +302,9 @@ def test_uninspectable_object_becomes_an_error_record(monkeypatch):
         return real(t)
 
     monkeypatch.setattr(scan_module, "tensor_facts", broken)
+
+
+def test_uninspectable_object_becomes_an_error_record(facts_fail_for_three_elements):
     recs = by_name(devinspect.scan({"bad": torch.zeros(3), "good": torch.zeros(2)}))
     assert recs["bad"].kind == "error" and "could not inspect: RuntimeError: storage gone" in recs["bad"].note
     assert recs["good"].kind == "tensor"
@@ -334,16 +338,7 @@ def test_restricting_to_an_optimizer_still_names_parameters_after_the_model():
     assert 'opt.state[model.weight]["momentum_buffer"]' in by_name(result)
 
 
-def test_a_bad_item_inside_a_large_list_is_an_error_record(monkeypatch):
-    scan_module = sys.modules["devinspect.scan"]
-    real = scan_module.tensor_facts
-
-    def broken(t):
-        if t.numel() == 3:
-            raise RuntimeError("storage gone")
-        return real(t)
-
-    monkeypatch.setattr(scan_module, "tensor_facts", broken)
+def test_a_bad_item_inside_a_large_list_is_an_error_record(facts_fail_for_three_elements):
     recs = by_name(devinspect.scan({"items": [torch.zeros(2), torch.zeros(3), torch.zeros(4)]}))
     assert recs["items[1]"].kind == "error" and "storage gone" in recs["items[1]"].note
     assert recs["items[0]"].kind == recs["items[2]"].kind == "tensor"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..model import CheckReport, Mismatch
 from .table import SEVERITY_MARK
-from .text import render_findings
+from .text import fix_block, render_findings
 from .units import human_bytes, shape_text
 
 WORST_LINES = 10
@@ -26,9 +26,7 @@ def mismatch_lines(m: Mismatch) -> list[str]:
         extra = f" — {o.detail}" if o.detail else ""
         lines.append(f"  {name:<28} {o.device:<8} {o.dtype}{shape_text(o.shape)}  [{o.source}]{extra}")
     if m.fix:
-        fix = m.fix.splitlines()
-        lines.append(f"  fix: {fix[0]}")
-        lines.extend(f"       {line}" for line in fix[1:])
+        lines.extend(fix_block(m.fix, "  "))
     return lines
 
 

@@ -18,14 +18,18 @@ def summary_line(result: ScanResult) -> str:
     return head
 
 
+def fix_block(fix: str, indent: str) -> list[str]:
+    """``fix: first line`` then the other lines aligned under it."""
+    first, *rest = fix.splitlines() or [""]
+    return [f"{indent}fix: {first}", *(f"{indent}     {line}" for line in rest)]
+
+
 def render_findings(findings: tuple[Finding, ...] | list[Finding]) -> list[str]:
     lines = []
     for f in findings:
         lines.append(f"{SEVERITY_MARK.get(f.severity, '-')} {f.severity:<7} {f.message}")
         if f.fix:
-            fix_lines = f.fix.splitlines()
-            lines.append(f"          fix: {fix_lines[0]}")
-            lines.extend(f"               {line}" for line in fix_lines[1:])
+            lines.extend(fix_block(f.fix, " " * 10))
     return lines
 
 
