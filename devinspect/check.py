@@ -24,10 +24,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .model import CheckReport, Finding, LineStats, Mismatch, Operand, SourceLine, device_is_accelerator
+from .model import SEVERITY_ORDER, CheckReport, Finding, LineStats, Mismatch, Operand, SourceLine, device_is_accelerator
+from .render.units import human_bytes
 
 _T = torch.Tensor
-_TB = torch._C.TensorBase
 
 _LIBRARY_DIRS = tuple(
     os.path.dirname(os.path.abspath(m.__file__)) + os.sep
@@ -128,12 +128,12 @@ class DeviceCheckMode(TorchFunctionMode):
             if dst.type == "cpu" and src.type != "cpu":
                 self._from_device[result] = self._where()[0].label
         elif name in _FACTORIES and isinstance(result, _T):
-            where = self._where()[0]
+            where = self._where()
             given = kwargs.get("device") is not None or name.endswith("_like")
-            self._created[result] = (where.label, name, given)
+            self._created[result] = (where[0].label, name, given)
             if name in ("tensor", "as_tensor") and given and device_is_accelerator(str(result.device)):
-                self._count(self._where(), "h2d", result.nbytes)
-                self._sync(f"torch.{name}(…, device=)")
+                self._count(where, "h2d", result.nbytes)
+                self._sync(f"torch.{name}(…, device=)", where)
 
     def _planned_copy(self, name: str, t: Any, args: tuple, kwargs: dict) -> Any:
         src = t.device
@@ -182,7 +182,7 @@ class DeviceCheckMode(TorchFunctionMode):
         if count == 2:
             self._flag(
                 "repeated-transfer", where.label, "warning",
-                f"{where.label}: the same host tensor ({_human(nbytes)}) is copied to the device again on every pass",
+                f"{where.label}: the same host tensor ({human_bytes(nbytes)}) is copied to the device again on every pass",
                 "move it to the device once, before the loop",
             )
         if non_blocking:
@@ -293,8 +293,7 @@ class DeviceCheckMode(TorchFunctionMode):
                     message=f"{s.where.label}: the host waits for the device {s.sync_count} times ({kinds})",
                     fix=fix,
                 ))
-        order = {"error": 0, "warning": 1, "hint": 2}
-        findings.sort(key=lambda f: order.get(f.severity, 9))
+        findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
         return CheckReport(
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
             error=_first_line(error) if error is not None else None, elapsed_s=elapsed_s,
@@ -325,12 +324,6 @@ def _first_line(exc: BaseException | None) -> str:
     except Exception:
         text = []
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _human(n: int) -> str:
-    from .render.units import human_bytes
-
-    return human_bytes(n)
 
 
 def _op_name(func: Any) -> str:
@@ -378,7 +371,7 @@ class _Diagnosis:
             action=action,
         )
 
-    def _operand(self, t: Any, found: tuple[str, str] | None, frame: Any, modules: dict[int, str]) -> Operand:
+    def _operand(self, t: Any, found: tuple[str, str, bool] | None, frame: Any, modules: dict[int, str]) -> Operand:
         device, dtype, shape = str(t.device), str(t.dtype).removeprefix("torch."), tuple(t.shape)
         created = self.mode._created.get(t)
         detail = ""
@@ -418,6 +411,7 @@ class _Diagnosis:
             local_anchor = next((k for k, v in frame.f_locals.items()
                                  if k != "self" and isinstance(v, _T) and str(v.device) == target), None)
         device_expr = f"{anchor}.device" if anchor else f'"{target}"'
+        local_ref = f"{local_anchor}.device" if local_anchor else f'"{target}"'
         lines: list[str] = []
         action = None
         for o in operands:
@@ -452,12 +446,10 @@ class _Diagnosis:
                 local = o.name.split(" ")[0]
                 if "without device=" in o.detail:
                     factory = o.detail.split("by torch.", 1)[1].split(" ")[0]
-                    ref = f"{local_anchor}.device" if local_anchor else f'"{target}"'
                     lines.append(f"# at {o.detail.split(' by ')[0].removeprefix('created at ')}:\n"
-                                 f"{local} = torch.{factory}(..., device={ref})")
+                                 f"{local} = torch.{factory}(..., device={local_ref})")
                 else:
-                    ref = f"{local_anchor}.device" if local_anchor else f'"{target}"'
-                    lines.append(f"{local} = {local}.to({ref})")
+                    lines.append(f"{local} = {local}.to({local_ref})")
             elif "without device=" in o.detail:
                 factory = o.detail.split("by torch.", 1)[1].split(" ")[0]
                 lines.append(f"torch.{factory}(..., device=\"{target}\")  # {o.detail}")

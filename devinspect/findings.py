@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Callable, Iterator
 
 from .model import SEVERITY_ORDER, Finding, ScanResult, TensorRecord, device_is_accelerator
+from .render.units import human_bytes
 
 #: Variable names that usually hold a model's inputs or targets.
 INPUT_NAMES = frozenset(
@@ -31,12 +32,6 @@ def find(result: ScanResult) -> list[Finding]:
         found.extend(rule(result))
     found.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
     return found
-
-
-def _human(n: int) -> str:
-    from .render.units import human_bytes
-
-    return human_bytes(n)
 
 
 def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
@@ -177,7 +172,7 @@ def history_holds(result: ScanResult) -> Iterator[Finding]:
             code="held-by-output-history",
             severity="warning",
             subject="Out",
-            message=f"{_human(by_holder['history'])} of accelerator memory is held only by IPython's output history ({shown})",
+            message=f"{human_bytes(by_holder['history'])} of accelerator memory is held only by IPython's output history ({shown})",
             fix="%reset -f out",
             storage_bytes=by_holder["history"],
         )
@@ -187,7 +182,7 @@ def history_holds(result: ScanResult) -> Iterator[Finding]:
             code="held-by-traceback",
             severity="warning",
             subject="sys.last_traceback",
-            message=f"{_human(by_holder['traceback'])} of accelerator memory is held only by the last error's traceback ({shown})",
+            message=f"{human_bytes(by_holder['traceback'])} of accelerator memory is held only by the last error's traceback ({shown})",
             fix="import sys\nsys.last_traceback = sys.last_value = None\nsys.last_exc = None  # Python 3.12+",
             storage_bytes=by_holder["traceback"],
         )

@@ -129,10 +129,7 @@ class DevInspect(Magics):
         from .check import DeviceCheckError, DeviceCheckMode, attach_note
 
         transformed = self.shell.transform_cell(cell)
-        try:
-            ast.parse(transformed)
-        except SyntaxError:
-            raise  # shown once, by the shell, before anything runs
+        ast.parse(transformed)  # a SyntaxError is shown once, by the shell, before anything runs
         shell = self.shell
         if _event_loop_running() and shell.should_run_async(cell, transformed_cell=transformed, preprocessing_exc_tuple=None):
             raise UsageError(

@@ -134,16 +134,7 @@ def scan(
         user_names = wanted
         history_names = [n for n in namespace if _HISTORY_RE.match(n) and n not in wanted]
     else:
-        user_names, history_names = [], []
-        for n in list(dict.keys(namespace)):
-            if n in excluded or not isinstance(n, str):
-                continue
-            if _HISTORY_RE.match(n):
-                history_names.append(n)
-            elif n.startswith("_") and not include_hidden:
-                continue
-            else:
-                user_names.append(n)
+        user_names, history_names = _root_names(namespace, excluded, include_hidden)
     # Out first, so history entries are named Out[12] rather than _12.
     history_names.sort(key=lambda n: (n not in ("Out", "_oh"), n))
 
@@ -161,25 +152,45 @@ def scan(
     return _result(walker, user_names, prefixes, include_hidden, all_objects, max_depth)
 
 
+def _root_names(namespace: Mapping[str, Any], excluded: set[str] | frozenset[str],
+                include_hidden: bool) -> tuple[list[str], list[str]]:
+    """(user names, IPython history names) of a namespace, without the excluded ones."""
+    user_names, history_names = [], []
+    for n in list(dict.keys(namespace)):
+        if n in excluded or not isinstance(n, str):
+            continue
+        if _HISTORY_RE.match(n):
+            history_names.append(n)
+        elif not n.startswith("_") or include_hidden:
+            user_names.append(n)
+    return user_names, history_names
+
+
+def _walk_user_roots(walker: _Walker, namespace: Mapping[str, Any], user_names: list[str]) -> None:
+    """Walk the user's names. Call with torch-function dispatch disabled."""
+
+    # Modules first, so parameters get their natural names (model.fc.weight)
+    # even when a list of them comes first; optimizers next, so their state is
+    # named opt.state[model.fc.weight][...] rather than after a checkpoint dict.
+    def rank(name: str) -> int:
+        vt = type(dict.get(namespace, name))
+        return 0 if issubclass(vt, _Module) else 1 if issubclass(vt, _Optimizer) else 2
+
+    for name in sorted(user_names, key=rank):
+        walker.root(name, dict.get(namespace, name))
+        walker.flush_deferred()
+
+
 def _walk(walker: _Walker, namespace: Mapping[str, Any], roots: Any, user_names: list[str],
           history_names: list[str], all_objects: bool) -> None:
     with torch._C.DisableTorchFunction():
-        # Modules first, so parameters get their natural names (model.fc.weight)
-        # even when a list of them comes first; optimizers next, so their state is
-        # named opt.state[model.fc.weight][...] rather than after a checkpoint dict.
-        def rank(name: str) -> int:
-            vt = type(dict.get(namespace, name))
-            return 0 if issubclass(vt, _Module) else 1 if issubclass(vt, _Optimizer) else 2
-
         if roots is not None:
             # Name parameters after the namespace's modules even when only an
             # optimizer is asked for: opt.state[model.fc.weight], not param_groups[0].
             for name, value in list(dict.items(namespace)):
                 if isinstance(name, str) and not name.startswith("_") and issubclass(type(value), _Module):
                     walker.name_parameters(value, name)
-        for name in sorted(user_names, key=rank):
-            walker.root(name, dict.get(namespace, name))
-            walker.flush_deferred()
+        _walk_user_roots(walker, namespace, user_names)
         walker.hidden = True
         walker.first_hidden = len(walker.records)
         for name in history_names:
@@ -814,15 +825,12 @@ def tensor_names(namespace: Mapping[str, Any], tensors: list) -> list[tuple[str,
     the memory of the named one (``x[:2]``, ``self.pe[:n]``). History names are not used.
     """
     walker = _Walker(ScanOptions())
-    names = [n for n in dict.keys(namespace) if isinstance(n, str) and not n.startswith("_")
-             and n not in _PLUMBING and not _HISTORY_RE.match(n)]
-    names.sort(key=lambda n: not issubclass(type(dict.get(namespace, n)), _Module))
+    # Only the user's names: neither history nor an earlier error's traceback may name an operand.
+    user_names, _history = _root_names(namespace, _PLUMBING, include_hidden=False)
     with torch._C.DisableTorchFunction():
-        for name in names:
-            walker.root(name, dict.get(namespace, name))
-        walker.flush_deferred()
+        _walk_user_roots(walker, namespace, user_names)
     kind_of = {r.name: r.kind for r in walker.records}
-    out: list[tuple[str, str] | None] = []
+    out: list[tuple[str, str, bool] | None] = []
     for t in tensors:
         name = walker._tensor_first.get(id(t))
         is_view = False

@@ -5,8 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from ..model import CheckReport
-from .check_text import WORST_LINES, mismatch_lines, summary_line
-from .units import human_bytes
+from .check_text import WORST_LINES, mismatch_lines, summary_line, transfer_text
 
 _CELL = "padding:1px 8px;text-align:left;vertical-align:top"
 _NUM = "padding:1px 8px;text-align:right;vertical-align:top"
@@ -25,7 +24,7 @@ def render_check(report: CheckReport) -> str:
                 out.append(f"<br>fix: <code>{escape(f.fix)}</code>")
             out.append("</li>")
         out.append("</ul>")
-    worst = [s for s in report.worst_lines if s.sync_count or s.h2d_count or s.d2h_count or s.d2d_count][:WORST_LINES]
+    worst = report.worst_lines[:WORST_LINES]  # a line is recorded only once it copied or synced
     if worst:
         out.append('<table style="border-collapse:collapse"><thead><tr>')
         for title, style in (("where", _CELL), ("host→device", _NUM), ("device→host", _NUM), ("device→device", _NUM),
@@ -36,9 +35,9 @@ def render_check(report: CheckReport) -> str:
             syncs = ", ".join(f"{k}×{n}" for k, n in s.syncs) or "-"
             cells = [
                 (escape(s.where.label), _CELL),
-                (f"{s.h2d_count}× {human_bytes(s.h2d_bytes)}" if s.h2d_count else "-", _NUM),
-                (f"{s.d2h_count}× {human_bytes(s.d2h_bytes)}" if s.d2h_count else "-", _NUM),
-                (f"{s.d2d_count}× {human_bytes(s.d2d_bytes)}" if s.d2d_count else "-", _NUM),
+                (transfer_text(s.h2d_count, s.h2d_bytes), _NUM),
+                (transfer_text(s.d2h_count, s.d2h_bytes), _NUM),
+                (transfer_text(s.d2d_count, s.d2d_bytes), _NUM),
                 (escape(syncs), _CELL),
                 (f"<code>{escape(s.where.text)}</code>", _CELL),
             ]

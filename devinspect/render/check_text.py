@@ -30,7 +30,8 @@ def mismatch_lines(m: Mismatch) -> list[str]:
     return lines
 
 
-def _transfer(count: int, nbytes: int) -> str:
+def transfer_text(count: int, nbytes: int) -> str:
+    """``3× 1.2 MiB``, or ``-`` when nothing was copied."""
     return f"{count}× {human_bytes(nbytes)}" if count else "-"
 
 
@@ -57,14 +58,14 @@ def render_check(report: CheckReport) -> str:
         lines.append("")
         lines.append(f"Findings ({len(report.findings)}):")
         lines.extend("  " + line for line in render_findings(report.findings))
-    worst = [s for s in report.worst_lines if s.sync_count or s.transfer_bytes or s.h2d_count or s.d2h_count][:WORST_LINES]
+    worst = report.worst_lines[:WORST_LINES]  # a line is recorded only once it copied or synced
     if worst:
         lines.append("")
         rows = [("where", "h2d", "d2h", "d2d", "syncs", "code")]
         for s in worst:
             syncs = ", ".join(f"{k}×{n}" for k, n in s.syncs) or "-"
-            rows.append((s.where.label, _transfer(s.h2d_count, s.h2d_bytes), _transfer(s.d2h_count, s.d2h_bytes),
-                         _transfer(s.d2d_count, s.d2d_bytes), syncs, s.where.text[:60]))
+            rows.append((s.where.label, transfer_text(s.h2d_count, s.h2d_bytes), transfer_text(s.d2h_count, s.d2h_bytes),
+                         transfer_text(s.d2d_count, s.d2d_bytes), syncs, s.where.text[:60]))
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         for r in rows:
             lines.append("  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5])
