@@ -29,6 +29,25 @@ def sim() -> torch.device:
 
 
 @pytest.fixture
+def stale_optimizer(sim):
+    """(model, opt): a Linear(3, 2) moved to ``sim`` whose AdamW state, loaded from a
+    checkpoint taken before the move, is still on the CPU (exp_avg, exp_avg_sq)."""
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    checkpoint = opt.state_dict()
+    model.to(sim)
+    opt = torch.optim.AdamW(model.parameters())
+    opt.load_state_dict(checkpoint)
+    # load_state_dict casts state to the parameter's device; a checkpoint loaded
+    # before the move (the common bug) leaves it behind. Reproduce that directly:
+    for state in opt.state.values():
+        state["exp_avg"], state["exp_avg_sq"] = state["exp_avg"].cpu(), state["exp_avg_sq"].cpu()
+    return model, opt
+
+
+@pytest.fixture
 def ip():
     """A real InteractiveShell with devinspect loaded, a clean namespace and HTML on."""
     from IPython.testing.globalipapp import get_ipython

@@ -62,20 +62,8 @@ def test_unregistered_attribute_on_same_device_is_a_warning():
     assert f.severity == "warning" and f.subject == "m.lookup" and "register_buffer" in f.fix
 
 
-def test_optimizer_state_left_on_cpu_after_checkpoint_load(sim):
-    model = torch.nn.Linear(3, 2)
-    opt = torch.optim.AdamW(model.parameters())
-    model(torch.ones(1, 3)).sum().backward()
-    opt.step()
-    checkpoint = opt.state_dict()
-    model.to(sim)
-    opt = torch.optim.AdamW(model.parameters())
-    opt.load_state_dict(checkpoint)
-    # load_state_dict casts state to the parameter's device; a checkpoint loaded
-    # before the move (the common bug) leaves it behind. Reproduce that directly:
-    for state in opt.state.values():
-        for key in ("exp_avg", "exp_avg_sq"):
-            state[key] = state[key].cpu()
+def test_optimizer_state_left_on_cpu_after_checkpoint_load(stale_optimizer):
+    model, opt = stale_optimizer
     f = only(devinspect.scan({"model": model, "opt": opt}), "optimizer-state-device")
     assert f.subject == "opt" and f.severity == "error"
     assert "4 state tensors of opt" in f.message and "sim:0" in f.message
