@@ -9,19 +9,26 @@ did, in bytes, or why it did nothing.
 from __future__ import annotations
 
 import ast
+import gc
+import re
+import sys
+import traceback
 from dataclasses import dataclass
-from typing import Any, MutableMapping
+from typing import Any, Callable, Iterable, MutableMapping
 
 import torch
 
 
 @dataclass(frozen=True)
 class ActionResult:
-    """What an action did. ``ok`` is False when nothing was changed; ``message`` says why."""
+    """What an action did. ``ok`` is False when nothing was changed; ``message`` says why.
+
+    ``nbytes`` is the memory the action moved, released or freed.
+    """
 
     ok: bool
     message: str
-    moved_bytes: int = 0
+    nbytes: int = 0
 
 
 class _Path:
@@ -158,3 +165,207 @@ def apply_fix(namespace: MutableMapping[str, Any], action: dict[str, str]) -> Ac
     if kind == "move_optimizer_state":
         return move_optimizer_state(namespace, action["name"], action["device"])
     return ActionResult(False, f"unknown fix {kind!r}")
+
+
+# -- memory -------------------------------------------------------------------
+
+
+def _ready_devices() -> list[Any]:
+    """Accelerators whose allocator counters can be read now (CUDA only if already initialised)."""
+    from .memory import build, read
+
+    return [d for d in build(read(nvml=False)).accelerators if d.state == "ready"]
+
+
+def _no_allocator_reason() -> str:
+    from .memory import build, read
+
+    snap = build(read(nvml=False))
+    if snap.accelerators:
+        return snap.accelerators[0].status
+    return snap.notes[0] if snap.notes else "no accelerator in this process"
+
+
+def _change(label: str, before: int | None, after: int | None) -> str:
+    from .render.units import human_bytes
+
+    return f"{label} {human_bytes(before)} → {human_bytes(after)}"
+
+
+def empty_cache() -> ActionResult:
+    """Return the allocator's cached, unused segments to the driver (``torch.cuda.empty_cache()``).
+
+    Live tensors are untouched; what is released is what ``nvidia-smi`` stops counting.
+    The result says how much was released, measured from the reserved counter.
+    """
+    from .render.units import human_bytes
+
+    before = _ready_devices()
+    if not before:
+        return ActionResult(False, f"nothing to release: {_no_allocator_reason()}")
+    expected = sum(d.releasable_bytes or 0 for d in before)
+    try:
+        if any(d.kind == "cuda" for d in before):
+            torch.cuda.empty_cache()
+        else:
+            torch.accelerator.empty_cache()
+    except Exception as exc:  # noqa: BLE001
+        return ActionResult(False, f"empty_cache() failed: {type(exc).__name__}: {exc}")
+    after = {d.device: d for d in _ready_devices()}
+    released, changes = 0, []
+    for d in before:
+        now = after.get(d.device)
+        if now is not None and d.reserved_bytes is not None and now.reserved_bytes is not None:
+            released += d.reserved_bytes - now.reserved_bytes
+            changes.append(_change(f"{d.device} reserved", d.reserved_bytes, now.reserved_bytes))
+    return ActionResult(True, f"empty_cache() released {human_bytes(released)} (expected {human_bytes(expected)}): "
+                        + "; ".join(changes), released)
+
+
+def reset_peak_stats() -> ActionResult:
+    """Reset the allocator's peak counters (and, on Linux, this process's peak resident memory)."""
+    from .memory import read_process
+
+    changes, lowered = [], 0
+    for d in _ready_devices():
+        try:
+            if d.kind == "cuda":
+                torch.cuda.reset_peak_memory_stats(d.torch_index)
+            else:
+                torch.accelerator.reset_peak_memory_stats(d.torch_index)
+        except Exception as exc:  # noqa: BLE001
+            return ActionResult(False, f"could not reset the peaks of {d.device}: {type(exc).__name__}: {exc}")
+        now = {x.device: x for x in _ready_devices()}[d.device]
+        lowered += (d.peak_allocated_bytes or 0) - (now.peak_allocated_bytes or 0)
+        changes.append(_change(f"{d.device} peak allocated", d.peak_allocated_bytes, now.peak_allocated_bytes))
+        changes.append(_change("peak reserved", d.peak_reserved_bytes, now.peak_reserved_bytes))
+    peak_before = read_process().get("peak_rss")
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # the kernel's peak resident set (VmHWM) restarts from the current RSS
+        changes.append(_change("cpu peak resident", peak_before, read_process().get("peak_rss")))
+    except OSError:
+        pass
+    if not changes:
+        return ActionResult(False, f"nothing to reset: {_no_allocator_reason()}")
+    return ActionResult(True, "peaks reset: " + "; ".join(changes), lowered)
+
+
+def _live_tensor_bytes() -> dict[str, int]:
+    """Storage bytes of every live tensor per device (each storage once), by a gc walk."""
+    from .scan import scan
+
+    return {t.device: t.storage_bytes for t in scan({}, all_objects=True).devices}
+
+
+def collect_garbage() -> ActionResult:
+    """Run ``gc.collect()`` and report the tensor memory it freed, per device."""
+    from .render.units import human_bytes
+
+    before, allocated_before = _live_tensor_bytes(), {d.device: d.allocated_bytes for d in _ready_devices()}
+    found = gc.collect()
+    after, allocated_after = _live_tensor_bytes(), {d.device: d.allocated_bytes for d in _ready_devices()}
+    freed = {dev: n - after.get(dev, 0) for dev, n in before.items() if n - after.get(dev, 0) > 0}
+    parts = [f"{dev} {human_bytes(n)}" for dev, n in sorted(freed.items())]
+    for dev, n in allocated_before.items():
+        if allocated_after.get(dev) != n:
+            parts.append(_change(f"{dev} allocated", n, allocated_after.get(dev)))
+    total = sum(freed.values())
+    what = f"freed {human_bytes(total)} of tensors" + (f" ({'; '.join(parts)})" if parts else "")
+    return ActionResult(True, f"gc.collect() found {found} unreachable objects; {what}", total)
+
+
+_OUT_KEY = re.compile(r"^(?:Out|_oh)\[(\d+)\]")
+_NUMBERED = re.compile(r"^_(\d+)$")
+
+
+def release_history(
+    namespace: MutableMapping[str, Any],
+    displayhook: Any = None,
+    hidden: MutableMapping[str, Any] | None = None,
+    devices: Iterable[str] | None = None,
+) -> ActionResult:
+    """Drop the output-history entries and the last traceback that keep tensors alive.
+
+    Clears ``Out[N]``/``_N``, ``_``, ``__``, ``___`` entries and ``sys.last_traceback``
+    (with ``sys.last_value``) when they hold tensors on ``devices`` (default: any
+    accelerator). In IPython pass the shell's ``displayhook`` and ``user_ns_hidden``
+    (``hidden``): both keep their own references to ``_``, ``__``, ``___`` and
+    ``_N``, and IPython updates ``_`` afterwards only when they agree. Reports the
+    bytes that only these entries held.
+    """
+    from .model import device_is_accelerator
+    from .render.units import human_bytes
+    from .scan import scan
+
+    def wanted(device: str) -> bool:
+        if devices is None:
+            return device_is_accelerator(device)
+        return any(device == d or device.split(":")[0] == d for d in devices)
+
+    held = [r for r in scan(namespace, include_hidden=True).records if r.hidden and wanted(r.device)]
+    if not held:
+        return ActionResult(False, "nothing to release: no history entry or traceback holds such tensors")
+    out_keys: set[int] = set()
+    unders: set[str] = set()
+    traceback_too = False
+    for r in held:
+        if r.root == "sys.last_traceback":
+            traceback_too = True
+        elif (m := _OUT_KEY.match(r.name)) or (m := _NUMBERED.match(r.root)):
+            out_keys.add(int(m.group(1)))
+        elif r.root in ("_", "__", "___"):
+            unders.add(r.root)
+    freed = sum(r.counted_bytes for r in held)
+    allocated_before = {d.device: d.allocated_bytes for d in _ready_devices()}
+    cleared = _clear_history(namespace, displayhook, hidden if hidden is not None else {}, out_keys, unders)
+    if traceback_too:
+        _clear_last_error()
+        cleared.append("sys.last_traceback (%debug and %tb no longer see the last error)")
+    changes = [_change(f"{dev} allocated", n, a.allocated_bytes)
+               for dev, n in allocated_before.items()
+               for a in _ready_devices() if a.device == dev and a.allocated_bytes != n]
+    message = f"released {', '.join(cleared)}: {human_bytes(freed)} of tensors only they held"
+    return ActionResult(True, message + (f" ({'; '.join(changes)})" if changes else ""), freed)
+
+
+def _clear_history(namespace: MutableMapping[str, Any], displayhook: Any, hidden: MutableMapping[str, Any],
+                   out_keys: set[int], unders: set[str]) -> list[str]:
+    cleared = []
+    out = namespace.get("Out")
+    for key in sorted(out_keys):
+        if isinstance(out, dict) and key in out:
+            del out[key]
+            cleared.append(f"Out[{key}]")
+        if f"_{key}" in namespace:
+            del namespace[f"_{key}"]
+            cleared.append(f"_{key}")
+        hidden.pop(f"_{key}", None)
+    for name in sorted(unders, key=len):
+        empty = ""
+        # IPython keeps _ updating only while its copies (displayhook, hidden names) agree with ours.
+        if displayhook is not None and hasattr(displayhook, name):
+            setattr(displayhook, name, empty)
+        if name in hidden:
+            hidden[name] = empty
+        namespace[name] = empty
+        cleared.append(name)
+    return cleared
+
+
+def _clear_last_error() -> None:
+    tb = getattr(sys, "last_traceback", None)
+    if tb is not None:
+        traceback.clear_frames(tb)  # drops the frames' locals even if the exception lives on elsewhere
+    for name in ("last_traceback", "last_value", "last_type", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+
+
+#: The memory actions a dashboard offers, by button name.
+MEMORY_ACTIONS: dict[str, Callable[..., ActionResult]] = {
+    "empty_cache": empty_cache,
+    "reset_peak_stats": reset_peak_stats,
+    "collect_garbage": collect_garbage,
+    "release_history": release_history,
+}

@@ -15,14 +15,17 @@ from .model import KINDS
 from .render.table import DEFAULT_MAX_ROWS, SORTS
 
 #: The magics each loaded instance registers, so unloading removes exactly these.
-_MAGIC_NAMES = {"line": ("devices",), "cell": ("devcheck",)}
+_MAGIC_NAMES = {"line": ("devices", "gpumem"), "cell": ("devcheck",)}
 #: One instance per shell; loading again is a no-op.
 _instances: dict[int, DevInspect] = {}
 
 
 @magics_class
 class DevInspect(Magics):
-    """Device inspection magics for PyTorch (``%devices``). Configure with ``%config DevInspect``."""
+    """Device inspection magics for PyTorch (``%devices``, ``%%devcheck``, ``%gpumem``).
+
+    Configure with ``%config DevInspect``.
+    """
 
     max_rows = Int(DEFAULT_MAX_ROWS, help="Rows a %devices table shows before '… N more' (0: all).").tag(config=True)
     sort = CaselessStrEnum(SORTS, default_value="walk", help="Default row order of %devices.").tag(config=True)
@@ -31,6 +34,11 @@ class DevInspect(Magics):
     )
     max_depth = Int(8, help="How deep %devices follows containers and plain objects below a name.").tag(config=True)
     max_items = Int(200_000, help="Items %devices looks at in one container.").tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any):
+        super().__init__(shell=shell, **kwargs)
+        self._tracker: Any = None  # MemoryTracker once %gpumem --track ran
+        self._watchers: list[Any] = []  # running %gpumem --watch refreshers
 
     @magic_arguments()
     @argument("names", nargs="*", help="Only these variables (a dotted name such as model.encoder keeps what lies below it).")
@@ -172,6 +180,222 @@ class DevInspect(Magics):
             raise DeviceCheckError(report)
 
 
+    @magic_arguments()
+    @argument("-d", "--device", help="Only this device (cuda:0, cuda, cpu).")
+    @argument("--watch", type=float, metavar="SECONDS",
+              help="Refresh the dashboard every SECONDS without blocking the kernel (Jupyter only).")
+    @argument("--stop", action="store_true", help="Stop every --watch refresh.")
+    @argument("--track", action="store_true", help="Record memory before/after and the peak of every following cell.")
+    @argument("--untrack", action="store_true", help="Stop recording cells (the history is kept).")
+    @argument("--history", action="store_true", help="Show the cells recorded by --track: a table and a plot.")
+    @argument("--no-tensors", action="store_true", dest="no_tensors",
+              help="Skip counting tensors (faster; the reconciliation starts at the allocator).")
+    @argument("-o", "--output", action="store_true", help="Return the snapshot (or the history): r = %%gpumem -o")
+    @line_magic
+    def gpumem(self, line: str = "") -> Any:
+        """Accelerator memory per device: allocated, reserved and the driver's view, reconciled.
+
+        For every GPU (and this process's own memory): what PyTorch's allocator has
+        allocated and reserved, peaks, fragmentation, what ``empty_cache()`` would
+        release, and what the driver (NVML) sees for this and other processes, with a
+        table that adds up from the tensors you named to the device's total. In
+        Jupyter it is a dashboard with buttons (empty_cache, reset peaks, gc.collect(),
+        release history); elsewhere a static table. Reading changes nothing and never
+        initialises CUDA.
+
+        Examples::
+
+            %gpumem                  # every device
+            %gpumem -d cuda:1        # one device
+            %gpumem --watch 2        # refresh every 2 s while you work; %gpumem --stop
+            %gpumem --track          # record each following cell; --history shows them
+            snap = %gpumem -o        # keep it: snap.frame, snap.reconciliation_frame
+        """
+        args = parse_argstring(self.gpumem, line)
+        if args.track and args.untrack:
+            raise UsageError("%gpumem: --track and --untrack contradict each other")
+        if args.watch is not None and not 0.2 <= args.watch <= 3600:
+            raise UsageError(f"%gpumem: --watch takes seconds between 0.2 and 3600, not {args.watch:g}")
+        if args.stop:
+            stopped = self._stop_watchers()
+            print(f"%gpumem: stopped {stopped} refreshing dashboard{'s' if stopped != 1 else ''}.")
+            return None
+        if args.track or args.untrack:
+            self._set_tracking(args.track)
+            return None
+        if args.history:
+            return self._show_history(args.output)
+        return self._show_memory(args)
+
+    # -- %gpumem helpers ------------------------------------------------------
+
+    def _collector(self, device: str | None, count_tensors_by_default: bool) -> Any:
+        """collect(count_tensors) -> MemorySnapshot, keeping the last tensor count between calls."""
+        from .memory import build, read, tally_tensors
+
+        shell = self.shell
+        last: dict[str, Any] = {}
+
+        def collect(count_tensors: bool) -> Any:
+            if count_tensors_by_default and (count_tensors or "tallies" not in last):
+                exclude = [n for n, v in shell.user_ns_hidden.items()
+                           if shell.user_ns.get(n, v) is v and not _is_history(n)]
+                last["tallies"] = tally_tensors(shell.user_ns, exclude=exclude)
+            snapshot = build(read(), last.get("tallies"))
+            return _only_device(snapshot, device) if device else snapshot
+
+        return collect
+
+    def _memory_actions(self) -> dict[str, Any]:
+        from . import actions
+
+        shell = self.shell
+        return {
+            "empty_cache": actions.empty_cache,
+            "reset_peak_stats": actions.reset_peak_stats,
+            "collect_garbage": actions.collect_garbage,
+            "release_history": lambda: actions.release_history(shell.user_ns, shell.displayhook, shell.user_ns_hidden),
+        }
+
+    def _show_memory(self, args: Any) -> Any:
+        from IPython.display import display
+
+        collect = self._collector(args.device, not args.no_tensors)
+        widgets_frontend = getattr(self.shell, "kernel", None) is not None
+        if args.watch is not None and not widgets_frontend:
+            raise UsageError("%gpumem: --watch needs a Jupyter kernel (a live widget); here use %gpumem again, "
+                             "or %gpumem --track to record every cell")
+        snapshot = collect(True)  # raises UsageError for an unknown -d before anything is shown
+        if widgets_frontend:
+            from .render.memory_widget import MemoryDashboard, Watcher
+
+            dashboard = MemoryDashboard(collect, self._memory_actions())
+            snapshot = dashboard.snapshot
+            display(_with_fallback(dashboard.widget, snapshot), raw=True)
+            if args.watch is not None:
+                self._stop_watchers()
+                self._watchers.append(Watcher(dashboard, args.watch).start())
+                self._set_event("post_run_cell", self._after_cell_watch, True)
+        elif not args.output:
+            display(snapshot)
+        return snapshot if args.output else None
+
+    def _stop_watchers(self) -> int:
+        stopped = 0
+        for watcher in self._watchers:
+            if watcher.running:
+                stopped += 1
+            watcher.stop()
+        self._watchers.clear()
+        self._set_event("post_run_cell", self._after_cell_watch, False)
+        return stopped
+
+    def _after_cell_watch(self, result: Any = None) -> None:
+        self._watchers[:] = [w for w in self._watchers if w.running]
+        for watcher in self._watchers:
+            try:
+                watcher.dashboard.after_cell()
+            except Exception as exc:  # noqa: BLE001 - a hook must never break the user's cell
+                watcher.dashboard.status.value = f"✖ refresh after the cell failed: {type(exc).__name__}: {exc}"
+        if not self._watchers:
+            self._set_event("post_run_cell", self._after_cell_watch, False)
+
+    def _set_tracking(self, on: bool) -> None:
+        from .memory import MemoryTracker
+
+        if on:
+            if self._tracker is None:
+                self._tracker = MemoryTracker()
+            self._set_event("pre_run_cell", self._before_cell_track, True)
+            self._set_event("post_run_cell", self._after_cell_track, True)
+            print("%gpumem: recording memory for every following cell (the allocator's peak counters are reset "
+                  "before each). %gpumem --history shows it; --untrack stops.")
+        else:
+            self._set_event("pre_run_cell", self._before_cell_track, False)
+            self._set_event("post_run_cell", self._after_cell_track, False)
+            cells = len(self._tracker.cells) if self._tracker else 0
+            print(f"%gpumem: stopped recording ({cells} cells kept; %gpumem --history shows them).")
+
+    def _before_cell_track(self, info: Any = None) -> None:
+        raw = getattr(info, "raw_cell", "") or ""
+        first = next((ln.strip() for ln in raw.splitlines() if ln.strip()), "")
+        try:
+            self._tracker.before(self.shell.execution_count, first)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - a hook must never break the user's cell
+            pass
+
+    def _after_cell_track(self, result: Any = None) -> None:
+        try:
+            self._tracker.after(failed=result is not None and not result.success)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _show_history(self, output: bool) -> Any:
+        from IPython.display import Image, display
+
+        from .memory_model import MemoryHistory
+
+        history = self._tracker.history() if self._tracker is not None else MemoryHistory(())
+        if output:
+            return history  # h.frame, h.figure()
+        display(history)
+        if history.cells:
+            try:
+                from .render.memory_plot import history_png
+            except ImportError:  # pragma: no cover - matplotlib is optional
+                print("%gpumem: install matplotlib for the plot (pip install matplotlib).")
+            else:
+                try:
+                    display(Image(history_png(history)))
+                except ImportError:
+                    print("%gpumem: install matplotlib for the plot (pip install matplotlib).")
+        return None
+
+    def _set_event(self, event: str, callback: Any, on: bool) -> None:
+        callbacks = self.shell.events.callbacks[event]
+        if on and callback not in callbacks:
+            self.shell.events.register(event, callback)
+        elif not on and callback in callbacks:
+            self.shell.events.unregister(event, callback)
+
+    def close(self) -> None:
+        """Stop refreshing and remove every event callback this instance registered."""
+        self._stop_watchers()
+        self._set_event("pre_run_cell", self._before_cell_track, False)
+        self._set_event("post_run_cell", self._after_cell_track, False)
+        self._set_event("post_run_cell", self._after_cell_watch, False)
+
+
+def _is_history(name: str) -> bool:
+    from .scan import is_history_name
+
+    return is_history_name(name)
+
+
+def _only_device(snapshot: Any, text: str) -> Any:
+    import dataclasses
+
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"%gpumem: {text!r} is not a device (try cuda:0, cuda, cpu)") from None
+    keep = [d for d in snapshot.devices
+            if d.device == str(device) or (device.index is None and d.device.split(":")[0] == device.type)]
+    if not keep:
+        have = ", ".join(d.device for d in snapshot.devices)
+        raise UsageError(f"%gpumem: no device {text!r} here (devices: {have})")
+    return dataclasses.replace(snapshot, devices=tuple(keep))
+
+
+def _with_fallback(widget: Any, fallback: Any) -> dict[str, Any]:
+    """The widget's bundle, with the static rendering for frontends without widgets (nbconvert, GitHub)."""
+    bundle = dict(widget._repr_mimebundle_())
+    bundle.update(fallback._repr_mimebundle_())
+    return bundle
+
+
 def _event_loop_running() -> bool:
     import asyncio
 
@@ -220,6 +444,7 @@ def unload(shell: Any) -> None:
     instance = _instances.pop(id(shell), None)
     if instance is None:
         return
+    instance.close()
     manager = shell.magics_manager
     for kind, names in _MAGIC_NAMES.items():
         for name in names:

@@ -13,7 +13,7 @@ from devinspect.render.widgets import fix_panel
 def test_move_a_variable_and_an_item(sim):
     ns = {"x": torch.ones(4), "batch": {"ids": torch.zeros(2, dtype=torch.long)}}
     result = actions.move(ns, "x", "sim:0")
-    assert result.ok and ns["x"].device == sim and result.moved_bytes == 16
+    assert result.ok and ns["x"].device == sim and result.nbytes == 16
     assert actions.move(ns, 'batch["ids"]', "sim:0").ok and ns["batch"]["ids"].device == sim
 
 

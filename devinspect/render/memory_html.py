@@ -1,0 +1,100 @@
+"""Static HTML for memory snapshots and per-cell history (nbconvert, GitHub, the widget's tables).
+
+Like :mod:`devinspect.render.html`: no colours of its own, no scripts; the bars are
+HTML ``<meter>`` elements, which every browser draws in its own theme.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..memory_model import DeviceMemory, MemoryHistory, MemorySnapshot
+from .html import _CELL, _NUM
+from .memory_text import HISTORY_HEADERS, details, device_title, headline, history_rows, recon_value
+from .units import human_bytes
+
+
+def meters(d: DeviceMemory) -> str:
+    """Allocated / reserved / used as fractions of the device's total."""
+    total = d.driver_total_bytes
+    if not total:
+        return ""
+    if d.kind == "cpu":
+        bars = [("this process", d.process_bytes),
+                ("in use", None if d.driver_free_bytes is None else total - d.driver_free_bytes)]
+    else:
+        used = d.driver_used_bytes
+        if used is None and d.driver_free_bytes is not None:
+            used = total - d.driver_free_bytes
+        bars = [("allocated", d.allocated_bytes), ("reserved", d.reserved_bytes), ("used (driver)", used)]
+    out = ['<table style="border-collapse:collapse">']
+    for label, value in bars:
+        if value is None:
+            continue
+        out.append(
+            f'<tr><td style="{_CELL}">{label}</td>'
+            f'<td style="{_CELL}"><meter min="0" max="{total}" value="{value}" style="width:16em"></meter></td>'
+            f'<td style="{_NUM}">{escape(human_bytes(value))} of {escape(human_bytes(total))}</td></tr>'
+        )
+    out.append("</table>")
+    return "".join(out)
+
+
+def reconciliation_table(d: DeviceMemory) -> str:
+    rows = d.reconciliation
+    if not rows:
+        return ""
+    out = ['<table style="border-collapse:collapse"><thead><tr>',
+           f'<th style="{_CELL}">where the memory is</th><th style="{_NUM}">bytes</th>',
+           f'<th style="{_CELL}">source</th><th style="{_CELL}">how</th></tr></thead><tbody>']
+    for r in rows:
+        label = f"<b>= {escape(r.label)}</b>" if r.total else f"&nbsp;&nbsp;{escape(r.label)}"
+        top = "border-top:1px solid currentColor;" if r.total else ""
+        out.append(f'<tr><td style="{top}{_CELL}">{label}</td><td style="{top}{_NUM}">{escape(recon_value(r))}</td>'
+                   f'<td style="{top}{_CELL}">{escape(r.source)}</td><td style="{top}{_CELL}">{escape(r.note)}</td></tr>')
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def render_device(d: DeviceMemory) -> str:
+    parts = [f"<p><b>{escape(device_title(d))}</b><br>{escape(headline(d))}"]
+    extra = details(d)
+    if extra:
+        parts.append(f"<br>{escape(extra)}")
+    if d.driver_status and d.kind != "cpu":
+        parts.append(f"<br>driver: {escape(d.driver_status)}")
+    parts.append("</p>")
+    parts.append(meters(d))
+    parts.append(reconciliation_table(d))
+    return "".join(parts)
+
+
+def render_snapshot(snapshot: MemorySnapshot) -> str:
+    n = len(snapshot.accelerators)
+    out = [f'<div class="devinspect"><p><b>devinspect</b>: memory of {n} accelerator{"s" if n != 1 else ""} '
+           "and this process</p>"]
+    for note in snapshot.notes:
+        out.append(f"<p>{escape(note)}</p>")
+    for d in snapshot.devices:
+        out.append(render_device(d))
+    out.append("</div>")
+    return "".join(out)
+
+
+def render_history(history: MemoryHistory) -> str:
+    if not history.cells:
+        return "<p>devinspect: no cells recorded yet (<code>%gpumem --track</code> starts recording).</p>"
+    out = [f'<div class="devinspect"><p><b>devinspect</b>: memory per cell ({len(history.cells)} cells)</p>',
+           '<table style="border-collapse:collapse"><thead><tr>']
+    numeric = {2, 3, 4, 5, 6}
+    for i, h in enumerate(HISTORY_HEADERS):
+        out.append(f'<th style="{_NUM if i in numeric else _CELL}">{h}</th>')
+    out.append("</tr></thead><tbody>")
+    for row in history_rows(history):
+        cells = []
+        for i, v in enumerate(row):
+            text = f"<code>{escape(v)}</code>" if i == 7 else escape(v)
+            cells.append(f'<td style="{_NUM if i in numeric else _CELL}">{text}</td>')
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table></div>")
+    return "".join(out)
