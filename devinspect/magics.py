@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import time
+import weakref
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -39,6 +40,7 @@ class DevInspect(Magics):
         super().__init__(shell=shell, **kwargs)
         self._tracker: Any = None  # MemoryTracker once %gpumem --track ran
         self._watchers: list[Any] = []  # running %gpumem --watch refreshers
+        self._last_dashboard: Any = lambda: None  # weak reference to the newest %gpumem dashboard
 
     @magic_arguments()
     @argument("names", nargs="*", help="Only these variables (a dotted name such as model.encoder keeps what lies below it).")
@@ -270,6 +272,7 @@ class DevInspect(Magics):
             from .render.memory_widget import MemoryDashboard, Watcher
 
             dashboard = MemoryDashboard(collect, self._memory_actions())
+            self._last_dashboard = weakref.ref(dashboard)
             snapshot = dashboard.snapshot
             display(_with_fallback(dashboard.widget, snapshot), raw=True)
             if args.watch is not None:

@@ -294,8 +294,16 @@ def _kib(text: str, key: str) -> int | None:
 
 
 def build(readings: Mapping[str, Any], tallies: Mapping[str, TensorTally] | None = None) -> MemorySnapshot:
-    """A :class:`MemorySnapshot` from :func:`read` output (live or recorded)."""
-    tallies = tallies or {}
+    """A :class:`MemorySnapshot` from :func:`read` output (live or recorded).
+
+    ``tallies`` (from :func:`tally_tensors`) adds the tensor rows; a device it does
+    not mention holds no tensors. Without it the reconciliation starts at the allocator.
+    """
+    if tallies is not None:
+        counted_at = max((t.counted_at for t in tallies.values()), default=0.0) or time.time()
+        tallies = _ZeroDefault(tallies, TensorTally(0, 0, 0, counted_at=counted_at))
+    else:
+        tallies = {}
     devices: list[DeviceMemory] = []
     notes: list[str] = []
     cuda = readings.get("cuda") or {}
@@ -322,6 +330,17 @@ def build(readings: Mapping[str, Any], tallies: Mapping[str, TensorTally] | None
             notes.append(cuda.get("error") or "PyTorch has CUDA, but no GPU is visible (check CUDA_VISIBLE_DEVICES).")
     devices.append(_cpu_device(readings.get("process") or {}, tallies.get("cpu")))
     return MemorySnapshot(devices=tuple(devices), notes=tuple(notes), taken_at=float(readings.get("taken_at", 0.0)))
+
+
+class _ZeroDefault(dict):
+    """Tallies where an unmentioned device holds no tensors (it was counted, nothing was found)."""
+
+    def __init__(self, tallies: Mapping[str, TensorTally], zero: TensorTally):
+        super().__init__(tallies)
+        self.zero = zero
+
+    def get(self, key: str, default: Any = None) -> TensorTally:  # type: ignore[override]
+        return super().get(key, self.zero)
 
 
 def _stat(stats: Mapping[str, int], key: str) -> int | None:

@@ -90,3 +90,56 @@ def test_fix_panel_reports_a_failed_action_in_the_widget(sim):
     apply.click()
     assert panel.children[2].value.startswith("✖") and "no variable named &#x27;gone&#x27;" in panel.children[2].value
     assert apply.disabled is False
+
+
+# -- memory actions --------------------------------------------------------------
+
+
+def test_empty_cache_and_reset_without_an_allocator_say_why():
+    result = actions.empty_cache()
+    assert not result.ok and result.message.startswith("nothing to release:") and result.nbytes == 0
+    assert torch.cuda.is_initialized() is False
+
+
+def test_collect_garbage_reports_the_tensor_bytes_it_freed():
+    import weakref
+
+    class Node:
+        pass
+
+    n = Node()
+    n.me, n.t = n, torch.ones(1 << 18)  # 1 MiB, only in a reference cycle
+    alive = weakref.ref(n.t)
+    del n
+    result = actions.collect_garbage()
+    assert alive() is None and result.ok and result.nbytes >= 1 << 20
+    assert "cpu 1.0 MiB" in result.message
+
+
+def test_release_history_clears_entries_and_the_last_traceback(sim):
+    import sys
+    import weakref
+
+    def fail():
+        local = torch.ones(2000, device=sim)  # noqa: F841 - held by the traceback
+        raise ValueError("boom")
+
+    try:
+        fail()
+    except ValueError:
+        sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()
+    kept = torch.ones(10, device=sim)
+    shown = torch.ones(1000, device=sim)
+    in_traceback = weakref.ref(sys.last_traceback.tb_next.tb_frame.f_locals["local"])
+    ns = {"kept": kept, "Out": {1: shown, 2: kept}, "_1": shown, "_2": kept, "_": kept}
+    hidden = {"_1": shown, "_2": kept, "_": kept}
+    probe = weakref.ref(shown)
+    del shown
+    result = actions.release_history(ns, hidden=hidden)
+    assert result.ok and result.nbytes == 4000 + 8000  # Out[1] and the traceback's local, nothing of kept
+    assert probe() is None and in_traceback() is None
+    assert sys.last_traceback is None and sys.last_value is None
+    assert "Out" in ns and 1 not in ns["Out"] and "_1" not in ns and "_1" not in hidden
+    assert ns["kept"] is kept and torch.equal(kept.cpu(), torch.ones(10))  # the user's own name is untouched
+    again = actions.release_history(ns, hidden=hidden)
+    assert not again.ok and again.message.startswith("nothing to release")

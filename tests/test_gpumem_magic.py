@@ -1,0 +1,233 @@
+"""%gpumem through a real InteractiveShell, and its dashboard through widget clicks."""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+
+import pytest
+import torch
+
+from devinspect import actions
+from devinspect.memory_model import MemoryHistory, MemorySnapshot
+
+from conftest import run
+
+
+@pytest.fixture
+def kernel_ip(ip):
+    """The shell as a Jupyter kernel looks to %gpumem (a widget frontend)."""
+    ip.kernel = object()
+    yield ip
+    ip.run_line_magic("gpumem", "--stop")
+    del ip.kernel
+
+
+def instance(shell):
+    return shell.magics_manager.registry["DevInspect"]
+
+
+def test_gpumem_text_and_html_without_widgets(ip):
+    result, text, html, _ = run(ip, "import torch\nx = torch.ones(250, 1000)\n%gpumem")
+    assert result.success
+    assert "memory of 0 accelerators and this process" in text
+    assert "cpu  this process" in text and "tensors named in the namespace" in text
+    assert "976.6 KiB" in text  # x: 1,000,000 bytes
+    assert "<meter" in html and "where the memory is" in html
+
+
+def test_gpumem_o_returns_the_snapshot_with_frames(ip):
+    run(ip, "import torch\nx = torch.ones(10)")
+    snap = ip.run_line_magic("gpumem", "-o")
+    assert isinstance(snap, MemorySnapshot)
+    assert "named_tensor_bytes" in snap.frame.columns and len(snap.reconciliation_frame) > 0
+    assert snap.device("cpu").tensors.named_bytes == 40
+
+
+def test_gpumem_device_filter_and_mistakes(ip):
+    snap = ip.run_line_magic("gpumem", "-d cpu -o --no-tensors")
+    assert [d.device for d in snap.devices] == ["cpu"] and snap.devices[0].tensors is None
+    for line, message in (("-d cuda:3", "no device 'cuda:3' here"), ("-d banana", "'banana' is not a device"),
+                          ("--watch 0", "between 0.2 and 3600"), ("--watch 2", "needs a Jupyter kernel"),
+                          ("--track --untrack", "contradict"), ("--bogus", "unrecognized arguments")):
+        result, text, _, captured = run(ip, f"%gpumem {line}")
+        assert not result.success or "UsageError" in captured.stderr + text
+        assert message in captured.stderr + text, line
+
+
+def test_track_history_and_untrack(ip):
+    events = ip.events.callbacks
+    before_pre, before_post = list(events["pre_run_cell"]), list(events["post_run_cell"])
+    run(ip, "%gpumem --track")
+    run(ip, "import torch\nbig = torch.ones(4 << 20)\nbig += 1")
+    run(ip, "del big")
+    history = ip.run_line_magic("gpumem", "--history -o")
+    assert isinstance(history, MemoryHistory)
+    sources = [c.source for c in history.cells]
+    assert "import torch" in sources and "del big" in sources
+    cell = history.cells[sources.index("import torch")]
+    assert cell.cell is not None and cell.wall_s > 0
+    _, text, _, captured = run(ip, "%gpumem --history")
+    assert "memory per cell" in text and "cpu (RSS)" in text
+    assert any("image/png" in o.data for o in captured.outputs)  # the plot
+    run(ip, "%gpumem --untrack")
+    assert events["pre_run_cell"] == before_pre and events["post_run_cell"] == before_post
+    n = len(ip.run_line_magic("gpumem", "--history -o").cells)
+    run(ip, "1 + 1")
+    assert len(ip.run_line_magic("gpumem", "--history -o").cells) == n  # no longer recording
+
+
+def test_failed_cell_is_recorded_as_failed(ip):
+    run(ip, "%gpumem --track")
+    run(ip, "raise ValueError('boom')")
+    history = ip.run_line_magic("gpumem", "--history -o")
+    assert history.cells[-1].failed and "✖" in repr(history)
+    run(ip, "%gpumem --untrack")
+
+
+def test_unload_removes_hooks_and_stops_watchers(kernel_ip):
+    ip = kernel_ip
+    events = ip.events.callbacks
+    before_pre, before_post = list(events["pre_run_cell"]), list(events["post_run_cell"])
+    run(ip, "%gpumem --track")
+    run(ip, "%gpumem --watch 0.2")
+    watcher = instance(ip)._watchers[0]
+    assert watcher.running
+    ip.run_line_magic("unload_ext", "devinspect")
+    assert not watcher.running and not watcher.thread.is_alive()
+    assert events["pre_run_cell"] == before_pre and events["post_run_cell"] == before_post
+    ip.run_line_magic("load_ext", "devinspect")  # the fixture unloads again
+
+
+# -- the dashboard -----------------------------------------------------------------
+
+
+def dashboard_of(ip, line="--watch 0.2"):
+    _, _, _, captured = run(ip, f"%gpumem {line}")
+    return captured.outputs[-1].data, instance(ip)._last_dashboard()
+
+
+def test_dashboard_bundle_has_widget_and_static_fallback(kernel_ip):
+    bundle, dashboard = dashboard_of(kernel_ip)
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == dashboard.widget.model_id
+    assert "memory of" in bundle["text/plain"] and "<meter" in bundle["text/html"]  # nbconvert, GitHub
+
+
+def test_watch_refreshes_without_blocking_and_stops(kernel_ip):
+    ip = kernel_ip
+    _, dashboard = dashboard_of(ip)
+    watcher = instance(ip)._watchers[0]
+    start = time.perf_counter()
+    run(ip, "1 + 1")  # the kernel stays free while watching
+    assert time.perf_counter() - start < 1.0
+    deadline = time.time() + 5
+    while watcher.ticks < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert watcher.ticks >= 2 and "refreshing every 0.2 s" in dashboard.watching.value
+    _, text, _, _ = run(ip, "%gpumem --stop")
+    assert "stopped 1 refreshing dashboard" in text
+    assert not watcher.thread.is_alive() and dashboard.watching.value == "not refreshing"
+    ticks = watcher.ticks
+    time.sleep(0.5)
+    assert watcher.ticks == ticks
+
+
+def test_watch_stops_when_the_widget_is_closed(kernel_ip):
+    ip = kernel_ip
+    _, dashboard = dashboard_of(ip)
+    watcher = instance(ip)._watchers[0]
+    dashboard.widget.close()
+    watcher.thread.join(timeout=3)
+    assert not watcher.thread.is_alive()
+    run(ip, "2 + 2")  # the after-cell hook forgets it
+    assert instance(ip)._watchers == []
+
+
+def test_a_second_watch_replaces_the_first(kernel_ip):
+    ip = kernel_ip
+    dashboard_of(ip)
+    first = instance(ip)._watchers[0]
+    dashboard_of(ip)
+    assert not first.running and len(instance(ip)._watchers) == 1
+
+
+def test_release_history_button_frees_history_tensors(kernel_ip, sim):
+    ip = kernel_ip
+    run(ip, "import torch\ntorch.ones(1000, device='sim:0')")
+    held = weakref.ref(ip.user_ns["_"])
+    _, bundle_dashboard = dashboard_of(ip, "")
+    assert instance(ip)._watchers == []  # no --watch
+    button = bundle_dashboard.buttons["release_history"]
+    assert button.description == "Release history: 3.9 KiB"  # shown before clicking
+    button.click()
+    gc.collect()
+    assert held() is None
+    assert bundle_dashboard.status.value.startswith("✔ released Out[")
+    assert "3.9 KiB of tensors only they held" in bundle_dashboard.status.value
+    assert button.description == "Release history: 0 B" and not button.disabled
+    run(ip, "torch.zeros(2)")
+    assert ip.user_ns["_"].shape == (2,)  # IPython still updates _ afterwards
+
+
+def test_buttons_report_bytes_and_errors_stay_in_the_widget(kernel_ip, monkeypatch):
+    ip = kernel_ip
+    _, dashboard = dashboard_of(ip)
+    dashboard.buttons["empty_cache"].click()
+    assert dashboard.status.value.startswith("– nothing to release")  # no accelerator here
+    dashboard.buttons["reset_peak_stats"].click()
+    assert "peak" in dashboard.status.value
+    run(ip, "class Node:\n    pass\nn = Node(); n.me = n; n.t = __import__('torch').ones(1 << 18)\ndel n")
+    dashboard.buttons["collect_garbage"].click()
+    assert "gc.collect() found" in dashboard.status.value and "cpu 1.0 MiB" in dashboard.status.value
+
+    seen = []
+
+    def broken():
+        seen.append([b.disabled for b in dashboard.buttons.values()])
+        raise RuntimeError("driver went away")
+
+    dashboard._actions["empty_cache"] = broken
+    dashboard.buttons["empty_cache"].click()
+    assert seen == [[True, True, True, True]]  # disabled while running
+    assert dashboard.status.value == "✖ empty_cache failed: RuntimeError: driver went away"
+    assert not any(b.disabled for b in dashboard.buttons.values())
+
+
+def test_empty_cache_button_shows_what_it_will_release(recorded_snapshot):
+    from devinspect.render.memory_widget import MemoryDashboard
+
+    dashboard = MemoryDashboard(lambda count: recorded_snapshot, {"empty_cache": actions.empty_cache})
+    assert dashboard.buttons["empty_cache"].description == "empty_cache: frees 512.0 MiB"
+    view = dashboard._views["cuda:0"]
+    assert view.bars["allocated"].value == recorded_snapshot.device("cuda:0").allocated_bytes
+    assert view.bar_labels["reserved"].value == "866.0 MiB of 79.6 GiB"
+    assert "cached whole segments" in view.table.value
+
+
+@pytest.fixture
+def recorded_snapshot():
+    import json
+    from pathlib import Path
+
+    from devinspect.memory import build
+    from devinspect.memory_model import TensorTally
+
+    data = json.loads((Path(__file__).parent / "fixtures" / "gpumem_cuda.json").read_text())
+    return build(data["readings"], {k: TensorTally(**v) for k, v in data["tensors"].items()})
+
+
+def test_after_cell_recounts_only_when_accelerator_memory_changed(recorded_snapshot):
+    from devinspect.render.memory_widget import MemoryDashboard
+
+    counted = []
+
+    def collect(count):
+        counted.append(count)
+        return recorded_snapshot
+
+    dashboard = MemoryDashboard(collect, {})
+    dashboard.after_cell()
+    assert counted == [True, False]  # allocated unchanged: no tensor walk
+    assert torch.cuda.is_initialized() is False

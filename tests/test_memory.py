@@ -1,0 +1,297 @@
+"""devinspect.memory: readings, the reconciliation arithmetic, rendering, tracking."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from devinspect import memory
+from devinspect.memory import build, match_driver_devices, read, snapshot
+from devinspect.memory_model import MemoryHistory, TensorTally
+
+FIXTURE = Path(__file__).parent / "fixtures" / "gpumem_cuda.json"
+MiB = 1 << 20
+
+
+@pytest.fixture
+def recorded():
+    """(readings, tallies) of the CUDA fixture; see its "provenance" for how it was made."""
+    data = json.loads(FIXTURE.read_text())
+    tallies = {k: TensorTally(**v) for k, v in data["tensors"].items()}
+    return data["readings"], tallies
+
+
+def assert_adds_up(rows):
+    """Each total row equals the previous total (or the start) plus the rows in between."""
+    running = 0
+    for r in rows:
+        if r.total:
+            assert r.value_bytes == running, f"{r.label}: {r.value_bytes} != {running}"
+        running = r.value_bytes if r.total else running + r.value_bytes
+
+
+def test_fixture_says_where_it_comes_from():
+    data = json.loads(FIXTURE.read_text())
+    assert "NOT CAPTURED ON A GPU" in data["provenance"] or "captured on" in data["provenance"]
+    assert "gpu_validate.py --capture" in data["provenance"]
+
+
+# -- the reconciliation, from recorded readings --------------------------------
+
+
+def test_recorded_cuda_device_figures(recorded):
+    readings, tallies = recorded
+    d = build(readings, tallies).device("cuda:0")
+    stats = readings["cuda"]["devices"][0]["memory_stats"]
+    assert d.state == "ready" and d.name == "NVIDIA H100 80GB HBM3"
+    assert (d.torch_index, d.driver_index, d.driver_match) == (0, "0", "uuid")
+    assert d.allocated_bytes == stats["allocated_bytes.all.current"]
+    assert d.reserved_bytes == stats["reserved_bytes.all.current"]
+    assert d.peak_allocated_bytes == stats["allocated_bytes.all.peak"]
+    assert d.inactive_split_bytes == stats["inactive_split_bytes.all.current"]
+    assert (d.alloc_retries, d.ooms, d.segments) == (0, 0, 5)
+    assert d.releasable_bytes == 512 * MiB  # the one whole cached segment
+    assert d.process_bytes == 866 * MiB + 512 * MiB and d.other_processes_bytes == 2048 * MiB
+    assert d.outside_allocator_bytes == 512 * MiB  # the CUDA context
+
+
+def test_recorded_reconciliation_adds_up_from_tensors_to_total(recorded):
+    readings, tallies = recorded
+    d = build(readings, tallies).device("cuda:0")
+    rows = d.reconciliation
+    assert_adds_up(rows)
+    by_label = {r.label.split(" (")[0]: r for r in rows}
+    assert by_label["tensors named in the namespace"].value_bytes == 256 * MiB + 1000
+    assert by_label["not reachable from Python"].value_bytes == 32 * MiB
+    assert by_label["not reachable from Python"].source == "derived"
+    assert by_label["rounding to 512-byte blocks"].value_bytes == 24  # 1000 bytes -> one 1024-byte block
+    assert by_label["free pieces of segments in use"].value_bytes == 2 * MiB - 1024  # rest of the 2 MiB segment
+    assert by_label["cached whole segments"].value_bytes == 512 * MiB
+    assert by_label["reserved by PyTorch"].total and by_label["reserved by PyTorch"].source == "measured"
+    assert by_label["total"].value_bytes == readings["nvml"]["devices"][0]["total"]
+    assert {r.source for r in rows} == {"measured", "derived"}
+
+
+def test_recorded_rendering_text_and_html(recorded):
+    readings, tallies = recorded
+    snap = build(readings, tallies)
+    text = repr(snap)
+    assert "cuda:0  NVIDIA H100 80GB HBM3  (torch 0 · NVML 0 by uuid" in text
+    assert "empty_cache() would release 512.0 MiB" in text
+    assert "= reserved by PyTorch" in text and "866.0 MiB" in text
+    assert "  rounding to 512-byte blocks" in text
+    html = snap._repr_mimebundle_()["text/html"]
+    assert "<meter" in html and "cached whole segments" in html and "<script" not in html
+    assert list(snap.frame["device"]) == ["cuda:0", "cpu"]
+    assert snap.frame.loc[0, "releasable_bytes"] == 512 * MiB
+    recon = snap.reconciliation_frame
+    assert set(recon["source"]) == {"measured", "derived"}
+    assert recon[recon["device"] == "cuda:0"]["bytes"].notna().all()
+
+
+def test_recorded_without_tensor_walk_starts_at_the_allocator(recorded):
+    readings, _ = recorded
+    rows = build(readings, None).device("cuda:0").reconciliation
+    assert rows[0].label == "requested by live allocations" and not rows[0].total
+    assert_adds_up(rows)
+
+
+def test_not_initialised_cuda_says_so_and_measures_nothing(recorded):
+    readings, _ = recorded
+    readings = copy.deepcopy(readings)
+    readings["cuda"] = {"compiled": True, "version": "12.8", "initialized": False, "device_count": 1}
+    readings["nvml"]["devices"][0]["processes"] = [{"pid": 5151, "used": 2048 * MiB}]
+    d = build(readings).device("cuda:0")
+    assert d.state == "not initialised" and "not initialised" in d.status and "never starts it" in d.status
+    assert d.allocated_bytes is None and d.reserved_bytes is None and d.releasable_bytes is None
+    assert d.name == "NVIDIA H100 80GB HBM3" and d.driver_match == "order"  # from NVML, not from CUDA
+    assert d.process_bytes == 0 and d.other_processes_bytes == 2048 * MiB  # no CUDA here: no context
+    assert_adds_up(d.reconciliation)
+    assert "not initialised" in repr(build(readings))
+
+
+def test_nvml_missing_uses_cudamemgetinfo_and_says_why(recorded):
+    readings, tallies = recorded
+    readings = copy.deepcopy(readings)
+    readings["nvml"] = {"error": "nvidia-ml-py is not installed (pip install 'devinspect[nvml]')"}
+    snap = build(readings, tallies)
+    d = snap.device("cuda:0")
+    assert any("NVML unavailable: nvidia-ml-py is not installed" in n for n in snap.notes)
+    assert d.driver_total_bytes == readings["cuda"]["devices"][0]["mem_get_info"][1]
+    assert d.process_bytes is None and d.other_processes_bytes is None
+    assert d.driver_status.startswith("per-process use unavailable")
+    labels = [r.label for r in d.reconciliation]
+    assert "outside PyTorch's allocator: context, libraries, other processes" in labels
+    assert_adds_up(d.reconciliation)
+
+
+def test_no_nvml_and_no_context_reads_no_driver_figures(recorded):
+    readings, _ = recorded
+    readings = copy.deepcopy(readings)
+    readings["nvml"] = {"error": "NVML could not start (NVMLError_LibraryNotFound: NVML Shared Library Not Found)"}
+    dev = readings["cuda"]["devices"][0]
+    dev["has_context"] = False
+    del dev["mem_get_info"]
+    d = build(readings).device("cuda:0")
+    assert d.driver_total_bytes is None
+    assert d.driver_status.startswith("unavailable: NVML could not start")
+    assert "would create a CUDA context" in d.driver_status
+    assert d.reconciliation[-1].label == "reserved by PyTorch"
+
+
+def test_process_not_listed_by_nvml_in_a_container(recorded):
+    readings, _ = recorded
+    readings = copy.deepcopy(readings)
+    readings["process"]["pid"] = 17  # the container's pid; NVML lists the host's
+    d = build(readings).device("cuda:0")
+    assert d.process_bytes is None and "container" in d.driver_status
+    assert_adds_up(d.reconciliation)
+
+
+# -- which NVML device is cuda:i ---------------------------------------------------
+
+
+GPUS = [
+    {"index": "0", "uuid": "GPU-aaaa1111-0000", "name": "A100"},
+    {"index": "1", "uuid": "GPU-bbbb2222-0000", "name": "A100"},
+    {"index": "2", "uuid": "GPU-cccc3333-0000", "name": "A100", "mig_enabled": True},
+    {"index": "2:0", "uuid": "MIG-dddd4444-0000", "name": "A100 MIG 1g.10gb", "parent_uuid": "GPU-cccc3333-0000",
+     "gi": 1, "ci": 0},
+    {"index": "2:1", "uuid": "MIG-eeee5555-0000", "name": "A100 MIG 1g.10gb", "parent_uuid": "GPU-cccc3333-0000",
+     "gi": 2, "ci": 0},
+]
+
+
+def indices(matches):
+    return [m[0]["index"] if m[0] else None for m in matches]
+
+
+@pytest.mark.parametrize(("visible", "expected"), [
+    ("1,0", ["1", "0"]),
+    ("GPU-bbbb", ["1"]),                       # a UUID prefix, as CUDA accepts
+    ("MIG-eeee5555-0000", ["2:1"]),
+    ("MIG-GPU-cccc3333-0000/1/0", ["2:0"]),    # the older MIG form
+    ("1,x,0", ["1"]),                          # CUDA stops at the first invalid entry
+    ("0,0", []),                               # a repeated entry hides every device
+])
+def test_cuda_visible_devices_forms(visible, expected):
+    matches = match_driver_devices(len(expected), [], GPUS, {"CUDA_VISIBLE_DEVICES": visible,
+                                                             "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    assert indices(matches) == expected
+
+
+def test_uuid_wins_once_cuda_is_initialised_and_order_is_marked_approximate():
+    matches = match_driver_devices(2, ["bbbb2222-0000", None], GPUS, {"CUDA_VISIBLE_DEVICES": None})
+    assert matches[0] == (GPUS[1], "uuid")
+    mixed = GPUS[:2] + [{"index": "2", "uuid": "GPU-ffff", "name": "T4"}]
+    assert match_driver_devices(3, [], mixed, {})[2][1].startswith("order (approximate")
+
+
+# -- the real machine: no GPU here ------------------------------------------------
+
+
+def test_snapshot_without_accelerator_shows_process_memory():
+    x = torch.ones(1000, 1000)  # 4,000,000 bytes, named below
+    snap = snapshot({"x": x})
+    assert snap.accelerators == () or all(d.state != "ready" for d in snap.accelerators)
+    cpu = snap.device("cpu")
+    assert cpu.tensors.named_bytes >= 4_000_000 and cpu.tensors.named_count >= 1
+    assert cpu.process_bytes and cpu.process_bytes > 4_000_000
+    assert_adds_up(cpu.reconciliation)
+    plain = build({"torch": "2.13.0+cpu", "cuda": {"compiled": False}, "process": {"rss": 1 << 30}})
+    assert plain.notes == ("No accelerator: this PyTorch build (2.13.0+cpu) has no CUDA; showing this process's memory.",)
+
+
+def test_nvml_failure_is_a_reason_not_an_exception(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert memory.read_nvml() == {"error": "nvidia-ml-py is not installed (pip install 'devinspect[nvml]')"}
+    monkeypatch.delitem(sys.modules, "pynvml")
+    pytest.importorskip("pynvml")
+    result = memory.read_nvml()
+    if "error" in result:  # no driver on this machine
+        assert result["error"].startswith("NVML could not start (NVMLError")
+
+
+def test_simulated_accelerator_without_allocator_statistics(sim):
+    y = torch.ones(10, device=sim)
+    snap = snapshot({"y": y})
+    d = snap.device("sim:0")
+    assert d.state == "unavailable" and "not a DeviceAllocator" in d.status
+    assert "INTERNAL ASSERT" not in d.status
+    assert d.allocated_bytes is None and d.tensors.named_bytes == 40
+    assert "allocator statistics unavailable" in repr(snap)
+
+
+def test_reading_changes_nothing(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("reading must not act")
+
+    for target, name in ((gc, "collect"), (torch.cuda, "empty_cache"), (torch.cuda, "synchronize"),
+                         (torch.cuda, "reset_peak_memory_stats"), (torch.cuda, "init")):
+        monkeypatch.setattr(target, name, forbidden)
+    before = gc.isenabled()
+    snapshot({"t": torch.zeros(3)})
+    assert gc.isenabled() == before
+
+
+def test_reading_never_initialises_cuda():
+    code = (
+        "import torch, devinspect.memory as m, IPython\n"
+        "from IPython.testing.globalipapp import get_ipython\n"
+        "ip = get_ipython(); ip.run_line_magic('load_ext', 'devinspect')\n"
+        "ip.run_cell('import torch; x = torch.ones(3)')\n"
+        "ip.run_cell('%gpumem'); ip.run_cell('%gpumem --track'); ip.run_cell('y = x * 2')\n"
+        "ip.run_cell('%gpumem --history'); m.snapshot({}); m.read()\n"
+        "print('INIT', torch.cuda.is_initialized())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "INIT False" in out.stdout
+    if not torch.cuda._is_compiled():
+        assert "has no CUDA; showing this process's memory" in out.stdout
+
+
+def test_readings_are_plain_json():
+    json.dumps(read())
+
+
+# -- per-cell tracking ----------------------------------------------------------------
+
+
+def test_tracker_records_before_after_and_the_peak_of_a_cell():
+    tracker = memory.MemoryTracker()
+    tracker.before(1, "big = torch.ones(...)")
+    big = torch.ones(64 * MiB // 4)
+    big += 1  # touch every page
+    del big
+    cell = tracker.after()
+    assert cell.cell == 1 and cell.wall_s >= 0 and not cell.failed
+    cpu = {d.device: d for d in cell.devices}["cpu"]
+    assert cpu.allocated_before and cpu.allocated_after
+    if tracker._can_reset_rss_peak:
+        assert cpu.peak_allocated >= cpu.allocated_before + 48 * MiB  # the 64 MiB lived during the cell
+    assert tracker.after() is None  # nothing begun
+    history = tracker.history()
+    assert isinstance(history, MemoryHistory) and len(history.frame) == 1
+    text = repr(history)
+    assert "[1]" in text and "cpu (RSS)" in text and "big = torch.ones" in text
+
+
+def test_history_plot_is_a_matplotlib_figure():
+    pytest.importorskip("matplotlib")
+    tracker = memory.MemoryTracker()
+    for i in range(3):
+        tracker.before(i, f"cell {i}")
+        tracker.after()
+    fig = tracker.history().figure()
+    assert type(fig).__name__ == "Figure" and fig.axes[0].get_title(loc="left") == "cpu"
+    from devinspect.render.memory_plot import history_png
+
+    assert history_png(tracker.history()).startswith(b"\x89PNG")
