@@ -70,11 +70,36 @@ cells = [
     ),
     new_code_cell("%devices opt --kind optimizer_state --sort bytes"),
     new_code_cell("%devices --device {device} --sort bytes -n 5".replace("{device}", "$device")),
+    new_markdown_cell(
+        "## Where is the memory? `%gpumem`\n\n"
+        "Per device: what PyTorch's allocator has allocated and reserved, peaks, what "
+        "`empty_cache()` would release, and what the driver sees, in a table that adds up from "
+        "the tensors you named to the device's total. Without a GPU it shows this process's "
+        "memory. In JupyterLab the buttons act (empty the cache, reset peaks, collect garbage, "
+        "release the tensors only the output history holds) and report what they freed."
+    ),
+    new_code_cell("%gpumem"),
+    new_markdown_cell(
+        "`--track` records every following cell: memory before and after, and the peak while it ran "
+        "(from the allocator's peak counters, reset before each cell; no polling thread)."
+    ),
+    new_code_cell("%gpumem --track"),
+    new_code_cell("activations = [torch.randn(256, 1024, device=device) for _ in range(16)]"),
+    new_code_cell("del activations"),
+    new_code_cell("%gpumem --untrack\n%gpumem --history"),
+    new_code_cell(
+        "snap = %gpumem -o --no-tensors\n"
+        "snap.frame[[\"device\", \"state\", \"allocated_bytes\", \"reserved_bytes\", \"process_bytes\"]]"
+    ),
     new_markdown_cell("The same core works from plain Python, without IPython:"),
     new_code_cell(
         "import devinspect\n"
         "result = devinspect.scan(globals())\n"
         "[(d.device, d.tensors, d.storage_bytes) for d in result.devices]"
+    ),
+    new_code_cell(
+        "from devinspect import memory\n"
+        "memory.snapshot(globals()).reconciliation_frame.head(6)"
     ),
 ]
 

@@ -95,3 +95,86 @@ def test_devcheck_counts_cuda_copies_and_syncs():
     totals = c.report.totals
     assert totals["d2h_count"] == 10 and totals["h2d_count"] == 10 and totals["d2h_bytes"] == 10 * 1024
     assert {f.code for f in c.report.findings} >= {"sync-in-loop", "round-trip"}
+
+
+# -- %gpumem figures against torch's counters and NVML ------------------------------
+
+MiB = 1 << 20
+
+
+def _cuda_row(ns):
+    from devinspect.memory import snapshot
+
+    torch.cuda.synchronize()
+    return snapshot(ns).device("cuda:0")
+
+
+def test_known_allocations_match_allocator_and_named_bytes():
+    torch.zeros(1, device="cuda:0")  # CUDA is initialised by the test, never by devinspect
+    before = _cuda_row({})
+    a = torch.empty(256 * 1024, device="cuda:0")  # exactly 1 MiB
+    b = torch.empty(250, dtype=torch.uint8, device="cuda:0")  # 250 bytes -> one 512-byte block
+    after = _cuda_row({"a": a, "b": b})
+    assert after.allocated_bytes - before.allocated_bytes == MiB + 512
+    assert after.requested_bytes - before.requested_bytes == MiB + 250
+    assert after.tensors.named_bytes == MiB + 250
+    assert after.allocated_bytes == torch.cuda.memory_allocated(0)
+    assert after.reserved_bytes == torch.cuda.memory_reserved(0)
+    assert after.peak_allocated_bytes == torch.cuda.max_memory_allocated(0)
+    rows = after.reconciliation
+    running = 0
+    for r in rows:
+        if r.total:
+            assert r.value_bytes == running, r.label
+        running = r.value_bytes if r.total else running + r.value_bytes
+    if after.process_bytes is not None:  # NVML is installed and sees this process
+        assert after.process_bytes >= after.reserved_bytes
+
+
+def test_nvml_total_matches_cuda():
+    row = _cuda_row({})
+    if row.driver_total_bytes is None:
+        pytest.skip(row.driver_status or "no driver figures")
+    assert row.driver_total_bytes == torch.cuda.mem_get_info(0)[1]
+    assert row.name == torch.cuda.get_device_name(0)
+
+
+def test_empty_cache_action_releases_what_it_announced():
+    from devinspect import actions
+
+    x = torch.empty(64 * MiB // 4, device="cuda:0")
+    del x  # 64 MiB cached, whole segment
+    announced = _cuda_row({}).releasable_bytes
+    assert announced >= 64 * MiB
+    reserved = torch.cuda.memory_reserved(0)
+    result = actions.empty_cache()
+    assert result.ok and result.nbytes == reserved - torch.cuda.memory_reserved(0)
+    assert result.nbytes == announced
+
+
+def test_reset_peak_action_and_tracker_peak():
+    from devinspect import actions
+    from devinspect.memory import MemoryTracker
+
+    y = torch.empty(32 * MiB // 4, device="cuda:0")
+    del y
+    assert torch.cuda.max_memory_allocated(0) >= torch.cuda.memory_allocated(0) + 32 * MiB
+    result = actions.reset_peak_stats()
+    assert result.ok and torch.cuda.max_memory_allocated(0) == torch.cuda.memory_allocated(0)
+    tracker = MemoryTracker()
+    tracker.before(1, "z")
+    z = torch.empty(8 * MiB // 4, device="cuda:0")
+    del z
+    cell = {d.device: d for d in tracker.after().devices}["cuda:0"]
+    assert cell.peak_allocated >= cell.allocated_before + 8 * MiB
+    assert cell.allocated_after == cell.allocated_before
+
+
+def test_snapshot_creates_no_context_on_other_gpus():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    has_context = torch._C._cuda_hasPrimaryContext
+    torch.zeros(1, device="cuda:0")
+    assert not has_context(1)
+    _cuda_row({})
+    assert not has_context(1)

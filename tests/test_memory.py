@@ -15,6 +15,7 @@ import torch
 from devinspect import memory
 from devinspect.memory import build, match_driver_devices, read, snapshot
 from devinspect.memory_model import MemoryHistory, TensorTally
+from devinspect.render.units import human_bytes
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumem_cuda.json"
 MiB = 1 << 20
@@ -46,34 +47,48 @@ def test_fixture_says_where_it_comes_from():
 # -- the reconciliation, from recorded readings --------------------------------
 
 
+@pytest.fixture
+def scenario():
+    return json.loads(FIXTURE.read_text())["scenario"]
+
+
 def test_recorded_cuda_device_figures(recorded):
     readings, tallies = recorded
     d = build(readings, tallies).device("cuda:0")
-    stats = readings["cuda"]["devices"][0]["memory_stats"]
-    assert d.state == "ready" and d.name == "NVIDIA H100 80GB HBM3"
+    raw = readings["cuda"]["devices"][0]
+    stats = raw["memory_stats"]
+    assert d.state == "ready" and d.name == raw["name"]
     assert (d.torch_index, d.driver_index, d.driver_match) == (0, "0", "uuid")
     assert d.allocated_bytes == stats["allocated_bytes.all.current"]
     assert d.reserved_bytes == stats["reserved_bytes.all.current"]
     assert d.peak_allocated_bytes == stats["allocated_bytes.all.peak"]
     assert d.inactive_split_bytes == stats["inactive_split_bytes.all.current"]
-    assert (d.alloc_retries, d.ooms, d.segments) == (0, 0, 5)
-    assert d.releasable_bytes == 512 * MiB  # the one whole cached segment
-    assert d.process_bytes == 866 * MiB + 512 * MiB and d.other_processes_bytes == 2048 * MiB
-    assert d.outside_allocator_bytes == 512 * MiB  # the CUDA context
+    assert (d.alloc_retries, d.ooms, d.segments) == (stats["num_alloc_retries"], stats["num_ooms"],
+                                                     stats["segment.all.current"])
+    assert d.releasable_bytes == d.reserved_bytes - d.active_bytes - d.inactive_split_bytes
+    nvml = readings["nvml"]["devices"][0]
+    ours = [p for p in nvml["processes"] if p["pid"] == readings["process"]["pid"]]
+    assert d.process_bytes == ours[0]["used"]
+    assert d.other_processes_bytes == sum(p["used"] for p in nvml["processes"]) - ours[0]["used"]
+    assert d.outside_allocator_bytes == d.process_bytes - d.reserved_bytes > 0  # the CUDA context at least
 
 
-def test_recorded_reconciliation_adds_up_from_tensors_to_total(recorded):
+def test_recorded_reconciliation_adds_up_from_tensors_to_total(recorded, scenario):
     readings, tallies = recorded
     d = build(readings, tallies).device("cuda:0")
     rows = d.reconciliation
     assert_adds_up(rows)
     by_label = {r.label.split(" (")[0]: r for r in rows}
-    assert by_label["tensors named in the namespace"].value_bytes == 256 * MiB + 1000
-    assert by_label["not reachable from Python"].value_bytes == 32 * MiB
-    assert by_label["not reachable from Python"].source == "derived"
-    assert by_label["rounding to 512-byte blocks"].value_bytes == 24  # 1000 bytes -> one 1024-byte block
-    assert by_label["free pieces of segments in use"].value_bytes == 2 * MiB - 1024  # rest of the 2 MiB segment
-    assert by_label["cached whole segments"].value_bytes == 512 * MiB
+    stats = readings["cuda"]["devices"][0]["memory_stats"]
+    assert by_label["tensors named in the namespace"].value_bytes == sum(scenario["named"].values())
+    assert by_label["held by output history / last traceback"].value_bytes == sum(scenario["history"].values())
+    assert by_label["other live tensors"].value_bytes >= scenario["other_at_least"]
+    unreachable = by_label["not reachable from Python"]
+    assert unreachable.source == "derived" and unreachable.value_bytes >= scenario["unreachable_at_least"]
+    rounding = by_label["rounding to 512-byte blocks"].value_bytes
+    assert 0 <= rounding < 512 * stats["allocation.all.current"]  # under one block per live allocation
+    assert by_label["free pieces of segments in use"].value_bytes == stats["inactive_split_bytes.all.current"]
+    assert by_label["cached whole segments"].value_bytes >= scenario["cached_at_least"]
     assert by_label["reserved by PyTorch"].total and by_label["reserved by PyTorch"].source == "measured"
     assert by_label["total"].value_bytes == readings["nvml"]["devices"][0]["total"]
     assert {r.source for r in rows} == {"measured", "derived"}
@@ -83,14 +98,15 @@ def test_recorded_rendering_text_and_html(recorded):
     readings, tallies = recorded
     snap = build(readings, tallies)
     text = repr(snap)
-    assert "cuda:0  NVIDIA H100 80GB HBM3  (torch 0 · NVML 0 by uuid" in text
-    assert "empty_cache() would release 512.0 MiB" in text
-    assert "= reserved by PyTorch" in text and "866.0 MiB" in text
+    d = snap.device("cuda:0")
+    assert f"cuda:0  {d.name}  (torch 0 · NVML 0 by uuid" in text
+    assert f"empty_cache() would release {human_bytes(d.releasable_bytes)}" in text
+    assert "= reserved by PyTorch" in text and human_bytes(d.reserved_bytes) in text
     assert "  rounding to 512-byte blocks" in text
     html = snap._repr_mimebundle_()["text/html"]
     assert "<meter" in html and "cached whole segments" in html and "<script" not in html
     assert list(snap.frame["device"]) == ["cuda:0", "cpu"]
-    assert snap.frame.loc[0, "releasable_bytes"] == 512 * MiB
+    assert snap.frame.loc[0, "releasable_bytes"] == d.releasable_bytes
     recon = snap.reconciliation_frame
     assert set(recon["source"]) == {"measured", "derived"}
     assert recon[recon["device"] == "cuda:0"]["bytes"].notna().all()
@@ -107,12 +123,13 @@ def test_not_initialised_cuda_says_so_and_measures_nothing(recorded):
     readings, _ = recorded
     readings = copy.deepcopy(readings)
     readings["cuda"] = {"compiled": True, "version": "12.8", "initialized": False, "device_count": 1}
-    readings["nvml"]["devices"][0]["processes"] = [{"pid": 5151, "used": 2048 * MiB}]
+    others = [p for p in readings["nvml"]["devices"][0]["processes"] if p["pid"] != readings["process"]["pid"]]
+    readings["nvml"]["devices"][0]["processes"] = others  # without CUDA this process has no context
     d = build(readings).device("cuda:0")
     assert d.state == "not initialised" and "not initialised" in d.status and "never starts it" in d.status
     assert d.allocated_bytes is None and d.reserved_bytes is None and d.releasable_bytes is None
-    assert d.name == "NVIDIA H100 80GB HBM3" and d.driver_match == "order"  # from NVML, not from CUDA
-    assert d.process_bytes == 0 and d.other_processes_bytes == 2048 * MiB  # no CUDA here: no context
+    assert d.name == readings["nvml"]["devices"][0]["name"] and d.driver_match == "order"  # from NVML
+    assert d.process_bytes == 0 and d.other_processes_bytes == sum(p["used"] for p in others)
     assert_adds_up(d.reconciliation)
     assert "not initialised" in repr(build(readings))
 

@@ -40,6 +40,13 @@ def test_quickstart_runs_and_shows_findings_then_none():
     assert "No findings." in outputs_text(fixed)
     state = outputs_text(by_source["%devices opt --kind optimizer_state --sort bytes"])
     assert 'opt.state[model.embed.weight]["exp_avg"]' in state
+    gpumem = by_source["%gpumem"].outputs
+    bundle = next(o["data"] for o in gpumem if "text/html" in o.get("data", {}))
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # a kernel: the dashboard
+    assert "where the memory is" in bundle["text/plain"] and "<meter" in bundle["text/html"]
+    history = outputs_text(by_source["%gpumem --untrack"])
+    assert "memory per cell" in history and "activations = [torch.randn" in history
+    assert any("image/png" in o.get("data", {}) for o in by_source["%gpumem --untrack"].outputs)
 
 
 @pytest.mark.slow
