@@ -1,4 +1,5 @@
-"""%devices output in a real JupyterLab in headless Chromium: readable in light and dark themes."""
+"""%devices and %gpumem in a real JupyterLab in headless Chromium: readable in light and dark
+themes, and the %gpumem dashboard's buttons act through the kernel."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ CELLS = [
     "model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).to(dev)\n"
     "model[1].to('cpu')\nx = torch.randn(3, 4)",
     "%devices",
+    "torch.ones(1000, device=dev)",
+    "%gpumem",
 ]
 
 
@@ -124,18 +127,24 @@ COLOURS_JS = """
 """
 
 
+def accept_dialogs(page) -> None:
+    """Accept JupyterLab's kernel dialogs ("Select Kernel", "Kernel Restarting") if one is open."""
+    dialog = page.query_selector(".jp-Dialog .jp-mod-accept")
+    if dialog is not None:
+        dialog.click()
+
+
 def run_all_until(page, selector: str, attempts: int = 3):
     """Run All Cells, as a person would, until ``selector`` shows; accept a kernel dialog if one appears."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     for attempt in range(attempts):
-        dialog = page.query_selector(".jp-Dialog .jp-mod-accept")
-        if dialog is not None:
-            dialog.click()
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
-        page.click("#jp-MainMenu >> text=Run")
-        page.click(".lm-Menu-itemLabel >> text=Run All Cells")
         try:
+            accept_dialogs(page)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+            accept_dialogs(page)
+            page.click("#jp-MainMenu >> text=Run", timeout=10_000)
+            page.click(".lm-Menu-itemLabel >> text=Run All Cells", timeout=10_000)
             return page.wait_for_selector(selector, timeout=45_000)
         except PlaywrightTimeout:
             if attempt == attempts - 1:
@@ -171,8 +180,25 @@ def test_devices_table_is_readable_in_jupyterlab(lab):
                 colours = page.eval_on_selector(selector, COLOURS_JS)
                 ratio = contrast(colours["fg"], colours["bg"])
                 assert ratio >= 4.5, f"{selector} contrast {ratio:.1f} in {theme} theme (screenshot: {shot})"
+            check_gpumem_dashboard(page, theme, shot)
         except Exception:
             page.screenshot(path=str(shot), full_page=True)
             raise
         finally:
             browser.close()
+
+
+def check_gpumem_dashboard(page, theme: str, shot: Path) -> None:
+    """The %gpumem widget renders (not its text fallback) and a click runs an action in the kernel."""
+    button = page.wait_for_selector("button.jupyter-button:has-text('Release history: 3.9 KiB')", timeout=60_000)
+    dashboard = page.query_selector(".jp-OutputArea-output:has(button.jupyter-button:has-text('gc.collect()'))")
+    text = dashboard.inner_text()
+    assert "where the memory is" in text and "cpu this process" in text and "sim:0" in text
+    assert page.query_selector(".jp-OutputArea-output .widget-hprogress") is not None  # the bars
+    colours = page.eval_on_selector(".jp-OutputArea-output .widget-html td", COLOURS_JS)
+    ratio = contrast(colours["fg"], colours["bg"])
+    assert ratio >= 4.5, f"dashboard table contrast {ratio:.1f} in {theme} theme (screenshot: {shot})"
+    button.click()
+    page.wait_for_selector(".widget-html:has-text('released Out[')", timeout=30_000)
+    page.wait_for_selector("button.jupyter-button:has-text('Release history: 0 B')", timeout=30_000)
+    page.screenshot(path=str(shot.with_name(f"gpumem-{theme}.png")), full_page=True)

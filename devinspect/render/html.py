@@ -14,7 +14,7 @@ from .text import summary_line
 from .units import human_bytes, shape_text
 
 _CELL = "padding:1px 8px;text-align:left;vertical-align:top"
-_NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums"
+_NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums;white-space:nowrap"
 
 
 def render_scan(result: ScanResult) -> str:

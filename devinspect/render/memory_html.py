@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from ..memory_model import DeviceMemory, MemoryHistory, MemorySnapshot
-from .html import _CELL, _NUM
+from .html import _CELL, _NUM  # one table style for every devinspect table
 from .memory_text import HISTORY_HEADERS, details, device_title, headline, history_rows, recon_value
 from .units import human_bytes
 
