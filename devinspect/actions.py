@@ -333,23 +333,30 @@ def _clear_history(namespace: MutableMapping[str, Any], displayhook: Any, hidden
                    out_keys: set[int], unders: set[str]) -> list[str]:
     cleared = []
     out = namespace.get("Out")
+    released: list[Any] = []  # kept only for identity checks below, dropped on return
     for key in sorted(out_keys):
         if isinstance(out, dict) and key in out:
-            del out[key]
+            released.append(out.pop(key))
             cleared.append(f"Out[{key}]")
         if f"_{key}" in namespace:
-            del namespace[f"_{key}"]
+            released.append(namespace.pop(f"_{key}"))
             cleared.append(f"_{key}")
         hidden.pop(f"_{key}", None)
-    for name in sorted(unders, key=len):
-        empty = ""
-        # IPython keeps _ updating only while its copies (displayhook, hidden names) agree with ours.
-        if displayhook is not None and hasattr(displayhook, name):
-            setattr(displayhook, name, empty)
-        if name in hidden:
-            hidden[name] = empty
-        namespace[name] = empty
-        cleared.append(name)
+    for name in ("_", "__", "___"):
+        # The shell keeps _, __, ___ in three places (namespace, hidden names, displayhook).
+        # Clear each copy that is a released entry or the same object as a cleared name,
+        # so they keep agreeing (IPython updates _ only then); a value the user assigned stays.
+        stores = [namespace, hidden] + ([displayhook.__dict__] if hasattr(displayhook, "__dict__") else [])
+        targets = list(released) + ([namespace[name]] if name in unders and name in namespace else [])
+        hit = False
+        for store in stores:
+            if name in store and any(store[name] is t for t in targets):
+                hit = hit or store is namespace
+                store[name] = ""
+        if hit:
+            cleared.append(name)
+        targets.clear()
+    released.clear()
     return cleared
 
 

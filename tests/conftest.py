@@ -56,9 +56,14 @@ def ip():
     shell.display_formatter.active_types = shell.display_formatter.format_types
     shell.run_line_magic("load_ext", "devinspect")
     before = set(shell.user_ns)
+    outputs_before = set(shell.user_ns["Out"])
     yield shell
     for name in set(shell.user_ns) - before:
         del shell.user_ns[name]
+    # Output history is shared by every test on this shell: drop what this one added.
+    for key in set(shell.user_ns["Out"]) - outputs_before:
+        del shell.user_ns["Out"][key]
+        shell.user_ns_hidden.pop(f"_{key}", None)
     shell.run_line_magic("unload_ext", "devinspect")
     gc.collect()
 

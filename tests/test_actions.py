@@ -143,3 +143,20 @@ def test_release_history_clears_entries_and_the_last_traceback(sim):
     assert ns["kept"] is kept and torch.equal(kept.cpu(), torch.ones(10))  # the user's own name is untouched
     again = actions.release_history(ns, hidden=hidden)
     assert not again.ok and again.message.startswith("nothing to release")
+
+
+def test_release_history_clears_the_displayhooks_copy_but_not_the_users_underscore(sim):
+    import weakref
+
+    class Hook:  # IPython's displayhook keeps its own _, __, ___
+        pass
+
+    shown = torch.ones(1000, device=sim)
+    hook = Hook()
+    hook._, hook.__, hook.___ = shown, "", ""
+    ns = {"Out": {7: shown}, "_7": shown, "_": 5}  # the user assigned _ = 5 (a loop variable, say)
+    probe = weakref.ref(shown)
+    del shown
+    result = actions.release_history(ns, displayhook=hook, hidden={"_7": ns["_7"]})
+    assert result.ok and probe() is None
+    assert ns["_"] == 5 and hook._ == ""

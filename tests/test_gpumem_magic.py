@@ -155,8 +155,8 @@ def test_a_second_watch_replaces_the_first(kernel_ip):
 
 def test_release_history_button_frees_history_tensors(kernel_ip, sim):
     ip = kernel_ip
-    run(ip, "import torch\ntorch.ones(1000, device='sim:0')")
-    held = weakref.ref(ip.user_ns["_"])
+    count = run(ip, "import torch\ntorch.ones(1000, device='sim:0')")[0].execution_count
+    held = weakref.ref(ip.user_ns["Out"][count])
     _, bundle_dashboard = dashboard_of(ip, "")
     assert instance(ip)._watchers == []  # no --watch
     button = bundle_dashboard.buttons["release_history"]
@@ -167,8 +167,8 @@ def test_release_history_button_frees_history_tensors(kernel_ip, sim):
     assert bundle_dashboard.status.value.startswith("✔ released Out[")
     assert "3.9 KiB of tensors only they held" in bundle_dashboard.status.value
     assert button.description == "Release history: 0 B" and not button.disabled
-    run(ip, "torch.zeros(2)")
-    assert ip.user_ns["_"].shape == (2,)  # IPython still updates _ afterwards
+    result, *_ = run(ip, "torch.zeros(2)")
+    assert ip.user_ns["Out"][result.execution_count].shape == (2,)  # history goes on
 
 
 def test_buttons_report_bytes_and_errors_stay_in_the_widget(kernel_ip, monkeypatch):
