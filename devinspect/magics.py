@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import time
 import weakref
 from typing import Any
@@ -131,55 +132,29 @@ class DevInspect(Magics):
             %%devcheck -o report --quiet
             train_one_epoch()
         """
-        args = parse_argstring(self.devcheck, line)
-        if args.output is not None and not args.output.isidentifier():
-            raise UsageError(f"%%devcheck: -o needs a variable name, not {args.output!r}")
-        import ast
+        __tracebackhide__ = True  # the user's traceback starts in their cell, not here
+        run = _CheckedCell(self.shell, parse_argstring(self.devcheck, line), line, cell)
+        if run.needs_await and _event_loop_running():
+            # Only reached when the cell was not rewritten by _await_devcheck_cells (called directly).
+            raise UsageError("%%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
+                             "so the kernel can run it on its event loop")
+        with run:
+            self.shell.run_cell(cell, store_history=False)
+        run.finish()
 
-        from .check import DeviceCheckError, DeviceCheckMode, attach_note
+    async def devcheck_async(self, line: str, cell: str) -> None:
+        """``%%devcheck`` for a cell with top-level ``await``, run on the kernel's event loop.
 
-        transformed = self.shell.transform_cell(cell)
-        ast.parse(transformed)  # a SyntaxError is shown once, by the shell, before anything runs
-        shell = self.shell
-        if _event_loop_running() and shell.should_run_async(cell, transformed_cell=transformed, preprocessing_exc_tuple=None):
-            raise UsageError(
-                "%%devcheck: top-level await cannot run inside %%devcheck in a running kernel. "
-                "Put the awaited code in an async function and use `with devinspect.check(): ...` inside it."
-            )
-        namespace = shell.user_ns
-        mode = DeviceCheckMode(namespace, lambda frame: frame.f_code.co_name == "<module>" and frame.f_globals is namespace)
-        failure: list[BaseException] = []
-
-        def keep(shell_: Any, etype: Any, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
-            failure.append(value)
-            return []
-
-        saved = (shell.custom_exceptions, shell.CustomTB)
-        shell.set_custom_exc((Exception,), keep)
-        start = time.perf_counter()
-        try:
-            with mode:
-                shell.run_cell(cell, store_history=False)
-        finally:
-            shell.custom_exceptions, shell.CustomTB = saved
-        error = failure[0] if failure else None
-        report = mode.report(error, time.perf_counter() - start)
-        if args.output:
-            namespace[args.output] = report
-        if not args.quiet or report.has_findings:
-            from IPython.display import display
-
-            display(report)
-            if report.mismatch is not None and report.mismatch.fix and getattr(shell, "kernel", None) is not None:
-                # A widget frontend: offer the fix as a button, then a re-run of this cell.
-                from .render.widgets import fix_panel
-
-                display(fix_panel(report.mismatch, namespace, lambda: shell.run_cell(f"%%devcheck {line}\n{cell}")))
-        if error is not None:
-            attach_note(error, report)
-            raise error.with_traceback(error.__traceback__)
-        if args.strict and report.has_findings:
-            raise DeviceCheckError(report)
+        A %%devcheck cell whose body awaits is rewritten (by an input transformer that
+        loading the extension registers) into ``await`` of this method, so the kernel
+        runs it as an async cell instead of blocking its own loop.
+        """
+        __tracebackhide__ = True
+        run = _CheckedCell(self.shell, parse_argstring(self.devcheck, line), line, cell)
+        with run:
+            await self.shell.run_cell_async(cell, store_history=False, transformed_cell=run.transformed,
+                                            preprocessing_exc_tuple=None)
+        run.finish()
 
 
     @magic_arguments()
@@ -399,6 +374,100 @@ def _with_fallback(widget: Any, fallback: Any) -> dict[str, Any]:
     return bundle
 
 
+class _CheckedCell:
+    """One %%devcheck run: the mode and error capture around the cell, then the report."""
+
+    def __init__(self, shell: Any, args: Any, line: str, cell: str):
+        import ast
+
+        from .check import DeviceCheckMode
+
+        if args.output is not None and not args.output.isidentifier():
+            raise UsageError(f"%%devcheck: -o needs a variable name, not {args.output!r}")
+        self.shell, self.args, self.line, self.cell = shell, args, line, cell
+        self.transformed = shell.transform_cell(cell)
+        ast.parse(self.transformed)  # a SyntaxError is shown once, by the shell, before anything runs
+        self.needs_await = bool(shell.should_run_async(cell, transformed_cell=self.transformed,
+                                                       preprocessing_exc_tuple=None))
+        namespace = shell.user_ns
+        self.mode = DeviceCheckMode(namespace,
+                                    lambda frame: frame.f_code.co_name == "<module>" and frame.f_globals is namespace)
+        self.failure: list[BaseException] = []
+        self.start = 0.0
+
+    def _keep(self, shell_: Any, etype: Any, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
+        self.failure.append(value)
+        return []
+
+    def __enter__(self) -> _CheckedCell:
+        self._saved = (self.shell.custom_exceptions, self.shell.CustomTB)
+        self.shell.set_custom_exc((Exception,), self._keep)
+        self.start = time.perf_counter()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.mode.__exit__(*exc)
+        finally:
+            self.shell.custom_exceptions, self.shell.CustomTB = self._saved
+        self.elapsed = time.perf_counter() - self.start
+
+    def finish(self) -> None:
+        """Show the report (and, in Jupyter, the fix buttons); raise the cell's error again."""
+        from .check import DeviceCheckError, attach_note
+
+        __tracebackhide__ = True
+        shell, args, namespace = self.shell, self.args, self.shell.user_ns
+        error = self.failure[0] if self.failure else None
+        report = self.mode.report(error, self.elapsed)
+        if args.output:
+            namespace[args.output] = report
+        if not args.quiet or report.has_findings:
+            from IPython.display import display
+
+            display(report)
+            if report.mismatch is not None and report.mismatch.fix and getattr(shell, "kernel", None) is not None:
+                # A widget frontend: offer the fix as a button, then a re-run of this cell.
+                from .render.widgets import fix_panel
+
+                source = f"%%devcheck {self.line}\n{self.cell}"
+                display(fix_panel(report.mismatch, namespace, lambda: shell.run_cell(source)))
+        if error is not None:
+            attach_note(error, report)
+            raise error.with_traceback(error.__traceback__)
+        if args.strict and report.has_findings:
+            raise DeviceCheckError(report)
+
+
+_DEVCHECK_LINE = re.compile(r"^\s*%%devcheck(?:\s+(.*))?$")
+
+
+def await_devcheck_cells(shell: Any) -> Any:
+    """An input transformer: a %%devcheck cell whose body has top-level ``await`` becomes
+    ``await <DevInspect>.devcheck_async(line, body)``, which the kernel runs on its loop.
+    Any other cell, or anything unexpected, passes through unchanged."""
+
+    def transform(lines: list[str]) -> list[str]:
+        try:
+            if not lines:
+                return lines
+            m = _DEVCHECK_LINE.match(lines[0].rstrip("\n"))
+            if m is None:
+                return lines
+            body = "".join(lines[1:])
+            transformed = shell.transform_cell(body)
+            if not shell.should_run_async(body, transformed_cell=transformed, preprocessing_exc_tuple=None):
+                return lines
+            line = (m.group(1) or "").strip()
+            return [f"await get_ipython().find_cell_magic('devcheck').__self__.devcheck_async({line!r}, {body!r})\n"]
+        except Exception:  # noqa: BLE001 - never break a cell; the magic reports its own errors
+            return lines
+
+    transform.devinspect = True  # type: ignore[attr-defined]
+    return transform
+
+
 def _event_loop_running() -> bool:
     import asyncio
 
@@ -439,6 +508,7 @@ def load(shell: Any) -> None:
         return
     instance = DevInspect(shell=shell)  # Magics.__init__ adds it to shell.configurables (%config)
     shell.register_magics(instance)
+    shell.input_transformers_cleanup.append(await_devcheck_cells(shell))
     _instances[id(shell)] = instance
 
 
@@ -448,6 +518,8 @@ def unload(shell: Any) -> None:
     if instance is None:
         return
     instance.close()
+    shell.input_transformers_cleanup[:] = [t for t in shell.input_transformers_cleanup
+                                           if not getattr(t, "devinspect", False)]
     manager = shell.magics_manager
     for kind, names in _MAGIC_NAMES.items():
         for name in names:

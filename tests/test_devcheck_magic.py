@@ -97,9 +97,40 @@ def test_run_all_stops_at_the_failing_cell():
 
 
 @pytest.mark.slow
-def test_top_level_await_gets_a_clear_message_in_a_kernel():
-    cells = ["%load_ext devinspect", "import asyncio", "%%devcheck\nawait asyncio.sleep(0)"]
+def test_top_level_await_runs_on_the_kernel_loop():
+    cells = [
+        "%load_ext devinspect",
+        "import asyncio, torch\nfrom devinspect import testing\ndev = testing.enable()",
+        "%%devcheck -o rep\nawait asyncio.sleep(0.01)\nfor _ in range(3):\n    v = torch.ones(2, device=dev).sum().item()\nv",
+        "print(rep.totals['syncs'], asyncio.get_running_loop().is_running())",
+        "%%devcheck\nawait asyncio.sleep(0)\nraise ValueError('after await')",
+        "print('not reached')",
+    ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True).execute()
-    shown = "".join(o.get("text", "") + o.get("evalue", "") for o in nb.cells[2].outputs)
-    assert "UsageError: %%devcheck: top-level await" in shown and "devinspect.check()" in shown
+    with pytest.raises(CellExecutionError):
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    texts = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in nb.cells[2].outputs)
+    assert "3 host syncs" in texts and "2.0" in texts  # counted, and the cell's value shown
+    assert "".join(o.get("text", "") for o in nb.cells[3].outputs).split() == ["3", "True"]
+    error = next(o for o in nb.cells[4].outputs if o.output_type == "error")
+    assert error.ename == "ValueError" and error.evalue == "after await"
+    assert nb.cells[5].outputs == []  # Run All stopped on the re-raised error
+
+
+def test_await_cells_are_rewritten_only_when_they_await(ip):
+    rewritten = ip.transform_cell("%%devcheck -q\nawait f()\n")
+    assert rewritten.startswith("await get_ipython().find_cell_magic('devcheck').__self__.devcheck_async('-q',")
+    assert "devcheck_async" not in ip.transform_cell("%%devcheck\nx = 1\n")
+    assert "devcheck_async" not in ip.transform_cell("%%time\nawait f()\n")
+    ip.run_line_magic("unload_ext", "devinspect")
+    assert not any(getattr(t, "devinspect", False) for t in ip.input_transformers_cleanup)
+    assert "devcheck_async" not in ip.transform_cell("%%devcheck\nawait f()\n")
+    ip.run_line_magic("load_ext", "devinspect")
+    ip.run_line_magic("reload_ext", "devinspect")
+    assert sum(getattr(t, "devinspect", False) for t in ip.input_transformers_cleanup) == 1
+
+
+def test_await_in_terminal_ipython(ip):
+    result, text, _, _ = run(ip, "%%devcheck -o rep\nimport asyncio\nawait asyncio.sleep(0)\nz = 5")
+    assert result.success and ip.user_ns["z"] == 5 and "devcheck:" in text
+    assert ip.user_ns["rep"].totals["syncs"] == 0
