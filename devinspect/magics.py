@@ -135,7 +135,7 @@ class DevInspect(Magics):
         __tracebackhide__ = True  # the user's traceback starts in their cell, not here
         run = _CheckedCell(self.shell, parse_argstring(self.devcheck, line), line, cell)
         if run.needs_await and _event_loop_running():
-            # Only reached when the cell was not rewritten by _await_devcheck_cells (called directly).
+            # Only reached when the cell was not rewritten by await_devcheck_cells (a direct call).
             raise UsageError("%%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
                              "so the kernel can run it on its event loop")
         with run:
