@@ -1,9 +1,10 @@
 """The scoped torch mode behind ``%%devcheck``: transfers, host syncs and device mismatches.
 
-Only a :class:`~torch.overrides.TorchFunctionMode` is used. It sees every tensor
+A :class:`~torch.overrides.TorchFunctionMode` does the work. It sees every tensor
 call made from Python (``.item()``, ``.to()``, ``.numpy()``, printing) at about a
 microsecond per call and, unlike a dispatch mode, leaves ``torch.compile`` and other
-modes alone. Uninteresting calls return after one set lookup; copies and syncs are
+modes alone. Only while a ``.backward()`` call runs is a dispatch mode added, to
+count the copies autograd makes below Python. Uninteresting calls return after one set lookup; copies and syncs are
 attributed to the innermost line of user code; when a call raises and its tensor
 inputs sit on different devices (decided from the inputs, never from the message),
 the operands are named in the user's words and the fix is written out.
@@ -22,12 +23,14 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .model import SEVERITY_ORDER, CheckReport, Finding, LineStats, Mismatch, Operand, SourceLine, device_is_accelerator
 from .render.units import human_bytes
 
 _T = torch.Tensor
+_aten = torch.ops.aten
 
 _LIBRARY_DIRS = tuple(
     os.path.dirname(os.path.abspath(m.__file__)) + os.sep
@@ -43,7 +46,8 @@ _FACTORIES = frozenset({
     "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "tensor", "as_tensor",
     "ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like",
 })
-_INTERESTING = frozenset({*_SYNC_METHODS, "to", "cpu", "cuda", "xpu", "mps", "copy_", "__getitem__", *_FACTORIES})
+_INTERESTING = frozenset({*_SYNC_METHODS, "to", "cpu", "cuda", "xpu", "mps", "copy_", "__getitem__", "backward",
+                          *_FACTORIES})
 
 #: A line whose host syncs repeat at least this often is flagged as syncing in a loop.
 LOOP_SYNCS = 10
@@ -95,7 +99,12 @@ class DeviceCheckMode(TorchFunctionMode):
                 raise
         try:
             before = self._before(name, func, args, kwargs)
-            result = func(*args, **kwargs)
+            if name == "backward":
+                # Autograd's copies happen below Python: watch the dispatcher, during backward only.
+                with _BackwardCopies(self, self._where()):
+                    result = func(*args, **kwargs)
+            else:
+                result = func(*args, **kwargs)
         except Exception as exc:
             self._on_error(func, args, kwargs, exc)
             raise
@@ -298,6 +307,41 @@ class DeviceCheckMode(TorchFunctionMode):
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
             error=_first_line(error) if error is not None else None, elapsed_s=elapsed_s,
         )
+
+
+class _BackwardCopies(TorchDispatchMode):
+    """Counts the cross-device copies autograd makes during one ``.backward()`` call.
+
+    Active only while that call runs, so the forward pass keeps the cheap function-mode
+    path; the copies (exact bytes, from the dispatcher) are attributed to the line that
+    called ``.backward()``. Tells torch.compile to look through it.
+    """
+
+    def __init__(self, mode: DeviceCheckMode, where: tuple[SourceLine, int | None]):
+        super().__init__()
+        self.mode, self.where = mode, where
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if func is _aten._to_copy.default and isinstance(result, _T):
+            self._copied(args[0], result.device)
+        elif func is _aten.copy_.default and len(args) > 1 and isinstance(args[1], _T):
+            self._copied(args[1], args[0].device)
+        return result
+
+    def _copied(self, src: Any, dst: Any) -> None:
+        if src.device == dst:
+            return
+        src_host, dst_host = src.device.type == "cpu", dst.type == "cpu"
+        direction = "h2d" if src_host and not dst_host else "d2h" if dst_host and not src_host else "d2d"
+        self.mode._count(self.where, direction, src.nbytes)
+        if direction == "d2h":
+            self.mode._sync("backward copy to host", self.where)
 
 
 def _source_line(frame: types.FrameType, in_cell: bool) -> SourceLine:

@@ -244,6 +244,38 @@ def test_torch_compile_still_compiles_inside_the_check():
     assert out.shape == (8,)
 
 
+def test_backward_copies_are_counted_on_the_backward_line(sim):
+    x = torch.randn(4, 8, requires_grad=True)  # a CPU leaf fed to a device model
+    w = torch.randn(8, 3, device=sim, requires_grad=True)
+    with devinspect.check({"x": x, "w": w}) as c:
+        y = x.to(sim) @ w
+        y.sum().backward()  # autograd copies x's gradient back to the host
+    lines = {s.where.text.strip(): s for s in c.report.lines}
+    forward, backward = lines["y = x.to(sim) @ w"], lines["y.sum().backward()  # autograd copies x's gradient back to the host"]
+    assert (forward.h2d_count, forward.h2d_bytes, forward.d2h_count) == (1, 128, 0)
+    assert (backward.d2h_count, backward.d2h_bytes) == (1, 128)
+    assert dict(backward.syncs) == {"backward copy to host": 1}
+    assert x.grad.device.type == "cpu" and w.grad.device == sim
+
+
+def test_compiled_forward_and_backward_inside_the_check():
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+    a = torch.randn(8, requires_grad=True)
+
+    def f(t):
+        return (torch.sin(t) * 2).sum()
+
+    expected = torch.autograd.grad(f(a), a)[0]
+    with devinspect.check({}):
+        torch.compile(f, backend=counter)(a).backward()
+    assert counter.frame_count == 1 and counter.op_count >= 2  # compiled under the check, not run eagerly
+    assert torch.allclose(a.grad, expected)
+
+
 def test_strict_turns_findings_into_an_error(sim):
     t = torch.ones(3, device=sim)
     with pytest.raises(DeviceCheckError, match="host waits for the device"):
