@@ -3,8 +3,9 @@
 A :class:`~torch.overrides.TorchFunctionMode` does the work. It sees every tensor
 call made from Python (``.item()``, ``.to()``, ``.numpy()``, printing) at about a
 microsecond per call and, unlike a dispatch mode, leaves ``torch.compile`` and other
-modes alone. Only while a ``.backward()`` call runs is a dispatch mode added, to
-count the copies autograd makes below Python. Uninteresting calls return after one set lookup; copies and syncs are
+modes alone. The copies autograd makes in the backward pass (a gradient going back
+across devices through ``.to()``) are counted by a pre-hook on each such ``.to()``'s
+autograd node, set when the forward copy is seen and removed when the check ends. Uninteresting calls return after one set lookup; copies and syncs are
 attributed to the innermost line of user code; when a call raises and its tensor
 inputs sit on different devices (decided from the inputs, never from the message),
 the operands are named in the user's words and the fix is written out.
@@ -23,14 +24,12 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .model import SEVERITY_ORDER, CheckReport, Finding, LineStats, Mismatch, Operand, SourceLine, device_is_accelerator
 from .render.units import human_bytes
 
 _T = torch.Tensor
-_aten = torch.ops.aten
 
 _LIBRARY_DIRS = tuple(
     os.path.dirname(os.path.abspath(m.__file__)) + os.sep
@@ -84,6 +83,15 @@ class DeviceCheckMode(TorchFunctionMode):
         self._flags: list[Finding] = []
         self._flagged: set[tuple[str, str]] = set()
         self.mismatch: Mismatch | None = None
+        self._backward_where: tuple[SourceLine, int | None] | None = None
+        self._hooks: list[Any] = []  # handles of the gradient-copy hooks, removed on exit
+        self._hooked: set[int] = set()
+
+    def __exit__(self, *exc: Any) -> Any:
+        for handle in self._hooks:
+            handle.remove()  # the user's autograd graph is left as it was
+        self._hooks.clear()
+        return super().__exit__(*exc)
 
     # -- the hot path ----------------------------------------------------------
 
@@ -100,9 +108,13 @@ class DeviceCheckMode(TorchFunctionMode):
         try:
             before = self._before(name, func, args, kwargs)
             if name == "backward":
-                # Autograd's copies happen below Python: watch the dispatcher, during backward only.
-                with _BackwardCopies(self, self._where()):
+                # Gradient copies run inside autograd (on its own threads for CUDA): they are
+                # counted by the hooks set in _after, on the line that called .backward().
+                self._backward_where = self._where()
+                try:
                     result = func(*args, **kwargs)
+                finally:
+                    self._backward_where = None
             else:
                 result = func(*args, **kwargs)
         except Exception as exc:
@@ -136,6 +148,8 @@ class DeviceCheckMode(TorchFunctionMode):
             src, dst = before
             if dst.type == "cpu" and src.type != "cpu":
                 self._from_device[result] = self._where()[0].label
+            if src != dst and result.grad_fn is not None:
+                self._count_gradient_copy(result.grad_fn, src)
         elif name in _FACTORIES and isinstance(result, _T):
             where = self._where()
             given = kwargs.get("device") is not None or name.endswith("_like")
@@ -143,6 +157,20 @@ class DeviceCheckMode(TorchFunctionMode):
             if name in ("tensor", "as_tensor") and given and device_is_accelerator(str(result.device)):
                 self._count(where, "h2d", result.nbytes)
                 self._sync(f"torch.{name}(…, device=)", where)
+
+    def _count_gradient_copy(self, node: Any, src: Any) -> None:
+        """Count, during backward, the copy of the gradient back to ``src`` through ``node``."""
+        if id(node) in self._hooked:
+            return
+        self._hooked.add(id(node))
+
+        def before_node(grad_outputs: tuple) -> None:
+            grad = grad_outputs[0] if grad_outputs else None
+            if isinstance(grad, _T) and grad.device != src:
+                where = self._backward_where or self._where()
+                self._copy_counted(where, grad.device, src, grad.nbytes, "backward copy to host")
+
+        self._hooks.append(node.register_prehook(before_node))
 
     def _planned_copy(self, name: str, t: Any, args: tuple, kwargs: dict) -> Any:
         src = t.device
@@ -168,15 +196,18 @@ class DeviceCheckMode(TorchFunctionMode):
         if src == dst:
             return
         where = self._where()
-        src_host, dst_host = src.type == "cpu", dst.type == "cpu"
-        if src_host and not dst_host:
-            self._count(where, "h2d", nbytes)
+        if self._copy_counted(where, src, dst, nbytes, ".cpu()") == "h2d":
             self._host_to_device_checks(where[0], source_tensor, nbytes, non_blocking)
-        elif dst_host and not src_host:
-            self._count(where, "d2h", nbytes)
-            self._sync(".cpu()", where)
-        elif not src_host and not dst_host:
-            self._count(where, "d2d", nbytes)
+
+    def _copy_counted(self, where: tuple[SourceLine, int | None], src: Any, dst: Any, nbytes: int,
+                      sync_kind: str) -> str:
+        """Count one copy between two different devices; a copy to the host is also a sync."""
+        src_host, dst_host = src.type == "cpu", dst.type == "cpu"
+        direction = "h2d" if src_host and not dst_host else "d2h" if dst_host and not src_host else "d2d"
+        self._count(where, direction, nbytes)
+        if direction == "d2h":
+            self._sync(sync_kind, where)
+        return direction
 
     def _host_to_device_checks(self, where: SourceLine, t: Any, nbytes: int, non_blocking: bool) -> None:
         origin = self._from_device.get(t)
@@ -307,41 +338,6 @@ class DeviceCheckMode(TorchFunctionMode):
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
             error=_first_line(error) if error is not None else None, elapsed_s=elapsed_s,
         )
-
-
-class _BackwardCopies(TorchDispatchMode):
-    """Counts the cross-device copies autograd makes during one ``.backward()`` call.
-
-    Active only while that call runs, so the forward pass keeps the cheap function-mode
-    path; the copies (exact bytes, from the dispatcher) are attributed to the line that
-    called ``.backward()``. Tells torch.compile to look through it.
-    """
-
-    def __init__(self, mode: DeviceCheckMode, where: tuple[SourceLine, int | None]):
-        super().__init__()
-        self.mode, self.where = mode, where
-
-    @classmethod
-    def ignore_compile_internals(cls) -> bool:
-        return True
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        result = func(*args, **kwargs)
-        if func is _aten._to_copy.default and isinstance(result, _T):
-            self._copied(args[0], result.device)
-        elif func is _aten.copy_.default and len(args) > 1 and isinstance(args[1], _T):
-            self._copied(args[1], args[0].device)
-        return result
-
-    def _copied(self, src: Any, dst: Any) -> None:
-        if src.device == dst:
-            return
-        src_host, dst_host = src.device.type == "cpu", dst.type == "cpu"
-        direction = "h2d" if src_host and not dst_host else "d2h" if dst_host and not src_host else "d2d"
-        self.mode._count(self.where, direction, src.nbytes)
-        if direction == "d2h":
-            self.mode._sync("backward copy to host", self.where)
 
 
 def _source_line(frame: types.FrameType, in_cell: bool) -> SourceLine:

@@ -256,6 +256,12 @@ def test_backward_copies_are_counted_on_the_backward_line(sim):
     assert (backward.d2h_count, backward.d2h_bytes) == (1, 128)
     assert dict(backward.syncs) == {"backward copy to host": 1}
     assert x.grad.device.type == "cpu" and w.grad.device == sim
+    expected = x.grad.clone()
+    x.grad = None
+    with devinspect.check({"x": x, "w": w}) as later:
+        y = x.to(sim) @ w
+    y.sum().backward()  # after the check: its hooks are gone, nothing is counted or changed
+    assert later.report.totals["d2h_count"] == 0 and torch.equal(x.grad, expected)
 
 
 def test_compiled_forward_and_backward_inside_the_check():
