@@ -14,7 +14,7 @@ import re
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, MutableMapping
+from typing import Any, Iterable, MutableMapping
 
 import torch
 
@@ -227,7 +227,8 @@ def reset_peak_stats() -> ActionResult:
     from .memory import read_process
 
     changes, lowered = [], 0
-    for d in _ready_devices():
+    before = _ready_devices()
+    for d in before:
         try:
             if d.kind == "cuda":
                 torch.cuda.reset_peak_memory_stats(d.torch_index)
@@ -235,7 +236,9 @@ def reset_peak_stats() -> ActionResult:
                 torch.accelerator.reset_peak_memory_stats(d.torch_index)
         except Exception as exc:  # noqa: BLE001
             return ActionResult(False, f"could not reset the peaks of {d.device}: {type(exc).__name__}: {exc}")
-        now = {x.device: x for x in _ready_devices()}[d.device]
+    after = {x.device: x for x in _ready_devices()}
+    for d in before:
+        now = after[d.device]
         lowered += (d.peak_allocated_bytes or 0) - (now.peak_allocated_bytes or 0)
         changes.append(_change(f"{d.device} peak allocated", d.peak_allocated_bytes, now.peak_allocated_bytes))
         changes.append(_change("peak reserved", d.peak_reserved_bytes, now.peak_reserved_bytes))
@@ -322,9 +325,9 @@ def release_history(
     if traceback_too:
         _clear_last_error()
         cleared.append("sys.last_traceback (%debug and %tb no longer see the last error)")
-    changes = [_change(f"{dev} allocated", n, a.allocated_bytes)
-               for dev, n in allocated_before.items()
-               for a in _ready_devices() if a.device == dev and a.allocated_bytes != n]
+    allocated_after = {d.device: d.allocated_bytes for d in _ready_devices()}
+    changes = [_change(f"{dev} allocated", n, allocated_after.get(dev))
+               for dev, n in allocated_before.items() if allocated_after.get(dev) != n]
     message = f"released {', '.join(cleared)}: {human_bytes(freed)} of tensors only they held"
     return ActionResult(True, message + (f" ({'; '.join(changes)})" if changes else ""), freed)
 
@@ -367,12 +370,3 @@ def _clear_last_error() -> None:
     for name in ("last_traceback", "last_value", "last_type", "last_exc"):
         if hasattr(sys, name):
             setattr(sys, name, None)
-
-
-#: The memory actions a dashboard offers, by button name.
-MEMORY_ACTIONS: dict[str, Callable[..., ActionResult]] = {
-    "empty_cache": empty_cache,
-    "reset_peak_stats": reset_peak_stats,
-    "collect_garbage": collect_garbage,
-    "release_history": release_history,
-}

@@ -74,13 +74,10 @@ class DevInspect(Magics):
             r = %devices                   # keep the result: r.frame, r.findings
         """
         args = parse_argstring(self.devices, line)
-        from .scan import is_history_name, scan
+        from .scan import scan
 
         namespace = self.shell.user_ns
-        hidden = self.shell.user_ns_hidden
-        # IPython's own variables, unless the user rebound them; history names stay,
-        # since the scan measures what they hold.
-        exclude = [n for n, v in hidden.items() if namespace.get(n, v) is v and not is_history_name(n)]
+        exclude = self._ipython_names()
         include_hidden = bool(args.hidden or self.include_hidden)
         try:
             result = scan(
@@ -102,6 +99,14 @@ class DevInspect(Magics):
         view = {"max_rows": max_rows, "sort": args.sort or self.sort, "findings_only": args.findings}
         return result.filter(**view)
 
+
+    def _ipython_names(self) -> list[str]:
+        """IPython's own variables, unless the user rebound them. History names are kept:
+        the scan measures what they hold."""
+        from .scan import is_history_name
+
+        namespace, hidden = self.shell.user_ns, self.shell.user_ns_hidden
+        return [n for n, v in hidden.items() if namespace.get(n, v) is v and not is_history_name(n)]
 
     @magic_arguments()
     @argument("-o", "--output", metavar="NAME", help="Store the report (a CheckReport, with .frame) in this variable.")
@@ -215,9 +220,7 @@ class DevInspect(Magics):
 
         def collect(count_tensors: bool) -> Any:
             if count_tensors_by_default and (count_tensors or "tallies" not in last):
-                exclude = [n for n, v in shell.user_ns_hidden.items()
-                           if shell.user_ns.get(n, v) is v and not _is_history(n)]
-                last["tallies"] = tally_tensors(shell.user_ns, exclude=exclude)
+                last["tallies"] = tally_tensors(shell.user_ns, exclude=self._ipython_names())
             snapshot = build(read(), last.get("tallies"))
             return _only_device(snapshot, device) if device else snapshot
 
@@ -342,12 +345,6 @@ class DevInspect(Magics):
         self._set_event("pre_run_cell", self._before_cell_track, False)
         self._set_event("post_run_cell", self._after_cell_track, False)
         self._set_event("post_run_cell", self._after_cell_watch, False)
-
-
-def _is_history(name: str) -> bool:
-    from .scan import is_history_name
-
-    return is_history_name(name)
 
 
 def _only_device(snapshot: Any, text: str) -> Any:

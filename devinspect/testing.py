@@ -226,6 +226,11 @@ def _register_kernels() -> None:
 def enable() -> torch.device:
     """Register the simulated device (once per process) and return ``sim:0``.
 
+    Backward passes then run on the calling thread
+    (``torch.autograd.set_multithreading_enabled(False)``): autograd's per-device
+    worker thread for a Python backend makes the interpreter abort at exit
+    ("terminate called without an active exception") in about half the runs.
+
     Raises :class:`SimulatedDeviceError` when another PrivateUse1 backend already
     owns the slot.
     """
@@ -242,6 +247,7 @@ def enable() -> torch.device:
             if current == "privateuseone":
                 _setup_privateuseone_for_python_backend(DEVICE_TYPE, backend_module=_BackendModule())
             _register_kernels()
+            torch.autograd.set_multithreading_enabled(False)
             _enabled = True
     return torch.device(DEVICE_TYPE, 0)
 

@@ -97,3 +97,14 @@ def test_simulated_device_never_initialises_cuda():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.slow
+def test_backward_on_the_simulated_device_exits_cleanly():
+    # Autograd's worker thread for a Python device used to abort about half of these exits.
+    code = (
+        "import torch\nfrom devinspect import testing\nd = testing.enable()\n"
+        "m = torch.nn.Linear(2, 2).to(d); m(torch.ones(1, 2, device=d)).sum().backward()\n"
+    )
+    codes = [subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=180).returncode for _ in range(5)]
+    assert codes == [0] * 5
