@@ -224,7 +224,7 @@ def empty_cache() -> ActionResult:
 
 def reset_peak_stats() -> ActionResult:
     """Reset the allocator's peak counters (and, on Linux, this process's peak resident memory)."""
-    from .memory import read_process
+    from .memory import read_process, reset_process_peak
 
     changes, lowered = [], 0
     before = _ready_devices()
@@ -243,12 +243,8 @@ def reset_peak_stats() -> ActionResult:
         changes.append(_change(f"{d.device} peak allocated", d.peak_allocated_bytes, now.peak_allocated_bytes))
         changes.append(_change("peak reserved", d.peak_reserved_bytes, now.peak_reserved_bytes))
     peak_before = read_process().get("peak_rss")
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # the kernel's peak resident set (VmHWM) restarts from the current RSS
+    if reset_process_peak():
         changes.append(_change("cpu peak resident", peak_before, read_process().get("peak_rss")))
-    except OSError:
-        pass
     if not changes:
         return ActionResult(False, f"nothing to reset: {_no_allocator_reason()}")
     return ActionResult(True, "peaks reset: " + "; ".join(changes), lowered)
@@ -336,7 +332,7 @@ def _clear_history(namespace: MutableMapping[str, Any], displayhook: Any, hidden
                    out_keys: set[int], unders: set[str]) -> list[str]:
     cleared = []
     out = namespace.get("Out")
-    released: list[Any] = []  # kept only for identity checks below, dropped on return
+    released: list[Any] = []  # for the identity checks below; freed when this returns
     for key in sorted(out_keys):
         if isinstance(out, dict) and key in out:
             released.append(out.pop(key))
@@ -358,8 +354,6 @@ def _clear_history(namespace: MutableMapping[str, Any], displayhook: Any, hidden
                 store[name] = ""
         if hit:
             cleared.append(name)
-        targets.clear()
-    released.clear()
     return cleared
 
 

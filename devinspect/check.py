@@ -5,8 +5,8 @@ call made from Python (``.item()``, ``.to()``, ``.numpy()``, printing) at about 
 microsecond per call and, unlike a dispatch mode, leaves ``torch.compile`` and other
 modes alone. The copies autograd makes in the backward pass (a gradient going back
 across devices through ``.to()``) are counted by a pre-hook on each such ``.to()``'s
-autograd node, set when the forward copy is seen and removed when the check ends. Uninteresting calls return after one set lookup; copies and syncs are
-attributed to the innermost line of user code; when a call raises and its tensor
+autograd node, set when the forward copy is seen and removed when the check ends.
+Uninteresting calls return after one set lookup; copies and syncs are attributed to the innermost line of user code; when a call raises and its tensor
 inputs sit on different devices (decided from the inputs, never from the message),
 the operands are named in the user's words and the fix is written out.
 """
@@ -85,7 +85,6 @@ class DeviceCheckMode(TorchFunctionMode):
         self.mismatch: Mismatch | None = None
         self._backward_where: tuple[SourceLine, int | None] | None = None
         self._hooks: list[Any] = []  # handles of the gradient-copy hooks, removed on exit
-        self._hooked: set[int] = set()
 
     def __exit__(self, *exc: Any) -> Any:
         for handle in self._hooks:
@@ -159,10 +158,8 @@ class DeviceCheckMode(TorchFunctionMode):
                 self._sync(f"torch.{name}(…, device=)", where)
 
     def _count_gradient_copy(self, node: Any, src: Any) -> None:
-        """Count, during backward, the copy of the gradient back to ``src`` through ``node``."""
-        if id(node) in self._hooked:
-            return
-        self._hooked.add(id(node))
+        """Count, during backward, the copy of the gradient back to ``src`` through ``node``
+        (a fresh node per forward copy, so each gets one hook)."""
 
         def before_node(grad_outputs: tuple) -> None:
             grad = grad_outputs[0] if grad_outputs else None

@@ -161,7 +161,6 @@ class DevInspect(Magics):
                                             preprocessing_exc_tuple=None)
         run.finish()
 
-
     @magic_arguments()
     @argument("-d", "--device", help="Only this device (cuda:0, cuda, cpu).")
     @argument("--watch", type=float, metavar="SECONDS",
@@ -245,10 +244,10 @@ class DevInspect(Magics):
         if args.watch is not None and not widgets_frontend:
             raise UsageError("%gpumem: --watch needs a Jupyter kernel (a live widget); here use %gpumem again, "
                              "or %gpumem --track to record every cell")
-        snapshot = collect(True)  # raises UsageError for an unknown -d before anything is shown
         if widgets_frontend:
             from .render.memory_widget import MemoryDashboard, Watcher
 
+            # Its first read counts the tensors (and raises UsageError for an unknown -d) before anything shows.
             dashboard = MemoryDashboard(collect, self._memory_actions())
             self._last_dashboard = weakref.ref(dashboard)
             snapshot = dashboard.snapshot
@@ -257,8 +256,10 @@ class DevInspect(Magics):
                 self._stop_watchers()
                 self._watchers.append(Watcher(dashboard, args.watch).start())
                 self._set_event("post_run_cell", self._after_cell_watch, True)
-        elif not args.output:
-            display(snapshot)
+        else:
+            snapshot = collect(True)
+            if not args.output:
+                display(snapshot)
         return snapshot if args.output else None
 
     def _stop_watchers(self) -> int:
@@ -321,15 +322,12 @@ class DevInspect(Magics):
             return history  # h.frame, h.figure()
         display(history)
         if history.cells:
+            from .render.memory_plot import history_png
+
             try:
-                from .render.memory_plot import history_png
-            except ImportError:  # pragma: no cover - matplotlib is optional
+                display(Image(history_png(history)))
+            except ImportError:  # matplotlib is optional
                 print("%gpumem: install matplotlib for the plot (pip install matplotlib).")
-            else:
-                try:
-                    display(Image(history_png(history)))
-                except ImportError:
-                    print("%gpumem: install matplotlib for the plot (pip install matplotlib).")
         return None
 
     def _set_event(self, event: str, callback: Any, on: bool) -> None:

@@ -582,11 +582,20 @@ class MemoryTracker:
             for i in range(torch.cuda.device_count()):
                 torch.cuda.reset_peak_memory_stats(i)
         if self._can_reset_rss_peak:
-            try:
-                with open("/proc/self/clear_refs", "w") as f:
-                    f.write("5")  # resets VmHWM (the peak resident set) to the current RSS
-            except OSError:
-                self._can_reset_rss_peak = False
+            self._can_reset_rss_peak = reset_process_peak()
+
+
+def reset_process_peak() -> bool:
+    """Restart this process's peak resident memory (Linux VmHWM) from the current RSS.
+
+    Returns False where the kernel does not offer it (``/proc/self/clear_refs``).
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def _counters() -> dict[str, tuple[int | None, ...]]:

@@ -204,8 +204,9 @@ def test_empty_cache_button_shows_what_it_will_release(recorded_snapshot):
     d = recorded_snapshot.device("cuda:0")
     assert dashboard.buttons["empty_cache"].description == f"empty_cache: frees {human_bytes(d.releasable_bytes)}"
     view = dashboard._views["cuda:0"]
-    assert view.bars["allocated"].value == d.allocated_bytes and view.bars["used"].max == d.driver_total_bytes
-    assert view.bar_labels["reserved"].value == f"{human_bytes(d.reserved_bytes)} of {human_bytes(d.driver_total_bytes)}"
+    assert view.bar("allocated").value == d.allocated_bytes and view.bar("used (driver)").max == d.driver_total_bytes
+    reserved = view.bars.index(view.bar("reserved"))
+    assert view.bar_labels[reserved].value == f"{human_bytes(d.reserved_bytes)} of {human_bytes(d.driver_total_bytes)}"
     assert "cached whole segments" in view.table.value
 
 

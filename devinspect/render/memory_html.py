@@ -14,23 +14,29 @@ from .memory_text import HISTORY_HEADERS, details, device_title, headline, histo
 from .units import human_bytes
 
 
-def meters(d: DeviceMemory) -> str:
-    """Allocated / reserved / used as fractions of the device's total."""
+def bars(d: DeviceMemory) -> list[tuple[str, int]]:
+    """(label, bytes) of what to draw as a fraction of ``d.driver_total_bytes``: allocated /
+    reserved / used for a device, this process / in use for the CPU; unmeasured ones left out."""
     total = d.driver_total_bytes
     if not total:
-        return ""
+        return []
+    in_use = None if d.driver_free_bytes is None else total - d.driver_free_bytes
     if d.kind == "cpu":
-        bars = [("this process", d.process_bytes),
-                ("in use", None if d.driver_free_bytes is None else total - d.driver_free_bytes)]
+        found = [("this process", d.process_bytes), ("in use", in_use)]
     else:
-        used = d.driver_used_bytes
-        if used is None and d.driver_free_bytes is not None:
-            used = total - d.driver_free_bytes
-        bars = [("allocated", d.allocated_bytes), ("reserved", d.reserved_bytes), ("used (driver)", used)]
+        used = d.driver_used_bytes if d.driver_used_bytes is not None else in_use
+        found = [("allocated", d.allocated_bytes), ("reserved", d.reserved_bytes), ("used (driver)", used)]
+    return [(label, value) for label, value in found if value is not None]
+
+
+def meters(d: DeviceMemory) -> str:
+    """The bars as HTML ``<meter>`` elements."""
+    shown = bars(d)
+    if not shown:
+        return ""
+    total = d.driver_total_bytes
     out = ['<table style="border-collapse:collapse">']
-    for label, value in bars:
-        if value is None:
-            continue
+    for label, value in shown:
         out.append(
             f'<tr><td style="{_CELL}">{label}</td>'
             f'<td style="{_CELL}"><meter min="0" max="{total}" value="{value}" style="width:16em"></meter></td>'

@@ -14,7 +14,7 @@ from html import escape
 from typing import Any, Callable, Mapping
 
 from ..memory_model import DeviceMemory, MemorySnapshot
-from .memory_html import reconciliation_table
+from .memory_html import bars, reconciliation_table
 from .memory_text import details, device_title, headline
 from .units import human_bytes
 
@@ -34,14 +34,17 @@ class _DeviceView:
 
     def __init__(self, widgets: Any):
         self.title = widgets.HTML()
-        self.bars = {name: widgets.FloatProgress(min=0.0, max=1.0, value=0.0, description=name,
-                                                 style={"description_width": "7em"},
-                                                 layout=widgets.Layout(width="22em"))
-                     for name in ("allocated", "reserved", "used")}
-        self.bar_labels = {name: widgets.Label() for name in self.bars}
-        self.bar_rows = {name: widgets.HBox([self.bars[name], self.bar_labels[name]]) for name in self.bars}
+        # Three slots, filled in order with memory_html.bars(): allocated, reserved, used (or two for the CPU).
+        self.bars = [widgets.FloatProgress(min=0.0, max=1.0, value=0.0, style={"description_width": "7em"},
+                                           layout=widgets.Layout(width="22em")) for _ in range(3)]
+        self.bar_labels = [widgets.Label() for _ in self.bars]
+        self.bar_rows = [widgets.HBox([bar, label]) for bar, label in zip(self.bars, self.bar_labels)]
         self.table = widgets.HTML()
-        self.box = widgets.VBox([self.title, *self.bar_rows.values(), self.table])
+        self.box = widgets.VBox([self.title, *self.bar_rows, self.table])
+
+    def bar(self, label: str) -> Any:
+        """The bar now showing ``label`` (``allocated``, ``reserved``, …)."""
+        return next(b for b in self.bars if b.description == label)
 
     def update(self, d: DeviceMemory) -> None:
         lines = [f"<b>{escape(device_title(d))}</b>", escape(headline(d))]
@@ -51,26 +54,16 @@ class _DeviceView:
         if d.driver_status and d.kind != "cpu":
             lines.append(f"driver: {escape(d.driver_status)}")
         self.title.value = "<br>".join(lines)
-        total = d.driver_total_bytes
-        if d.kind == "cpu":
-            values = {"allocated": None, "reserved": d.process_bytes,
-                      "used": None if total is None or d.driver_free_bytes is None else total - d.driver_free_bytes}
-            names = {"reserved": "this process", "used": "in use"}
-        else:
-            used = d.driver_used_bytes
-            if used is None and total is not None and d.driver_free_bytes is not None:
-                used = total - d.driver_free_bytes
-            values = {"allocated": d.allocated_bytes, "reserved": d.reserved_bytes, "used": used}
-            names = {"used": "used (driver)"}
-        for name, bar in self.bars.items():
-            value = values[name]
-            visible = value is not None and bool(total)
-            self.bar_rows[name].layout.display = None if visible else "none"
-            if visible:
-                bar.max = float(total)  # type: ignore[arg-type]
-                bar.value = float(min(value, total))  # type: ignore[type-var]
-                bar.description = names.get(name, name)
-                self.bar_labels[name].value = f"{human_bytes(value)} of {human_bytes(total)}"
+        shown = bars(d)
+        for i, (bar, label, row) in enumerate(zip(self.bars, self.bar_labels, self.bar_rows)):
+            row.layout.display = None if i < len(shown) else "none"
+            if i < len(shown):
+                name, value = shown[i]
+                total = d.driver_total_bytes or 1
+                bar.max = float(total)
+                bar.value = float(min(value, total))
+                bar.description = name
+                label.value = f"{human_bytes(value)} of {human_bytes(total)}"
         self.table.value = reconciliation_table(d)
 
 
@@ -121,7 +114,10 @@ class MemoryDashboard:
     def after_cell(self) -> None:
         """After a cell: recount tensors if an accelerator's allocated bytes changed since the last count."""
         snapshot = self._collect(False)
-        self.refresh(count_tensors=True) if _allocated(snapshot) != self._counted else self.show(snapshot)
+        if _allocated(snapshot) != self._counted:
+            self.refresh(count_tensors=True)
+        else:
+            self.show(snapshot)
 
     def show(self, snapshot: MemorySnapshot) -> None:
         with self._lock:
