@@ -25,13 +25,23 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["scan", "find", "check", "load_ipython_extension", "unload_ipython_extension", "__version__"]
+__all__ = ["scan", "find", "check", "release_history", "load_ipython_extension", "unload_ipython_extension",
+           "__version__"]
 
 # Bound here, not lazily: importing the submodule ``devinspect.scan`` would otherwise
 # replace the function of the same name on the package.
 from .check import check
 from .findings import find
 from .scan import scan
+
+
+def release_history() -> Any:
+    """Drop IPython's output-history entries (``Out``, ``_``, ``__``, ``___``, ``_N``) and the last
+    traceback that keep accelerator tensors alive, clearing every copy IPython keeps, never a
+    value you assigned. Returns an :class:`~devinspect.actions.ActionResult` (bytes released)."""
+    from .magics import release_history_here
+
+    return release_history_here()
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -2,58 +2,92 @@
 
 A :class:`~torch.overrides.TorchFunctionMode` does the work. It sees every tensor
 call made from Python (``.item()``, ``.to()``, ``.numpy()``, printing) at about a
-microsecond per call and, unlike a dispatch mode, leaves ``torch.compile`` and other
-modes alone. The copies autograd makes in the backward pass (a gradient going back
-across devices through ``.to()``) are counted by a pre-hook on each such ``.to()``'s
+microsecond per call and, unlike a dispatch mode, leaves ``torch.compile`` alone.
+
+Being invisible comes first:
+
+* The mode sits at the *bottom* of the torch-function mode stack and only ever
+  removes itself, so modes the cell enters, leaves open or exits run as without it.
+* Nothing is attached to user tensors: no weakref, no attribute. What the check
+  remembers about data (where host memory came from, what created a tensor) is
+  keyed by the tensor's *storage*, validated by a weak reference to the storage
+  object, which ``torch.utils.swap_tensors`` and ``Module.to`` never look at.
+* Its own bookkeeping runs with subclass torch-function handlers disabled and can
+  never raise into the cell; the user's exceptions (every ``BaseException``) pass
+  through untouched.
+
+The copies autograd makes in the backward pass (a gradient going back across
+devices through ``.to()``) are counted by a pre-hook on each such ``.to()``'s
 autograd node, set when the forward copy is seen and removed when the check ends.
-Uninteresting calls return after one set lookup; copies and syncs are attributed to the innermost line of user code; when a call raises and its tensor
-inputs sit on different devices (decided from the inputs, never from the message),
-the operands are named in the user's words and the fix is written out.
+Copies and syncs are attributed to the innermost line of the user's own code
+(library code — site-packages, the standard library, torch — is never blamed); when
+a call raises and its tensor inputs sit on different devices (decided from the
+inputs, never from the message), the operands are named in the user's words and the
+fix comes from :mod:`devinspect.fixes`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import linecache
-import os
 import sys
 import time
 import types
+import weakref
 from collections import defaultdict
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils.weak import WeakIdKeyDictionary
 
-from .model import SEVERITY_ORDER, CheckReport, Finding, LineStats, Mismatch, Operand, SourceLine, device_is_accelerator
+from . import fixes, locations
+from .model import (
+    SEVERITY_ORDER,
+    CheckReport,
+    Finding,
+    Fix,
+    LineStats,
+    Mismatch,
+    Operand,
+    SourceLine,
+    device_is_accelerator,
+)
 from .render.units import human_bytes
 
 _T = torch.Tensor
+_TB = torch._C.TensorBase
+_T_DEVICE = _TB.__dict__["device"].__get__
+_T_DTYPE = _TB.__dict__["dtype"].__get__
+_T_SHAPE = _TB.__dict__["shape"].__get__
+_T_LAYOUT = _TB.__dict__["layout"].__get__
+_T_NBYTES = _TB.__dict__["nbytes"].__get__
+_T_DIM = _TB.dim
+_T_STORAGE = _TB.untyped_storage
+_T_GRAD_FN = _TB.__dict__["grad_fn"].__get__
+_T_IS_PINNED = _TB.is_pinned
+_NO_SUBCLASS = torch._C.DisableTorchFunctionSubclass
 
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-    for m in (torch, contextlib, sys.modules[__name__.rsplit(".", 1)[0]])
-    if getattr(m, "__file__", None)
-)
 _SYNC_METHODS = {
     "item": ".item()", "__float__": "float()", "__int__": "int()", "__bool__": "bool()", "__index__": "int()",
-    "tolist": ".tolist()", "numpy": ".numpy()", "__repr__": "print", "__str__": "print", "__format__": "print",
+    "tolist": ".tolist()", "__repr__": "print", "__str__": "print", "__format__": "print",
     "nonzero": "nonzero", "masked_select": "masked_select", "unique": "unique", "argwhere": "nonzero",
 }
 _FACTORIES = frozenset({
     "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "tensor", "as_tensor",
     "ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like",
 })
-_INTERESTING = frozenset({*_SYNC_METHODS, "to", "cpu", "cuda", "xpu", "mps", "copy_", "__getitem__", "backward",
-                          *_FACTORIES})
+_INTERESTING = frozenset({*_SYNC_METHODS, "numpy", "to", "cpu", "cuda", "xpu", "mps", "copy_", "__getitem__",
+                          "backward", *_FACTORIES})
+#: Results of .item()/.tolist() remembered to recognise the same values coming back.
+_REMEMBERED_VALUES = 256
+#: Lists longer than this are not fingerprinted (the cost would show in the cell).
+_FINGERPRINT_MAX = 4096
 
 #: A line whose host syncs repeat at least this often is flagged as syncing in a loop.
 LOOP_SYNCS = 10
 
 
 class _Counts:
-    __slots__ = ("where", "cell_line", "h2d", "d2h", "d2d", "syncs")
+    __slots__ = ("where", "cell_line", "h2d", "d2h", "d2d", "syncs", "inside")
 
     def __init__(self, where: SourceLine, cell_line: int | None):
         self.where, self.cell_line = where, cell_line
@@ -61,6 +95,84 @@ class _Counts:
         self.d2h = [0, 0]
         self.d2d = [0, 0]
         self.syncs: dict[str, int] = defaultdict(int)
+        self.inside: set[str] = set()
+
+
+class _StorageTags:
+    """Facts about tensor memory, keyed by storage and never attached to a tensor.
+
+    An entry is valid only while a weak reference to the storage object it was made
+    for still points at the tensor's storage; entries of dead storages are dropped,
+    and data pointers serve to recognise the same memory seen through numpy
+    (``.numpy()`` then ``torch.from_numpy``).
+    """
+
+    def __init__(self, by_pointer: bool = False) -> None:
+        self._tags: dict[int, tuple[weakref.ref, Any]] = {}
+        self._pointers: dict[int, int] = {} if by_pointer else None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        return bool(self._tags)
+
+    def set(self, t: Any, value: Any) -> None:
+        storage = _storage(t)
+        if storage is None:
+            return
+        key = storage._cdata
+        pointers = self._pointers
+
+        def forget(_ref: Any, key: int = key) -> None:
+            entry = self._tags.pop(key, None)
+            if entry is not None and pointers is not None:
+                for ptr in [p for p, k in pointers.items() if k == key]:
+                    del pointers[ptr]
+
+        self._tags[key] = (weakref.ref(storage, forget), value)
+        if pointers is not None:
+            with contextlib.suppress(Exception):
+                pointers[storage.data_ptr()] = key
+
+    def get(self, t: Any) -> Any:
+        storage = _storage(t)
+        if storage is None:
+            return None
+        entry = self._tags.get(storage._cdata)
+        if entry is not None and entry[0]() is storage:
+            return entry[1]
+        if self._pointers:
+            with contextlib.suppress(Exception):
+                key = self._pointers.get(storage.data_ptr())
+                entry = self._tags.get(key) if key is not None else None
+                if entry is not None and entry[0]() is not None and entry[0]().data_ptr() == storage.data_ptr():
+                    return entry[1]
+        return None
+
+
+def _storage(t: Any) -> Any:
+    """The storage holding ``t``'s data (the inner tensor's for a wrapper subclass), or None."""
+    try:
+        if type(t) is _T or type(t) is torch.nn.Parameter:
+            return _T_STORAGE(t) if _T_LAYOUT(t) is torch.strided else None
+        from .scan import inner_tensors
+
+        inner = inner_tensors(t)
+        return _storage(inner[0]) if inner else _T_STORAGE(t)
+    except Exception:  # noqa: BLE001 - no storage of its own (meta, sparse, a functional wrapper)
+        return None
+
+
+def _nbytes(t: Any) -> int:
+    """Bytes a copy of ``t`` moves; never raises (sparse, nested and meta tensors included)."""
+    try:
+        if type(t) is _T and _T_LAYOUT(t) is torch.strided:
+            return int(_T_NBYTES(t))
+        from .scan import tensor_facts
+
+        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            facts = tensor_facts(t)
+        return int(facts[3] or 0)
+    except Exception:  # noqa: BLE001
+        return 0
 
 
 class DeviceCheckMode(TorchFunctionMode):
@@ -71,41 +183,78 @@ class DeviceCheckMode(TorchFunctionMode):
     are looked up when a mismatch needs explaining.
     """
 
-    def __init__(self, namespace: Mapping[str, Any], is_cell_frame: Callable[[types.FrameType], bool]):
+    def __init__(self, namespace: Mapping[str, Any], is_cell_frame: Callable[[types.FrameType], bool],
+                 tidy_tracebacks: bool = False):
         super().__init__()
         self.namespace = namespace
         self.is_cell_frame = is_cell_frame
+        #: In IPython: errors whose innermost frame is this mode's are shown without it.
+        self.tidy_tracebacks = tidy_tracebacks
         self._lines: dict[tuple[str, int], _Counts] = {}
-        self._library_code: dict[types.CodeType, bool] = {}
-        self._from_device = WeakIdKeyDictionary()  # host tensor made by a device->host copy -> line
-        self._moved = WeakIdKeyDictionary()  # host tensor -> times copied to a device
-        self._created = WeakIdKeyDictionary()  # tensor -> (line label, factory, device given?)
+        self._sources: dict[tuple[types.CodeType, int], SourceLine] = {}
+        self._from_device = _StorageTags(by_pointer=True)  # host memory that came from a device -> line
+        self._moved = _StorageTags()  # host memory -> times copied to a device
+        self._created = _StorageTags()  # tensor memory -> (line, factory, device given)
+        self._values: dict[tuple[type, Any], str] = {}  # .item()/.tolist() results -> line they left the device
         self._flags: list[Finding] = []
         self._flagged: set[tuple[str, str]] = set()
+        self._seen_errors: set[int] = set()
         self.mismatch: Mismatch | None = None
-        self._backward_where: tuple[SourceLine, int | None] | None = None
+        self._backward_where: tuple[SourceLine, int | None, str] | None = None
         self._hooks: list[Any] = []  # handles of the gradient-copy hooks, removed on exit
+        self.internal_errors = 0  # bookkeeping failures, never shown to the cell
 
-    def __exit__(self, *exc: Any) -> Any:
+    # -- entering and leaving: only ever our own entry on the mode stack ---------------
+
+    def __enter__(self) -> DeviceCheckMode:
+        above = []
+        while torch._C._len_torch_function_stack() > 0:
+            above.append(torch._C._pop_torch_function_stack())
+        torch._C._push_on_torch_function_stack(self)  # at the bottom: the user's modes stay on top of it
+        for mode in reversed(above):
+            torch._C._push_on_torch_function_stack(mode)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
         for handle in self._hooks:
-            handle.remove()  # the user's autograd graph is left as it was
+            with contextlib.suppress(Exception):
+                handle.remove()  # the user's autograd graph is left as it was
         self._hooks.clear()
-        return super().__exit__(*exc)
+        stack = []
+        while torch._C._len_torch_function_stack() > 0:
+            stack.append(torch._C._pop_torch_function_stack())
+        for mode in reversed(stack):
+            if mode is not self:  # modes the cell left open stay, as they would without the check
+                torch._C._push_on_torch_function_stack(mode)
 
     # -- the hot path ----------------------------------------------------------
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        __tracebackhide__ = True  # noqa: F841 - IPython hides this frame from the user's traceback
         if kwargs is None:
             kwargs = {}
         name = getattr(func, "__name__", None)
         if name not in _INTERESTING:
             try:
-                return func(*args, **kwargs)
+                result = func(*args, **kwargs)
             except Exception as exc:
                 self._on_error(func, args, kwargs, exc)
+                if self.tidy_tracebacks:
+                    locations.tidy_traceback(exc)
                 raise
+            if self._from_device:
+                self._propagate(args, result)
+            return result
+        return self._interesting(name, func, args, kwargs)
+
+    def _interesting(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
+        __tracebackhide__ = True  # noqa: F841
         try:
-            before = self._before(name, func, args, kwargs)
+            with _NO_SUBCLASS():
+                before = self._before(name, func, args, kwargs)
+        except Exception:  # noqa: BLE001 - the check's own failure never reaches the cell
+            before, self.internal_errors = None, self.internal_errors + 1
+        try:
             if name == "backward":
                 # Gradient copies run inside autograd (on its own threads for CUDA): they are
                 # counted by the hooks set in _after, on the line that called .backward().
@@ -118,59 +267,115 @@ class DeviceCheckMode(TorchFunctionMode):
                 result = func(*args, **kwargs)
         except Exception as exc:
             self._on_error(func, args, kwargs, exc)
+            if self.tidy_tracebacks:
+                locations.tidy_traceback(exc)
             raise
-        self._after(name, args, kwargs, result, before)
+        try:
+            with _NO_SUBCLASS():
+                self._after(name, args, kwargs, result, before)
+        except Exception:  # noqa: BLE001
+            self.internal_errors += 1
         return result
+
+    def _propagate(self, args: tuple, result: Any) -> None:
+        """Host results computed from host data that came from a device carry its origin."""
+        try:
+            if type(result) is not _T:
+                return
+            with _NO_SUBCLASS():
+                if _T_DEVICE(result).type != "cpu":
+                    return
+                for a in args:
+                    if type(a) is _T and _T_DEVICE(a).type == "cpu":
+                        origin = self._from_device.get(a)
+                        if origin is not None:
+                            self._from_device.set(result, origin)
+                            return
+        except Exception:  # noqa: BLE001
+            self.internal_errors += 1
 
     # -- events ----------------------------------------------------------------
 
     def _before(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
         self_t = args[0] if args and isinstance(args[0], _T) else None
         if name in _SYNC_METHODS and self_t is not None:
-            if device_is_accelerator(str(self_t.device)):
+            if device_is_accelerator(str(_T_DEVICE(self_t))):
                 self._sync(_SYNC_METHODS[name])
             return None
         if name == "__getitem__" and self_t is not None and len(args) > 1:
             index = args[1]
-            if isinstance(index, _T) and index.dtype == torch.bool and device_is_accelerator(str(self_t.device)):
+            if isinstance(index, _T) and _T_DTYPE(index) == torch.bool and device_is_accelerator(str(_T_DEVICE(self_t))):
                 self._sync("bool-mask indexing")
             return None
         if name in ("to", "cpu", "cuda", "xpu", "mps") and self_t is not None:
             return self._planned_copy(name, self_t, args, kwargs)
         if name == "copy_" and self_t is not None and len(args) > 1 and isinstance(args[1], _T):
             src = args[1]
-            self._copy(src.device, self_t.device, src.nbytes, src, kwargs.get("non_blocking", False))
+            self._copy(_T_DEVICE(src), _T_DEVICE(self_t), _nbytes(src), src, kwargs.get("non_blocking", False),
+                       into=self_t)
         return None
 
     def _after(self, name: str, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
+        self_t = args[0] if args and isinstance(args[0], _T) else None
         if before is not None and isinstance(result, _T):
             src, dst = before
             if dst.type == "cpu" and src.type != "cpu":
-                self._from_device[result] = self._where()[0].label
-            if src != dst and result.grad_fn is not None:
-                self._count_gradient_copy(result.grad_fn, src)
+                self._from_device.set(result, self._where()[0].label)
+            if src != dst and _T_GRAD_FN(result) is not None:
+                self._count_gradient_copy(_T_GRAD_FN(result), src)
+        elif name == "numpy" and self_t is not None and device_is_accelerator(str(_T_DEVICE(self_t))):
+            self._sync(".numpy()")  # only numpy(force=True) gets here on a device tensor: it copied
+        elif name in ("item", "tolist") and self_t is not None and device_is_accelerator(str(_T_DEVICE(self_t))):
+            self._remember_value(result)
         elif name in _FACTORIES and isinstance(result, _T):
             where = self._where()
             given = kwargs.get("device") is not None or name.endswith("_like")
-            self._created[result] = (where[0].label, name, given)
-            if name in ("tensor", "as_tensor") and given and device_is_accelerator(str(result.device)):
-                self._count(where, "h2d", result.nbytes)
-                self._sync(f"torch.{name}(…, device=)", where)
+            self._created.set(result, (where[0], name, given))
+            if name in ("tensor", "as_tensor"):
+                self._tensor_from_data(name, args, where, given, result)
+
+    def _tensor_from_data(self, name: str, args: tuple, where: tuple[SourceLine, int | None, str],
+                          given: bool, result: Any) -> None:
+        origin = self._value_origin(args[0]) if args else None
+        on_device = device_is_accelerator(str(_T_DEVICE(result)))
+        nbytes = _nbytes(result)
+        if on_device and given and nbytes:
+            # A copy from host memory that the host waits for (an empty tensor copies nothing).
+            self._count(where, "h2d", nbytes)
+            self._sync(f"torch.{name}(…, device=)", where)
+            if origin is not None:
+                self._round_trip(where[0], origin)
+        elif origin is not None and not on_device:
+            self._from_device.set(result, origin)  # a host tensor made of values that left the device
+
+    def _remember_value(self, value: Any) -> None:
+        key = _fingerprint(value)
+        if key is not None:
+            if len(self._values) >= _REMEMBERED_VALUES:
+                self._values.pop(next(iter(self._values)))
+            self._values[key] = self._where()[0].label
+
+    def _value_origin(self, data: Any) -> str | None:
+        key = _fingerprint(data)
+        return self._values.get(key) if key is not None else None
 
     def _count_gradient_copy(self, node: Any, src: Any) -> None:
         """Count, during backward, the copy of the gradient back to ``src`` through ``node``
         (a fresh node per forward copy, so each gets one hook)."""
 
         def before_node(grad_outputs: tuple) -> None:
-            grad = grad_outputs[0] if grad_outputs else None
-            if isinstance(grad, _T) and grad.device != src:
-                where = self._backward_where or self._where()
-                self._copy_counted(where, grad.device, src, grad.nbytes, "backward copy to host")
+            try:
+                grad = grad_outputs[0] if grad_outputs else None
+                if isinstance(grad, _T) and _T_DEVICE(grad) != src:
+                    where = self._backward_where or self._where()
+                    self._copy_counted(where, _T_DEVICE(grad), src, _nbytes(grad), "backward copy to host")
+            except Exception:  # noqa: BLE001
+                self.internal_errors += 1
 
         self._hooks.append(node.register_prehook(before_node))
 
     def _planned_copy(self, name: str, t: Any, args: tuple, kwargs: dict) -> Any:
-        src = t.device
+        src = _T_DEVICE(t)
         non_blocking = bool(kwargs.get("non_blocking", False))
         if name == "cpu":
             dst = torch.device("cpu")
@@ -186,17 +391,20 @@ class DeviceCheckMode(TorchFunctionMode):
                 return None
         if dst == src or (dst.type == src.type and dst.index is None):
             return None  # no copy: already there
-        self._copy(src, dst, t.nbytes, t, non_blocking)
+        self._copy(src, dst, _nbytes(t), t, non_blocking)
         return (src, dst)
 
-    def _copy(self, src: Any, dst: Any, nbytes: int, source_tensor: Any, non_blocking: bool) -> None:
-        if src == dst:
+    def _copy(self, src: Any, dst: Any, nbytes: int, source_tensor: Any, non_blocking: bool, into: Any = None) -> None:
+        if src == dst or not nbytes:
             return
         where = self._where()
-        if self._copy_counted(where, src, dst, nbytes, ".cpu()") == "h2d":
+        direction = self._copy_counted(where, src, dst, nbytes, ".cpu()")
+        if direction == "h2d":
             self._host_to_device_checks(where[0], source_tensor, nbytes, non_blocking)
+        elif direction == "d2h" and into is not None:
+            self._from_device.set(into, where[0].label)
 
-    def _copy_counted(self, where: tuple[SourceLine, int | None], src: Any, dst: Any, nbytes: int,
+    def _copy_counted(self, where: tuple[SourceLine, int | None, str], src: Any, dst: Any, nbytes: int,
                       sync_kind: str) -> str:
         """Count one copy between two different devices; a copy to the host is also a sync."""
         src_host, dst_host = src.type == "cpu", dst.type == "cpu"
@@ -209,13 +417,9 @@ class DeviceCheckMode(TorchFunctionMode):
     def _host_to_device_checks(self, where: SourceLine, t: Any, nbytes: int, non_blocking: bool) -> None:
         origin = self._from_device.get(t)
         if origin is not None:
-            self._flag(
-                "round-trip", where.label, "warning",
-                f"{where.label}: data brought to the host at {origin} is sent back to the device",
-                "keep the computation on the device (avoid .cpu()/.item() between device steps)",
-            )
-        count = self._moved.get(t, 0) + 1
-        self._moved[t] = count
+            self._round_trip(where, origin)
+        count = (self._moved.get(t) or 0) + 1
+        self._moved.set(t, count)
         if count == 2:
             self._flag(
                 "repeated-transfer", where.label, "warning",
@@ -225,7 +429,7 @@ class DeviceCheckMode(TorchFunctionMode):
         if non_blocking:
             pinned = False
             with contextlib.suppress(Exception):
-                pinned = bool(t.is_pinned())
+                pinned = bool(_T_IS_PINNED(t))
             if not pinned:
                 self._flag(
                     "non-blocking-unpinned", where.label, "hint",
@@ -233,74 +437,93 @@ class DeviceCheckMode(TorchFunctionMode):
                     "pin the source: DataLoader(..., pin_memory=True) or tensor.pin_memory()",
                 )
 
-    def _sync(self, kind: str, where: tuple[SourceLine, int | None] | None = None) -> None:
+    def _round_trip(self, where: SourceLine, origin: str) -> None:
+        self._flag(
+            "round-trip", where.label, "warning",
+            f"{where.label}: data that left the device at {origin} comes back to it here",
+            "keep the computation on the device between these lines (avoid .cpu()/.item()/.tolist()/.numpy() there)",
+        )
+
+    def _sync(self, kind: str, where: tuple[SourceLine, int | None, str] | None = None) -> None:
         where = where or self._where()
         self._counts(where).syncs[kind] += 1
 
-    def _count(self, where: tuple[SourceLine, int | None], direction: str, nbytes: int) -> None:
+    def _count(self, where: tuple[SourceLine, int | None, str], direction: str, nbytes: int) -> None:
         pair = getattr(self._counts(where), direction)
         pair[0] += 1
         pair[1] += int(nbytes)
 
-    def _counts(self, where: tuple[SourceLine, int | None]) -> _Counts:
-        line, cell_line = where
+    def _counts(self, where: tuple[SourceLine, int | None, str]) -> _Counts:
+        line, cell_line, inside = where
         key = (line.file, line.line)
         counts = self._lines.get(key)
         if counts is None:
             counts = self._lines[key] = _Counts(line, cell_line)
+        if inside:
+            counts.inside.add(inside)
         return counts
 
     def _flag(self, code: str, subject: str, severity: str, message: str, fix: str) -> None:
         if (code, subject) not in self._flagged:
             self._flagged.add((code, subject))
-            self._flags.append(Finding(code=code, severity=severity, subject=subject, message=message, fix=fix))
+            self._flags.append(Finding(code=code, severity=severity, subject=subject, message=message,
+                                       fix=Fix(summary=fix)))
 
     # -- where in the user's code --------------------------------------------------
 
-    def _is_library(self, code: types.CodeType) -> bool:
-        known = self._library_code.get(code)
-        if known is None:
-            known = self._library_code[code] = code.co_filename.startswith(_LIBRARY_DIRS) or code.co_filename.startswith("<frozen")
-        return known
-
-    def _user_frames(self) -> Iterator[types.FrameType]:
-        frame = sys._getframe(2)
-        while frame is not None:
-            if not self._is_library(frame.f_code):
-                yield frame
-            frame = frame.f_back
-
-    def _where(self) -> tuple[SourceLine, int | None]:
+    def _where(self) -> tuple[SourceLine, int | None, str]:
+        """(the innermost line of user code, the checked cell's line, the library it ran inside)."""
+        frame = sys._getframe(1)
         inner = None
+        inside = ""
         cell_line = None
-        for frame in self._user_frames():
-            if inner is None:
-                inner = frame
-            if self.is_cell_frame(frame):
-                cell_line = frame.f_lineno
-                break
+        while frame is not None:
+            code = frame.f_code
+            if locations.is_user_code(code):
+                if inner is None:
+                    inner = frame
+                if self.is_cell_frame(frame):
+                    cell_line = frame.f_lineno
+                    break
+            elif inner is None and not inside and not locations.is_own_file(code.co_filename):
+                inside = locations.package_of(code.co_filename)
+            frame = frame.f_back
         if inner is None:
-            return SourceLine("<unknown>", 0, ""), None
-        return _source_line(inner, self.is_cell_frame(inner)), cell_line
+            return SourceLine("<unknown>", 0, ""), None, inside
+        return self._source(inner), cell_line, inside
+
+    def _source(self, frame: types.FrameType) -> SourceLine:
+        key = (frame.f_code, frame.f_lineno)
+        line = self._sources.get(key)
+        if line is None:
+            line = self._sources[key] = locations.frame_line(frame)
+        return line
 
     # -- device mismatch -------------------------------------------------------------
 
     def _on_error(self, func: Any, args: tuple, kwargs: dict, exc: BaseException) -> None:
-        if self.mismatch is not None or getattr(exc, "_devinspect_seen", False):
+        """Explain a device mismatch, once per error; never raises, never touches the exception."""
+        if self.mismatch is not None or id(exc) in self._seen_errors:
             return
-        tensors = list(_tensor_inputs(args, kwargs))
-        devices = sorted({str(t.device) for t in tensors if not (t.device.type == "cpu" and t.dim() == 0)})
-        if len(devices) < 2:
-            return
-        with contextlib.suppress(Exception):
-            exc._devinspect_seen = True  # type: ignore[attr-defined]
         try:
-            self.mismatch = _Diagnosis(self, func, tensors, devices, exc).build()
-        except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
-            self.mismatch = Mismatch(
-                op=_op_name(func), error=_first_line(exc), devices=tuple(devices), operands=(), cell_line=None,
-                user_frame=None, module_path=None, target_device=None, fix=None,
-            )
+            with torch._C.DisableTorchFunction():
+                tensors = list(_tensor_inputs(args, kwargs))
+                devices = sorted({str(_T_DEVICE(t)) for t in tensors
+                                  if not (_T_DEVICE(t).type == "cpu" and _T_DIM(t) == 0)})
+            if len(devices) < 2:
+                return
+            self._seen_errors.add(id(exc))
+            try:
+                with torch._C.DisableTorchFunction():
+                    self.mismatch = _Diagnosis(self, func, tensors, devices, exc).build()
+            except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
+                self.internal_errors += 1
+                self.mismatch = Mismatch(
+                    op=_op_name(func), error=_first_line(exc), devices=tuple(devices), operands=(), cell_line=None,
+                    user_frame=None, module_path=None, target_device=None, fix=None,
+                )
+        except Exception:  # noqa: BLE001
+            self.internal_errors += 1
 
     # -- result ---------------------------------------------------------------------------
 
@@ -313,23 +536,15 @@ class DeviceCheckMode(TorchFunctionMode):
                     h2d_count=counts.h2d[0], h2d_bytes=counts.h2d[1], d2h_count=counts.d2h[0], d2h_bytes=counts.d2h[1],
                     d2d_count=counts.d2d[0], d2d_bytes=counts.d2d[1],
                     syncs=tuple(sorted(counts.syncs.items(), key=lambda kv: -kv[1])),
+                    inside=tuple(sorted(counts.inside)),
                 )
             )
+        # In the order the code reads: by the checked cell's line, then by file and line.
+        lines.sort(key=lambda s: (s.cell_line if s.cell_line is not None else 1 << 30, s.where.file, s.where.line))
         findings = list(self._flags)
         for s in lines:
             if s.sync_count >= LOOP_SYNCS:
-                kinds = ", ".join(f"{k} ×{n}" for k, n in s.syncs)
-                if any(kind in (".item()", "float()", "int()", "print", ".tolist()") for kind, _ in s.syncs):
-                    fix = "accumulate on the device (`total += loss.detach()`) and read it once after the loop"
-                elif any(kind == ".cpu()" for kind, _ in s.syncs):
-                    fix = "keep the tensor on the device; copy to the host once, after the loop"
-                else:
-                    fix = "avoid data-dependent shapes and Python control flow on device values inside the loop"
-                findings.append(Finding(
-                    code="sync-in-loop", severity="warning", subject=s.where.label,
-                    message=f"{s.where.label}: the host waits for the device {s.sync_count} times ({kinds})",
-                    fix=fix,
-                ))
+                findings.append(_sync_in_loop(s))
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
         return CheckReport(
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
@@ -337,10 +552,50 @@ class DeviceCheckMode(TorchFunctionMode):
         )
 
 
-def _source_line(frame: types.FrameType, in_cell: bool) -> SourceLine:
-    code = frame.f_code
-    text = linecache.getline(code.co_filename, frame.f_lineno).strip()
-    return SourceLine("<cell>" if in_cell else code.co_filename, frame.f_lineno, code.co_name, text)
+def _sync_in_loop(s: LineStats) -> Finding:
+    kinds = ", ".join(f"{k} ×{n}" for k, n in s.syncs)
+    inside = f" (inside {', '.join(s.inside)}, called from this line)" if s.inside else ""
+    if s.inside:
+        fix = (f"the waits happen inside {', '.join(s.inside)}: call it less often, or with fewer steps, "
+               "if the loop allows")
+    elif any(kind in (".item()", "float()", "int()", "print", ".tolist()") for kind, _ in s.syncs):
+        fix = "accumulate on the device (total += loss.detach()) and read it once after the loop"
+    elif any(kind == ".cpu()" for kind, _ in s.syncs):
+        fix = "keep the tensor on the device; copy to the host once, after the loop"
+    else:
+        fix = "avoid data-dependent shapes and Python control flow on device values inside the loop"
+    return Finding(
+        code="sync-in-loop", severity="warning", subject=s.where.label,
+        message=f"{s.where.label}: the host waits for the device {s.sync_count} times ({kinds}){inside}",
+        fix=Fix(summary=fix),
+    )
+
+
+def _fingerprint(value: Any) -> tuple[type, Any] | None:
+    """A key for a value that left the device (``.item()``, ``.tolist()``), to recognise it coming back.
+
+    Whole numbers below 2**16 are too common to tell apart; long lists cost too much.
+    """
+    vt = type(value)
+    if vt is float:
+        return None if value != value or float(value).is_integer() else (float, value)
+    if vt is int:
+        return (int, value) if abs(value) >= 1 << 16 else None
+    if vt is list:
+        flat: list = []
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if type(item) is list:
+                if len(flat) + len(item) > _FINGERPRINT_MAX:
+                    return None
+                stack.extend(reversed(item))
+            elif type(item) in (float, int, bool):
+                flat.append(item)
+            else:
+                return None
+        return (list, tuple(flat)) if flat else None
+    return None
 
 
 def _tensor_inputs(args: tuple, kwargs: dict) -> Iterator[Any]:
@@ -357,7 +612,7 @@ def _first_line(exc: BaseException | None) -> str:
     if exc is None:
         return ""
     try:
-        text = str(exc).strip().splitlines()
+        text = BaseException.__str__(exc).strip().splitlines()
     except Exception:
         text = []
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
@@ -377,120 +632,224 @@ def _op_name(func: Any) -> str:
 
 
 class _Diagnosis:
-    """Names the operands of a failed op and writes the fix. Runs only after an error."""
+    """Names the operands of a failed op and chooses the fix. Runs only after an error."""
 
     def __init__(self, mode: DeviceCheckMode, func: Any, tensors: list, devices: list[str], exc: BaseException):
         self.mode, self.func, self.tensors, self.devices, self.exc = mode, func, tensors, devices, exc
 
     def build(self) -> Mismatch:
-        from .scan import module_paths, tensor_names
+        from .scan import NameIndex, module_paths
 
-        frames = list(self.mode._user_frames())
+        frames = locations.user_frames(sys._getframe(1))
         inner = frames[0] if frames else None
         cell = next((f for f in frames if self.mode.is_cell_frame(f)), None)
         namespace = self.mode.namespace
-        names = tensor_names(namespace, self.tensors)
+        self.index = NameIndex(namespace)
         modules = module_paths(namespace)
         module_path = _innermost_module_path(modules)
-        operands = [self._operand(t, names[i], inner, modules) for i, t in enumerate(self.tensors)]
+        operands = [self._operand(t, inner, modules) for t in self.tensors]
+        self.created = {id(o): self.mode._created.get(t) for o, t in zip(operands, self.tensors)}
         target = self._target_device(operands)
-        fix, action = self._fix(operands, target, inner)
+        fix = self._fix(operands, target, inner) if target else None
         return Mismatch(
             op=_op_name(self.func),
             error=_first_line(self.exc),
             devices=tuple(self.devices),
             operands=tuple(operands),
-            cell_line=_source_line(cell, True) if cell is not None else None,
-            user_frame=_source_line(inner, False) if inner is not None and inner is not cell else None,
+            cell_line=self.mode._source(cell) if cell is not None else None,
+            user_frame=self.mode._source(inner) if inner is not None and inner is not cell else None,
             module_path=module_path,
             target_device=target,
             fix=fix,
-            action=action,
         )
 
-    def _operand(self, t: Any, found: tuple[str, str, bool] | None, frame: Any, modules: dict[int, str]) -> Operand:
-        device, dtype, shape = str(t.device), str(t.dtype).removeprefix("torch."), tuple(t.shape)
+    def _operand(self, t: Any, frame: Any, modules: dict[int, str]) -> Operand:
+        device, dtype = str(_T_DEVICE(t)), str(_T_DTYPE(t)).removeprefix("torch.")
+        shape = tuple(int(s) for s in _T_SHAPE(t))
         created = self.mode._created.get(t)
         detail = ""
         if created is not None:
             where, factory, given = created
-            detail = f"created at {where} by torch.{factory}" + ("" if given else " without device=")
+            detail = f"created at {where.label} by torch.{factory}" + ("" if given else " without device=")
+        found = self.index.lookup(t)
         if found is not None:
-            name, source, is_view = found
+            record, is_view = found
             if is_view:
-                detail = "; ".join(filter(None, [f"a view of {name}", detail]))
-            return Operand(name, source, device, dtype, shape, detail)
+                detail = "; ".join(filter(None, [f"a view of {record.name}", detail]))
+            return Operand(record.name, self.index.source(record), device, dtype, shape, detail)
         if frame is not None:
             local = _local_name(frame, t, modules)
             if local is not None:
                 name, source = local
                 return Operand(name, source, device, dtype, shape, detail or f"in {frame.f_code.co_name}")
-        return Operand(None, "created" if created else "unknown", device, dtype, shape, detail or "a temporary")
+        inside = next((locations.package_of(f.f_code.co_filename) for f in _frames(sys._getframe(1))
+                       if not locations.is_user_code(f.f_code) and not locations.is_own_file(f.f_code.co_filename)), "")
+        return Operand(None, "created" if created else "unknown", device, dtype, shape,
+                       detail or (f"made inside {inside}" if inside else "a temporary"))
 
     def _target_device(self, operands: list[Operand]) -> str | None:
-        # Forgetting to move something to the accelerator is the common bug, so the
-        # accelerator wins; between accelerators, the device the model's weights are on.
-        accelerators = [o for o in operands if device_is_accelerator(o.device)]
-        if len({o.device for o in accelerators}) > 1:
-            for o in accelerators:
-                if o.source in ("parameter", "buffer"):
-                    return o.device
-        if accelerators:
-            return accelerators[0].device
-        return operands[0].device if operands else None
+        # One rule with %devices: an accelerator wins over the CPU; between accelerators,
+        # the device of the model whose parameter is an operand (most of its bytes).
+        devices = [o.device for o in operands]
+        accelerators = {d for d in devices if device_is_accelerator(d)}
+        if len(accelerators) > 1:
+            for o in operands:
+                module = self._module_of(o)
+                if module is not None:
+                    return fixes.target_device(module.devices)
+        return fixes.target_device(devices)
 
-    def _fix(self, operands: list[Operand], target: str | None, frame: Any) -> tuple[str | None, dict | None]:
-        if target is None:
-            return None, None
-        anchor = next((o.name for o in operands if o.device == target and o.name and o.source in ("parameter", "buffer")), None)
-        local_anchor = next((o.name for o in operands if o.device == target and o.source == "local" and o.name), None)
-        if local_anchor is None and frame is not None:
-            local_anchor = next((k for k, v in frame.f_locals.items()
-                                 if k != "self" and isinstance(v, _T) and str(v.device) == target), None)
-        device_expr = f"{anchor}.device" if anchor else f'"{target}"'
-        local_ref = f"{local_anchor}.device" if local_anchor else f'"{target}"'
-        lines: list[str] = []
-        action = None
+    def _module_of(self, o: Operand) -> Any:
+        from .findings import _root_module
+
+        if o.name is None or o.source not in ("parameter", "buffer", "gradient", "attribute"):
+            return None
+        return _root_module(self.index.result, o.name)
+
+    def _fix(self, operands: list[Operand], target: str, frame: Any) -> Fix | None:
+        from .findings import move_fix
+
+        result = self.index.result
+        parts: list[Fix] = []
+        moved_modules: set[str] = set()
+        misplaced = [o for o in operands if o.device != target]
+        # A split model: move all of it, whatever operand showed it.
         for o in operands:
-            if o.device == target:
+            module = self._module_of(o)
+            if module is not None and len([d for d in module.devices if d != "meta"]) > 1 and module.name not in moved_modules:
+                moved_modules.add(module.name)
+                parts.append(self._move_module(result, module, target))
+        for o in misplaced:
+            module = self._module_of(o)
+            if module is not None and module.name in moved_modules:
                 continue
-            if o.source == "namespace" and o.name:
-                lines.append(f"{o.name} = {o.name}.to({device_expr})")
-                action = action or {"kind": "move", "name": o.name, "device": target}
-            elif o.source == "optimizer_state" and o.name:
-                opt = o.name.split(".state[", 1)[0]
-                lines.append(
-                    f"for state in {opt}.state.values():  # state loaded before the model moved\n"
-                    f"    for k, v in state.items():\n"
-                    f"        if torch.is_tensor(v) and v.dim() > 0:\n"
-                    f'            state[k] = v.to("{target}")'
-                )
-                action = action or {"kind": "move_optimizer_state", "name": opt, "device": target}
-            elif o.source == "gradient" and o.name:
-                root = o.name.split(".")[0].split("[")[0]
-                lines.append(f'{root}.to("{target}")  # moves parameters and their .grad')
-                action = action or {"kind": "move", "name": root, "device": target}
-            elif o.source in ("parameter", "buffer") and o.name:
-                root = o.name.split(".")[0].split("[")[0]
-                lines.append(f'{root}.to("{target}")')
-                action = action or {"kind": "move", "name": root, "device": target}
-            elif o.source == "attribute" and o.name:
-                owner, _, attr = o.name.rpartition(".")
-                lines.append(f'# in __init__: self.register_buffer("{attr}", ...) instead of self.{attr} = ...\n'
-                             f'{owner}.register_buffer("{attr}", {owner}.__dict__.pop("{attr}").to("{target}"))')
-                action = action or {"kind": "register_buffer", "name": owner, "attr": attr, "device": target}
-            elif o.source == "local" and o.name:
-                local = o.name.split(" ")[0]
-                if "without device=" in o.detail:
-                    factory = o.detail.split("by torch.", 1)[1].split(" ")[0]
-                    lines.append(f"# at {o.detail.split(' by ')[0].removeprefix('created at ')}:\n"
-                                 f"{local} = torch.{factory}(..., device={local_ref})")
-                else:
-                    lines.append(f"{local} = {local}.to({local_ref})")
-            elif "without device=" in o.detail:
-                factory = o.detail.split("by torch.", 1)[1].split(" ")[0]
-                lines.append(f"torch.{factory}(..., device=\"{target}\")  # {o.detail}")
-        return ("\n".join(lines) or None), action
+            fix = self._operand_fix(o, target, frame, operands, module, moved_modules)
+            if fix is not None:
+                parts.append(fix)
+        if not parts:
+            inputs = self._user_inputs(frame, target)
+            if inputs:
+                parts.extend(inputs)
+        if not parts:
+            names = ", ".join(o.name or o.detail for o in misplaced)
+            return Fix(summary=f"put {names} on {target}",
+                       note=f"{names} is made inside library code from your inputs: move the inputs you pass in "
+                            f"to {target}")
+        return _combine(parts)
+
+    def _move_module(self, result: Any, module: Any, target: str) -> Fix:
+        from .findings import move_fix
+
+        swap_flag = bool(result.options.get("swap_flag"))
+        if module.held_parameters and any(not fixes.moves_in_place(d, target, swap_flag) for d in module.devices):
+            # The failing call's frames hold the graph that saved them; they become the traceback.
+            names = tuple(r.name for r in result.records if r.kind == "tensor" and r.requires_grad and not r.is_leaf
+                          and fixes.assignment(r.name, f"{r.name}.detach()"))
+            return fixes.move_module(module.name, target, release=names, release_traceback=True,
+                                     optimizers=_optimizers_of(result, module.name))
+        return move_fix(result, module, target)
+
+    def _operand_fix(self, o: Operand, target: str, frame: Any, operands: list[Operand], module: Any,
+                     moved_modules: set[str]) -> Fix | None:
+        result = self.index.result
+        record = next((r for r in result.records if r.name == o.name), None) if o.name else None
+        if o.source == "namespace" and record is not None:
+            grads = {r.param for r in result.records if r.kind == "gradient"}
+            return fixes.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
+                                     is_leaf=record.is_leaf, is_parameter=record.type_name == "Parameter",
+                                     has_grad=record.name in grads, swap_flag=bool(result.options.get("swap_flag")))
+        if o.source == "optimizer_state" and o.name:
+            return fixes.optimizer_state(o.name.split(".state[", 1)[0])
+        if o.source == "attribute" and module is not None:
+            u = next((u for m in result.modules for u in m.unregistered if o.name and (
+                o.name == u.name or o.name.startswith(u.name + "[") or o.name.startswith(u.name + "."))), None)
+            if u is not None:
+                return fixes.register_buffer(u, target)
+        if o.source in ("parameter", "buffer", "gradient") and module is not None and module.name not in moved_modules:
+            moved_modules.add(module.name)
+            return self._move_module(result, module, target)
+        if o.source == "local" and o.name and frame is not None and locations.is_user_code(frame.f_code):
+            return self._local_fix(o, target, frame, operands)
+        return None
+
+    def _local_fix(self, o: Operand, target: str, frame: Any, operands: list[Operand]) -> Fix | None:
+        """A local of the user's own function: edit their line (never rebind a variable from outside)."""
+        local = o.name.split(".")[0] if o.name else ""
+        anchor = next((x.name for x in operands if x.device == target and x.source == "local" and x.name
+                       and fixes.is_identifier(x.name)), None)
+        if anchor is None:
+            anchor = next((k for k, v in frame.f_locals.items()
+                           if k != "self" and isinstance(v, _T) and str(_T_DEVICE(v)) == target), None)
+        device_expr = f"{anchor}.device" if anchor else fixes.device_literal(target)
+        edit = None
+        created = self.created.get(id(o))
+        if created is not None and not created[2]:
+            line, factory, _given = created
+            edit = fixes.factory_device_edit(line, factory, device_expr)
+        if edit is None:
+            edit = fixes.wrap_name_edit(self.mode._source(frame), local, device_expr)
+        if edit is None:
+            return None
+        return Fix(summary=f"create {local} on the device of the other inputs, in {edit.context or 'your code'}",
+                   edits=(edit,))
+
+    def _user_inputs(self, frame: Any, target: str) -> list[Fix]:
+        """Namespace tensors named on the user's line that are not on ``target`` (an input
+        passed into library code that failed inside it)."""
+        import ast
+
+        if frame is None:
+            return []
+        text = self.mode._source(frame).text
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return []
+        wanted = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+                wanted.add(ast.unparse(node))
+        result = self.index.result
+        grads = {r.param for r in result.records if r.kind == "gradient"}
+        out = []
+        for r in result.records:
+            if r.kind != "tensor" or r.alias_of is not None or r.device == target:
+                continue
+            if r.name in wanted or any(r.name.startswith(w + "[") or r.name.startswith(w + ".") for w in wanted
+                                       if w.isidentifier()):
+                out.append(fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad,
+                                             is_leaf=r.is_leaf, is_parameter=r.type_name == "Parameter",
+                                             has_grad=r.name in grads,
+                                             swap_flag=bool(result.options.get("swap_flag"))))
+        return out
+
+
+def _frames(frame: Any) -> Iterator[Any]:
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def _optimizers_of(result: Any, module: str) -> tuple[str, ...]:
+    from .findings import _optimizers_with_state_under
+
+    return _optimizers_with_state_under(result, module)
+
+
+def _combine(parts: list[Fix]) -> Fix:
+    if len(parts) == 1:
+        return parts[0]
+    from .model import Steps
+
+    codes = [p.code for p in parts]
+    actions = tuple(p.action for p in parts if p.action is not None)
+    return Fix(
+        summary="; ".join(p.summary for p in parts),
+        code="\n".join(c for c in codes if c) if all(codes) else None,
+        edits=tuple(e for p in parts for e in p.edits),
+        action=Steps(actions) if len(actions) > 1 else (actions[0] if actions else None),
+        note=" ".join(p.note for p in parts if p.note) or None,
+    )
 
 
 def _innermost_module_path(modules: dict[int, str]) -> str | None:
@@ -498,22 +857,22 @@ def _innermost_module_path(modules: dict[int, str]) -> str | None:
     frame = sys._getframe(1)
     while frame is not None:
         owner = frame.f_locals.get("self") if frame.f_code.co_name in ("forward", "_call_impl") else None
-        if isinstance(owner, torch.nn.Module) and id(owner) in modules:
+        if owner is not None and id(owner) in modules:
             return modules[id(owner)]
         frame = frame.f_back
     return None
 
 
 def _local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] | None:
+    from .scan import instance_dict
+
     local_vars = frame.f_locals
     for key, value in local_vars.items():
         if value is t and key != "self":
             return key, "local"
     owner = local_vars.get("self")
-    if isinstance(owner, torch.nn.Module):
-        from .scan import _instance_dict
-
-        d = _instance_dict(owner)
+    if owner is not None and issubclass(type(owner), torch.nn.Module):
+        d = instance_dict(owner)
         path = modules.get(id(owner))
         prefix = path if path is not None else "self"
         for group, source in (("_parameters", "parameter"), ("_buffers", "buffer")):
@@ -581,7 +940,7 @@ class DeviceCheckError(AssertionError):
 
 
 def attach_note(exc: BaseException, report: CheckReport) -> None:
-    """Add the mismatch diagnosis to the exception as a note (shown with the traceback)."""
+    """Add the mismatch diagnosis to the exception as a note (for scripts, where nothing else shows it)."""
     if report.mismatch is not None and hasattr(exc, "add_note"):
         with contextlib.suppress(Exception):
             exc.add_note("devinspect: " + report.mismatch.summary())

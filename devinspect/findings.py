@@ -1,16 +1,27 @@
-"""Rules over a scan: what is probably wrong, in one line each, with the fix as code.
+"""Rules over a whole scan: what is probably wrong, in one line each, with the fix.
 
 Each rule is a plain function of a :class:`~devinspect.model.ScanResult`; none looks
-at live objects, so every rule can be tested from hand-made records.
+at live objects, so every rule can be tested from hand-made records. Findings are
+computed once per scan, on the whole result; a filtered view chooses which to show
+through each finding's ``names`` (the records it is about). Fixes come from
+:mod:`devinspect.fixes`, the one place that writes them.
 """
 
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Callable, Iterator
 
-from .model import SEVERITY_ORDER, Finding, ScanResult, TensorRecord, device_is_accelerator
+from . import fixes
+from .model import (
+    SEVERITY_ORDER,
+    Finding,
+    ModuleSummary,
+    ScanResult,
+    TensorRecord,
+    device_is_accelerator,
+)
 from .render.units import human_bytes
 
 #: Variable names that usually hold a model's inputs or targets.
@@ -21,6 +32,8 @@ INPUT_NAMES = frozenset(
         "features", "data", "sample", "samples", "tokens", "ids", "src", "tgt", "y_true", "y_pred",
     }
 )
+#: Inputs that libraries' models move to their own device before use (transformers moves labels).
+_MOVED_BY_LIBRARY = {"transformers": frozenset({"labels", "label"})}
 
 Rule = Callable[[ScanResult], Iterator[Finding]]
 
@@ -34,88 +47,159 @@ def find(result: ScanResult) -> list[Finding]:
     return found
 
 
+# -- helpers shared by the rules ------------------------------------------------------------
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or (name.startswith(prefix) and len(name) > len(prefix) and name[len(prefix)] in ".[")
+
+
+def _root_module(result: ScanResult, name: str) -> ModuleSummary | None:
+    """The top-level module (as the namespace names it) that ``name`` lies under."""
+    best = None
+    for m in result.modules:
+        if _under(name, m.name) and (best is None or len(m.name) < len(best.name)):
+            best = m
+    return best
+
+
+def model_device(module: ModuleSummary) -> str | None:
+    """The one device a model belongs on (:func:`devinspect.fixes.target_device`)."""
+    return fixes.target_device(module.devices)
+
+
+def _optimizers_with_state_under(result: ScanResult, module: str) -> tuple[str, ...]:
+    """Optimizers holding state for parameters of ``module`` (their state must follow a move)."""
+    names = []
+    for r in result.records:
+        if r.kind == "optimizer_state" and r.param and _under(r.param, module) and not r.hidden:
+            opt = r.name.split(".state[", 1)[0]
+            if opt not in names:
+                names.append(opt)
+    return tuple(names)
+
+
+def _graph_holders(result: ScanResult) -> tuple[tuple[str, ...], bool]:
+    """What may keep autograd graphs alive: namespace tensors with a grad_fn, and the last traceback."""
+    names = tuple(r.name for r in result.records
+                  if r.kind == "tensor" and r.requires_grad and not r.is_leaf and not r.hidden and r.alias_of is None
+                  and fixes.assignment(r.name, f"{r.name}.detach()"))
+    return names, bool(result.options.get("has_traceback"))
+
+
+def move_fix(result: ScanResult, module: ModuleSummary, device: str, why: str = "") -> fixes.Fix:
+    """Move a whole model to ``device``, with its optimizers' state, releasing graphs a swap needs."""
+    release: tuple[str, ...] = ()
+    traceback_too = False
+    swap_flag = bool(result.options.get("swap_flag"))
+    needs_swap = any(not fixes.moves_in_place(d, device, swap_flag) for d in module.devices if d != device)
+    if needs_swap and module.held_parameters:
+        release, traceback_too = _graph_holders(result)
+    return fixes.move_module(module.name, device, optimizers=_optimizers_with_state_under(result, module.name),
+                             release=release, release_traceback=traceback_too, why=why)
+
+
+def _module_records(result: ScanResult, module: str) -> tuple[str, ...]:
+    return tuple(r.name for r in result.records if r.kind in ("parameter", "buffer") and _under(r.name, module))
+
+
+# -- rules -----------------------------------------------------------------------------------------
+
+
 def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
-    """A model whose parameters and buffers span devices."""
+    """A model whose parameters and buffers span devices: one target for all of it."""
     for module in result.modules:
-        if not module.is_mixed:
+        real = tuple(d for d in module.devices if d != "meta")
+        if len(real) < 2 or module.unmaterialised:
             continue
         where = ", ".join(f"{name} on {device}" for name, device in module.placement[:6])
         if len(module.placement) > 6:
             where += f", … ({len(module.placement) - 6} more)"
-        main = module.devices[0]
+        target = model_device(module)
+        accelerators = [d for d in real if device_is_accelerator(d)]
+        if module.deliberate_split:
+            severity, why = "hint", "its device_map puts parts on different devices on purpose"
+        elif len(accelerators) == len(real):
+            severity, why = "warning", "fine if deliberate (model parallel); otherwise it raises a device mismatch"
+        else:
+            severity, why = "error", "a forward pass raises a device mismatch where the parts meet"
         yield Finding(
             code="mixed-device-module",
+            severity=severity,
+            subject=module.name,
+            message=f"{module.name} ({module.type_name}) has parameters/buffers on {' and '.join(real)}: {where}; {why}",
+            fix=move_fix(result, module, target) if target and severity != "hint" else None,
+            names=_module_records(result, module.name),
+        )
+
+
+def partly_materialised_modules(result: ScanResult) -> Iterator[Finding]:
+    """A model with some parameters on ``meta`` (no data) and others real: ``.to()`` raises."""
+    for module in result.modules:
+        real = [d for d in module.devices if d != "meta"]
+        if not module.unmaterialised or not real:
+            continue
+        yield Finding(
+            code="partly-materialised-module",
             severity="error",
             subject=module.name,
-            message=f"{module.name} ({module.type_name}) has parameters/buffers on {' and '.join(module.devices)}: {where}",
-            fix=f'{module.name}.to("{main}")',
+            message=(f"{module.name} ({module.type_name}) has {module.unmaterialised} parameter(s)/buffer(s) with no data "
+                     f"(meta) next to ones on {', '.join(real)}: a forward pass fails and .to() cannot copy them"),
+            fix=fixes.materialise(module.name, fixes.target_device(real), module.unmaterialised),
+            names=_module_records(result, module.name),
         )
 
 
 def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
     """Tensors stored as plain module attributes: ``model.to()`` leaves them behind."""
-    module_device = {m.name: m.devices[0] for m in result.modules if m.devices}
-    class_of = {attr: cls for m in result.modules for attr, cls in m.unregistered}
-    roots_of = {m.name for m in result.modules}
-    seen: set[tuple[str, str]] = set()
-    for r in result.records:
-        if r.kind != "attribute" or r.owner is None or r.alias_of is not None:
-            continue
-        attr = _attribute_of(r.name, r.owner)
-        if (r.owner, attr) in seen:
-            continue
-        seen.add((r.owner, attr))
-        root = next((m for m in roots_of if r.owner == m or r.owner.startswith((m + ".", m + "["))), None)
-        model_device = module_device.get(root) if root else None
-        elsewhere = model_device is not None and model_device != r.device
-        direct = r.name == f"{r.owner}.{attr}"
-        if direct:
-            fix = (
-                f'# in {class_of.get(f"{r.owner}.{attr}", "the module class")}.__init__:\nself.register_buffer("{attr}", {attr})\n'
-                f"# or now, for this object:\n"
-                f'{r.owner}.register_buffer("{attr}", {r.owner}.__dict__.pop("{attr}"))'
+    by_name = {r.name: r for r in result.records if r.kind == "attribute" and not r.hidden}
+    for module in result.modules:
+        target = model_device(module)
+        for u in module.unregistered:
+            records = [r for n, r in by_name.items() if _under(n, u.name) and r.owner == u.owner]
+            if not records:
+                continue
+            first = records[0]
+            elsewhere = target is not None and any(r.device != target for r in records)
+            direct = first.name == u.name
+            where = f" It is on {first.device} while {module.name} is on {target}." if elsewhere else ""
+            if direct:
+                fix = fixes.register_buffer(u, target)
+            else:
+                code = fixes.assignment(u.name, f"[t.to({fixes.device_literal(target)}) for t in {u.name}]") \
+                    if target and elsewhere and first.name.startswith(u.name + "[") else None
+                fix = fixes.Fix(
+                    summary=f"keep the tensors of {u.name} as buffers (or in nn.ParameterList / nn.ParameterDict)",
+                    code=code,
+                    note=f"{u.name} holds tensors that .to() and state_dict() skip; register each as a buffer in "
+                         f"{u.class_name}.__init__" + (", or move them now with the code above" if code else ""),
+                )
+            yield Finding(
+                code="unregistered-tensor-attribute",
+                severity="error" if elsewhere else "warning",
+                subject=u.name,
+                message=f"{u.name} is a plain tensor attribute, not a buffer: .to() and state_dict() skip it.{where}",
+                fix=fix,
+                storage_bytes=sum(r.counted_bytes for r in records),
+                names=tuple(r.name for r in records),
             )
-        else:
-            fix = (
-                f"# keep each tensor as a registered buffer (or use nn.ParameterList/ParameterDict):\n"
-                f'for i, t in enumerate({r.owner}.{attr}):\n    {r.owner}.register_buffer(f"{attr}_{{i}}", t)'
-            )
-        where = f" It is on {r.device} while {root} is on {model_device}." if elsewhere else ""
-        yield Finding(
-            code="unregistered-tensor-attribute",
-            severity="error" if elsewhere else "warning",
-            subject=f"{r.owner}.{attr}",
-            message=f"{r.owner}.{attr} is a plain tensor attribute, not a buffer: .to() and state_dict() skip it.{where}",
-            fix=fix,
-            storage_bytes=r.storage_bytes,
-        )
-
-
-def _attribute_of(name: str, owner: str) -> str:
-    rest = name[len(owner) + 1 :] if name.startswith(owner + ".") else name
-    return re.split(r"[.\[]", rest, maxsplit=1)[0]
 
 
 def optimizer_state_elsewhere(result: ScanResult) -> Iterator[Finding]:
-    """Optimizer state on another device than its parameter (typical after loading a checkpoint)."""
+    """Optimizer state on another device than its own parameter (typical after loading a checkpoint)."""
     device_of = {r.name: r.device for r in result.records if r.kind == "parameter"}
     by_opt: dict[str, list[TensorRecord]] = defaultdict(list)
     for r in result.records:
-        if r.kind != "optimizer_state" or r.param is None:
+        if r.kind != "optimizer_state" or r.param is None or r.hidden:
             continue
         pdevice = device_of.get(r.param)
-        if pdevice is None or pdevice == r.device:
-            continue
-        # A 0-dim CPU "step" counter is how Adam/AdamW keep it by design.
-        if r.device == "cpu" and r.shape == ():
+        if pdevice is None or pdevice == r.device or fixes.stays_on_host(r.shape, r.device):
             continue
         by_opt[r.name.split(".state[", 1)[0]].append(r)
     for opt, records in by_opt.items():
         devices = sorted({r.device for r in records})
         targets = sorted({device_of[r.param] for r in records if r.param in device_of})
         keys = sorted({r.name.rsplit("[", 1)[-1].rstrip("]") for r in records})
-        target = targets[0] if len(targets) == 1 else None
-        move = f'v.to("{target}")' if target else "v.to(p.device)"
         yield Finding(
             code="optimizer-state-device",
             severity="error",
@@ -124,37 +208,65 @@ def optimizer_state_elsewhere(result: ScanResult) -> Iterator[Finding]:
                 f"{len(records)} state tensors of {opt} ({', '.join(keys)}) are on {', '.join(devices)} "
                 f"but their parameters are on {', '.join(targets)} (typical after loading a checkpoint)"
             ),
-            fix=(
-                f"for p, state in {opt}.state.items():\n"
-                f"    for k, v in state.items():\n"
-                f"        if torch.is_tensor(v) and v.dim() > 0:\n"
-                f"            state[k] = {move}"
-            ),
+            fix=fixes.optimizer_state(opt),
             storage_bytes=sum(r.counted_bytes for r in records),
+            names=tuple(r.name for r in records),
+        )
+
+
+def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
+    """An optimizer whose parameters belong to no module in the namespace (the model's cell ran again)."""
+    for opt in result.optimizers:
+        if not opt.orphans:
+            continue
+        wanted = Counter(opt.orphan_shapes)
+        candidates = [m for m in result.modules
+                      if Counter(tuple(r.shape or ()) for r in result.records if r.kind == "parameter"
+                                 and r.owner is not None and _under(r.name, m.name) and r.alias_of is None) == wanted]
+        module = candidates[0].name if len(candidates) == 1 else None
+        likely = f"; it looks like the parameters of an earlier {module}" if module else ""
+        fix = fixes.rebuild_optimizer(opt, module) if module else fixes.Fix(
+            summary=f"create {opt.name} again over the parameters of the model you train",
+            note=f"{opt.name} trains tensors that nothing else in the namespace holds")
+        yield Finding(
+            code="stale-optimizer",
+            severity="error",
+            subject=opt.name,
+            message=(f"{opt.orphans} of the {opt.parameters} parameters {opt.name} ({opt.type_name}) updates belong to "
+                     f"no module or variable in the namespace{likely}: training steps change nothing you use "
+                     "(the model's cell ran again after the optimizer was made)"),
+            fix=fix,
+            names=tuple(r.name for r in result.records if r.name.startswith(opt.name + ".")),
         )
 
 
 def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
     """A model on an accelerator while tensors named like its inputs are elsewhere."""
-    model_devices = {m.devices[0] for m in result.modules if len(m.devices) == 1}
-    accelerated = sorted(d for d in model_devices if device_is_accelerator(d))
-    if not accelerated:
+    placed = [m for m in result.modules if len(m.devices) == 1 and device_is_accelerator(m.devices[0])]
+    if not placed:
         return
-    models = [m.name for m in result.modules if m.devices and m.devices[0] in accelerated]
+    model_devices = {m.devices[0] for m in result.modules if m.devices}
+    accelerated = sorted({m.devices[0] for m in placed})
+    moved_by_library = frozenset().union(*(_MOVED_BY_LIBRARY.get(m.library, frozenset()) for m in placed))
+    swap_flag = bool(result.options.get("swap_flag"))
+    grads = {r.param for r in result.records if r.kind == "gradient"}
     for r in result.records:
         if r.kind != "tensor" or r.alias_of is not None or r.hidden or r.device in model_devices:
             continue
         base = re.split(r"[.\[]", r.name, maxsplit=1)[0]
-        if base not in INPUT_NAMES:
+        if base not in INPUT_NAMES or base in moved_by_library:
             continue
         target = accelerated[0]
-        fix = f'{r.name} = {r.name}.to("{target}")' if r.name == base or "[" in r.name else f'{base} = ... .to("{target}")'
+        models = ", ".join(m.name for m in placed if m.devices[0] == target)
         yield Finding(
             code="input-on-other-device",
             severity="hint",
             subject=r.name,
-            message=f"{r.name} is on {r.device} while {', '.join(models)} is on {target}: passing it in will raise a device mismatch",
-            fix=fix,
+            message=f"{r.name} is on {r.device} while {models} is on {target}: move it there before passing it in",
+            fix=fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad, is_leaf=r.is_leaf,
+                                  is_parameter=r.type_name == "Parameter", has_grad=r.name in grads,
+                                  swap_flag=swap_flag),
+            names=(r.name,),
         )
 
 
@@ -173,8 +285,9 @@ def history_holds(result: ScanResult) -> Iterator[Finding]:
             severity="warning",
             subject="Out",
             message=f"{human_bytes(by_holder['history'])} of accelerator memory is held only by IPython's output history ({shown})",
-            fix="%reset -f out",
+            fix=fixes.release_history(),
             storage_bytes=by_holder["history"],
+            names=tuple(names["history"]),
         )
     if by_holder.get("traceback"):
         shown = ", ".join(names["traceback"][:4]) + (" …" if len(names["traceback"]) > 4 else "")
@@ -183,8 +296,9 @@ def history_holds(result: ScanResult) -> Iterator[Finding]:
             severity="warning",
             subject="sys.last_traceback",
             message=f"{human_bytes(by_holder['traceback'])} of accelerator memory is held only by the last error's traceback ({shown})",
-            fix="import sys\nsys.last_traceback = sys.last_value = None\nsys.last_exc = None  # Python 3.12+",
+            fix=fixes.release_traceback(),
             storage_bytes=by_holder["traceback"],
+            names=tuple(names["traceback"]),
         )
 
 
@@ -196,6 +310,7 @@ def unpinned_loaders(result: ScanResult) -> Iterator[Finding]:
     for loader in result.loaders:
         if loader.pin_memory:
             continue
+        code = fixes.assignment(f"{loader.name}.pin_memory", "True")
         yield Finding(
             code="loader-not-pinned",
             severity="hint",
@@ -204,7 +319,9 @@ def unpinned_loaders(result: ScanResult) -> Iterator[Finding]:
                 f"{loader.name} has pin_memory=False while {', '.join(cuda_models)} is on CUDA: "
                 "host-to-device copies cannot overlap compute"
             ),
-            fix=f"{loader.name} = DataLoader(..., pin_memory=True)\n# and in the loop: batch.to(device, non_blocking=True)",
+            fix=fixes.Fix(summary=f"pin {loader.name}'s batches (from its next iteration on)", code=code,
+                          note="then copy with batch.to(device, non_blocking=True) in the loop"),
+            names=tuple(r.name for r in result.records if r.name.startswith(loader.name + ".")),
         )
 
 
@@ -218,13 +335,16 @@ def truncated_walk(result: ScanResult) -> Iterator[Finding]:
 def could_not_inspect(result: ScanResult) -> Iterator[Finding]:
     for r in result.records:
         if r.kind == "error":
-            yield Finding(code="could-not-inspect", severity="hint", subject=r.name, message=f"{r.name}: {r.note}")
+            yield Finding(code="could-not-inspect", severity="hint", subject=r.name, message=f"{r.name}: {r.note}",
+                          names=(r.name,))
 
 
 RULES: tuple[Rule, ...] = (
     mixed_device_modules,
+    partly_materialised_modules,
     unregistered_tensor_attributes,
     optimizer_state_elsewhere,
+    stale_optimizers,
     inputs_elsewhere,
     history_holds,
     unpinned_loaders,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
+import dis
 import re
+import shlex
+import sys
 import time
 import weakref
 from typing import Any
@@ -13,6 +17,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, CaselessStrEnum, Int
 
+from . import locations
 from .model import KINDS
 from .render.table import DEFAULT_MAX_ROWS, SORTS
 
@@ -52,9 +57,10 @@ class DevInspect(Magics):
     @argument("-a", "--all", action="store_true", dest="all_objects",
               help="Also list live tensors no name reaches (garbage-collector walk).")
     @argument("--hidden", action="store_true", help="Also list IPython's history names (_, _12, Out) and _ names.")
-    @argument("-n", "--max-rows", type=int, help="Rows to show (0: all).")
+    @argument("-n", "--max-rows", type=int, help="Rows to show (0: all; -3: the last 3).")
     @argument("-o", "--output", action="store_true",
-              help="Return the result object (it is always returned; kept for %%timeit -o habits).")
+              help="Return the result object (as %%timeit -o does; %%devices always returns it).")
+    @argument("-v", "--variable", metavar="NAME", help="Also store the result in the variable NAME.")
     @line_magic
     def devices(self, line: str = "") -> Any:
         """List every tensor in the session with its device, dtype, shape and bytes, and what looks wrong.
@@ -72,13 +78,17 @@ class DevInspect(Magics):
             %devices --device cuda:0 --sort bytes
             %devices --findings            # only what looks wrong
             r = %devices                   # keep the result: r.frame, r.findings
+            %devices -v r                  # the same, stored in r
         """
-        args = parse_argstring(self.devices, line)
+        args = self._parse(self.devices, line)
+        from .model import Display, Selection
         from .scan import scan
 
         namespace = self.shell.user_ns
         exclude = self._ipython_names()
         include_hidden = bool(args.hidden or self.include_hidden)
+        device = _device_argument("%devices", args.device)
+        _variable_name("%devices", args.variable)
         try:
             result = scan(
                 namespace,
@@ -91,14 +101,47 @@ class DevInspect(Magics):
             )
         except LookupError as exc:
             raise UsageError(f"%devices: {_with_suggestion(str(exc), args.names, namespace)}") from None
-        if args.device:
-            result = result.filter(device=_device_filter(args.device, result))
-        if args.kind:
-            result = result.filter(kind=args.kind)
         max_rows = self.max_rows if args.max_rows is None else args.max_rows
-        view = {"max_rows": max_rows, "sort": args.sort or self.sort, "findings_only": args.findings}
-        return result.filter(**view)
+        view = result.select(
+            Selection(names=tuple(args.names), device=device, kind=args.kind),
+            Display(max_rows=max_rows, sort=args.sort or self.sort, findings_only=args.findings),
+        )
+        if args.variable:
+            namespace[args.variable] = view
+        self._show(view)
+        return view
 
+    def _show(self, view: Any) -> None:
+        """Display ``view`` once, wherever the magic stands in the cell: IPython displays it itself
+        when the call is the cell's last expression, so then it is left to IPython."""
+        from IPython.display import display
+
+        if _caller_displays_result(_calling_frame()):
+            return
+        if getattr(self.shell, "kernel", None) is not None:
+            panel = self._findings_panel(view)
+            display(view)
+            if panel is not None:
+                display(panel)
+        else:
+            display(view)
+
+    def _findings_panel(self, view: Any) -> Any:
+        from .jupyter.fix_panel import findings_panel
+
+        try:
+            return findings_panel(view.findings, self.shell.user_ns, shell=self.shell)
+        except ImportError:  # no ipywidgets: the static output is complete
+            return None
+
+    def _parse(self, magic: Any, line: str) -> Any:
+        """parse_argstring, with every mistake (an unbalanced quote too) as a one-line UsageError."""
+        try:
+            return parse_argstring(magic, line)
+        except UsageError as exc:
+            raise UsageError(f"%{magic.__name__}: {str(exc).split(': error: ')[-1]}") from None
+        except ValueError as exc:  # shlex: "No closing quotation"
+            raise UsageError(f"%{magic.__name__}: {exc} in {line!r}") from None
 
     def _ipython_names(self) -> list[str]:
         """IPython's own variables, unless the user rebound them. History names are kept:
@@ -109,23 +152,27 @@ class DevInspect(Magics):
         return [n for n, v in hidden.items() if namespace.get(n, v) is v and not is_history_name(n)]
 
     @magic_arguments()
-    @argument("-o", "--output", metavar="NAME", help="Store the report (a CheckReport, with .frame) in this variable.")
+    @argument("-o", "--output", nargs="?", const=True, default=None, metavar="NAME",
+              help="Return the report (a CheckReport, with .frame), as %%timeit -o does. "
+                   "(-o NAME still stores it in NAME; use -v NAME.)")
+    @argument("-v", "--variable", metavar="NAME", help="Store the report in the variable NAME.")
     @argument("-q", "--quiet", action="store_true", help="Show the report only when something was found.")
     @argument("--strict", action="store_true", help="Raise DeviceCheckError when something was found (for tests).")
     @cell_magic
-    def devcheck(self, line: str, cell: str) -> None:
+    def devcheck(self, line: str, cell: str) -> Any:
         """Run the cell once under a device check: name the variables behind a device
         mismatch, and count host↔device copies and host syncs per source line.
 
-        The cell runs normally (history, magics and display work); its result is
-        unchanged. When it raises a device-mismatch error, the report above the
-        traceback names each input as you wrote it (``x``, ``model.fc1.weight``,
-        ``mask`` in ``forward``) and gives the fix; the error is then raised again so
-        "Run All" stops there. Copies and syncs are counted for ``.to()``, ``.cpu()``,
-        ``.item()``, ``float()``/``bool()`` of tensors, ``.numpy()``, ``.tolist()``,
-        printing, ``nonzero`` and boolean-mask indexing; round trips, syncs in loops,
-        repeated copies of the same tensor and non-blocking copies from unpinned
-        memory are flagged.
+        The cell runs as it would without the check: the same namespace, history,
+        output, value and errors (an error, an interrupt or a SyntaxError fails the
+        cell, so "Run All" stops there). When it raises a device-mismatch error, the
+        report above the traceback names each input as you wrote it (``x``,
+        ``model.fc1.weight``, ``mask`` in ``forward``) and gives the fix once, with an
+        Apply fix button in Jupyter. Copies and syncs are counted for ``.to()``,
+        ``.cpu()``, ``.item()``, ``float()``/``bool()`` of tensors, ``.tolist()``,
+        printing, ``nonzero`` and boolean-mask indexing, on the line of your code that
+        made them (also inside library calls); round trips, syncs in loops, repeated
+        copies of the same tensor and non-blocking copies from unpinned memory are flagged.
 
         Examples::
 
@@ -134,32 +181,38 @@ class DevInspect(Magics):
                 loss = loss_fn(model(x.to(device)), y.to(device))
                 print(loss.item())
 
-            %%devcheck -o report --quiet
+            %%devcheck -v report --quiet
             train_one_epoch()
         """
-        __tracebackhide__ = True  # the user's traceback starts in their cell, not here
-        run = _CheckedCell(self.shell, parse_argstring(self.devcheck, line), line, cell)
+        __tracebackhide__ = True  # noqa: F841 - the user's traceback starts in their cell, not here
+        run = _CheckedCell(self.shell, self._devcheck_args(line), line, cell)
         if run.needs_await and _event_loop_running():
             # Only reached when the cell was not rewritten by await_devcheck_cells (a direct call).
-            raise UsageError("%%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
+            raise UsageError("%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
                              "so the kernel can run it on its event loop")
-        with run:
-            self.shell.run_cell(cell, store_history=False)
-        run.finish()
+        return run.run()
 
-    async def devcheck_async(self, line: str, cell: str) -> None:
+    async def devcheck_async(self, line: str, cell: str) -> Any:
         """``%%devcheck`` for a cell with top-level ``await``, run on the kernel's event loop.
 
         A %%devcheck cell whose body awaits is rewritten (by an input transformer that
         loading the extension registers) into ``await`` of this method, so the kernel
         runs it as an async cell instead of blocking its own loop.
         """
-        __tracebackhide__ = True
-        run = _CheckedCell(self.shell, parse_argstring(self.devcheck, line), line, cell)
-        with run:
-            await self.shell.run_cell_async(cell, store_history=False, transformed_cell=run.transformed,
-                                            preprocessing_exc_tuple=None)
-        run.finish()
+        __tracebackhide__ = True  # noqa: F841
+        run = _CheckedCell(self.shell, self._devcheck_args(line), line, cell)
+        return await run.run_async()
+
+    def _devcheck_args(self, line: str) -> Any:
+        args = self._parse(self.devcheck, line)
+        if isinstance(args.output, str):
+            if args.variable:
+                raise UsageError("%devcheck: -o NAME and -v NAME both store the report; use -v NAME")
+            print(f"%devcheck: -o NAME is deprecated; use -v {args.output} (stores the report), "
+                  "or -o alone (returns it)")
+            args.variable, args.output = args.output, None
+        _variable_name("%devcheck", args.variable)
+        return args
 
     @magic_arguments()
     @argument("-d", "--device", help="Only this device (cuda:0, cuda, cpu).")
@@ -171,7 +224,9 @@ class DevInspect(Magics):
     @argument("--history", action="store_true", help="Show the cells recorded by --track: a table and a plot.")
     @argument("--no-tensors", action="store_true", dest="no_tensors",
               help="Skip counting tensors (faster; the reconciliation starts at the allocator).")
-    @argument("-o", "--output", action="store_true", help="Return the snapshot (or the history): r = %%gpumem -o")
+    @argument("-o", "--output", action="store_true",
+              help="Return the snapshot (or the history), as %%timeit -o does: snap = %%gpumem -o")
+    @argument("-v", "--variable", metavar="NAME", help="Also store the snapshot (or the history) in NAME.")
     @line_magic
     def gpumem(self, line: str = "") -> Any:
         """Accelerator memory per device: allocated, reserved and the driver's view, reconciled.
@@ -192,7 +247,8 @@ class DevInspect(Magics):
             %gpumem --track          # record each following cell; --history shows them
             snap = %gpumem -o        # keep it: snap.frame, snap.reconciliation_frame
         """
-        args = parse_argstring(self.gpumem, line)
+        args = self._parse(self.gpumem, line)
+        _variable_name("%gpumem", args.variable)
         if args.track and args.untrack:
             raise UsageError("%gpumem: --track and --untrack contradict each other")
         if args.watch is not None and not 0.2 <= args.watch <= 3600:
@@ -205,8 +261,12 @@ class DevInspect(Magics):
             self._set_tracking(args.track)
             return None
         if args.history:
-            return self._show_history(args.output)
-        return self._show_memory(args)
+            shown = self._show_history()
+        else:
+            shown = self._show_memory(args)
+        if args.variable:
+            self.shell.user_ns[args.variable] = shown
+        return shown if args.output else None
 
     # -- %gpumem helpers ------------------------------------------------------
 
@@ -245,7 +305,7 @@ class DevInspect(Magics):
             raise UsageError("%gpumem: --watch needs a Jupyter kernel (a live widget); here use %gpumem again, "
                              "or %gpumem --track to record every cell")
         if widgets_frontend:
-            from .render.memory_widget import MemoryDashboard, Watcher
+            from .jupyter.memory_dashboard import MemoryDashboard, Watcher
 
             # Its first read counts the tensors (and raises UsageError for an unknown -d) before anything shows.
             dashboard = MemoryDashboard(collect, self._memory_actions())
@@ -258,9 +318,8 @@ class DevInspect(Magics):
                 self._set_event("post_run_cell", self._after_cell_watch, True)
         else:
             snapshot = collect(True)
-            if not args.output:
-                display(snapshot)
-        return snapshot if args.output else None
+            display(snapshot)
+        return snapshot
 
     def _stop_watchers(self) -> int:
         stopped = 0
@@ -312,23 +371,22 @@ class DevInspect(Magics):
         except Exception:  # noqa: BLE001
             pass
 
-    def _show_history(self, output: bool) -> Any:
+    def _show_history(self) -> Any:
         from IPython.display import Image, display
 
         from .memory_model import MemoryHistory
 
         history = self._tracker.history() if self._tracker is not None else MemoryHistory(())
-        if output:
-            return history  # h.frame, h.figure()
         display(history)
-        if history.cells:
+        if history.cells and getattr(self.shell, "kernel", None) is not None:
+            # A plot only where a frontend can show one; a terminal gets the table alone.
             from .render.memory_plot import history_png
 
             try:
                 display(Image(history_png(history)))
             except ImportError:  # matplotlib is optional
                 print("%gpumem: install matplotlib for the plot (pip install matplotlib).")
-        return None
+        return history
 
     def _set_event(self, event: str, callback: Any, on: bool) -> None:
         callbacks = self.shell.events.callbacks[event]
@@ -348,14 +406,10 @@ class DevInspect(Magics):
 def _only_device(snapshot: Any, text: str) -> Any:
     import dataclasses
 
-    import torch
+    from .model import device_matches
 
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise UsageError(f"%gpumem: {text!r} is not a device (try cuda:0, cuda, cpu)") from None
-    keep = [d for d in snapshot.devices
-            if d.device == str(device) or (device.index is None and d.device.split(":")[0] == device.type)]
+    wanted = _device_argument("%gpumem", text)
+    keep = [d for d in snapshot.devices if device_matches(d.device, wanted)]
     if not keep:
         have = ", ".join(d.device for d in snapshot.devices)
         raise UsageError(f"%gpumem: no device {text!r} here (devices: {have})")
@@ -369,70 +423,178 @@ def _with_fallback(widget: Any, fallback: Any) -> dict[str, Any]:
     return bundle
 
 
+def _device_argument(magic: str, text: str | None) -> str | None:
+    """The one ``-d`` parser of every magic: ``cpu:0`` is cpu, ``cuda`` every CUDA device,
+    and a device this process does not have is a UsageError."""
+    if text is None:
+        return None
+    from .devices import DeviceNameError, parse
+
+    try:
+        return parse(text)
+    except DeviceNameError as exc:
+        raise UsageError(f"{magic}: {exc}") from None
+
+
+def _variable_name(magic: str, name: str | None) -> None:
+    import keyword
+
+    if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+        raise UsageError(f"{magic}: -v needs a variable name, not {name!r}")
+
+
+def _calling_frame() -> Any:
+    """The frame of the code that called the magic: the first outside devinspect and IPython."""
+    frame = sys._getframe(1)
+    while frame is not None and locations.is_tool_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def _running_cell_number(shell: Any) -> int:
+    """The execution count of the cell now running (the cell that called the magic).
+
+    IPython numbers the cell before running it (9.x) or after (8.x), and not at all
+    without history; the calling cell's compiled file name says it in every case.
+    """
+    frame = _calling_frame()
+    while frame is not None:
+        number = locations.cell_number(frame.f_code.co_filename)
+        if number is not None:
+            return number
+        frame = frame.f_back
+    return shell.execution_count
+
+
+def _caller_displays_result(frame: Any) -> bool:
+    """Whether the code calling the magic displays its value (the cell's last expression:
+    IPython compiles it so that the value goes to the display hook)."""
+    try:
+        instructions = [i for i in dis.get_instructions(frame.f_code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
+        # f_lasti is the call now running (or an inline cache entry after it).
+        current = max(i for i, ins in enumerate(instructions) if ins.offset <= frame.f_lasti)
+        after = instructions[current + 1]
+    except Exception:  # noqa: BLE001 - when unsure, show it
+        return False
+    return after.opname == "PRINT_EXPR" or (after.opname == "CALL_INTRINSIC_1" and after.argrepr == "INTRINSIC_PRINT")
+
+
 class _CheckedCell:
-    """One %%devcheck run: the mode and error capture around the cell, then the report."""
+    """One %%devcheck run: compiled and run the way IPython runs a cell, under the check.
+
+    The body is compiled here (with the shell's compiler flags, input and AST
+    transformers) under the cell's own execution count, so tracebacks and the report
+    say "Cell In[N], line L" with the lines as the user sees them (the magic's line is
+    line 1). It runs in the user's namespace; its last expression is shown through the
+    display hook, as in a plain cell (``;`` suppresses it). Every exception — errors,
+    KeyboardInterrupt, SystemExit, a SyntaxError at compile time — propagates out of
+    the magic unchanged, so the shell fails the cell exactly as it would without
+    the check; the report is shown first.
+    """
 
     def __init__(self, shell: Any, args: Any, line: str, cell: str):
-        import ast
-
         from .check import DeviceCheckMode
 
-        if args.output is not None and not args.output.isidentifier():
-            raise UsageError(f"%%devcheck: -o needs a variable name, not {args.output!r}")
         self.shell, self.args, self.line, self.cell = shell, args, line, cell
+        self.number = _running_cell_number(shell)
+        self.source = f"%%devcheck{(' ' + line.strip()) if line.strip() else ''}\n{cell}"
         self.transformed = shell.transform_cell(cell)
-        ast.parse(self.transformed)  # a SyntaxError is shown once, by the shell, before anything runs
         self.needs_await = bool(shell.should_run_async(cell, transformed_cell=self.transformed,
                                                        preprocessing_exc_tuple=None))
-        namespace = shell.user_ns
-        self.mode = DeviceCheckMode(namespace,
-                                    lambda frame: frame.f_code.co_name == "<module>" and frame.f_globals is namespace)
-        self.failure: list[BaseException] = []
+        self.filename = shell.compile.cache(self.source, self.number, raw_code=self.source)
+        self.codes = self._compile()  # a SyntaxError fails the cell before anything runs
+        filename = self.filename
+        self.mode = DeviceCheckMode(shell.user_ns, lambda frame: frame.f_code.co_filename == filename
+                                    and frame.f_code.co_name == "<module>", tidy_tracebacks=True)
         self.start = 0.0
 
-    def _keep(self, shell_: Any, etype: Any, value: BaseException, tb: Any, tb_offset: Any = None) -> list[str]:
-        self.failure.append(value)
-        return []
+    def _compile(self) -> list[Any]:
+        import ast as ast_module
 
-    def __enter__(self) -> _CheckedCell:
-        self._saved = (self.shell.custom_exceptions, self.shell.CustomTB)
-        self.shell.set_custom_exc((Exception,), self._keep)
+        flags = getattr(ast_module, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if self.needs_await else 0
+        # A blank first line stands for the magic's line: line numbers are the cell's own.
+        tree = self.shell.compile.ast_parse("\n" + self.transformed, filename=self.filename)
+        tree = self.shell.transform_ast(tree)
+        body = list(tree.body)
+        last = None
+        if body and isinstance(body[-1], ast_module.Expr) and \
+                not self.shell.displayhook.semicolon_at_end_of_expression(self.transformed):
+            last = body.pop()
+        codes = []
+        with self.shell.compile.extra_flags(flags):
+            if body:
+                codes.append(self.shell.compile(ast_module.Module(body, []), self.filename, "exec"))
+            if last is not None:
+                codes.append(self.shell.compile(ast_module.Interactive([last]), self.filename, "single"))
+        return codes
+
+    def run(self) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        error = None
         self.start = time.perf_counter()
         self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
         try:
-            self.mode.__exit__(*exc)
+            for code in self.codes:
+                exec(code, self.shell.user_global_ns, self.shell.user_ns)
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
-            self.shell.custom_exceptions, self.shell.CustomTB = self._saved
-        self.elapsed = time.perf_counter() - self.start
+            self._finish(error)
+        return self._result()
 
-    def finish(self) -> None:
-        """Show the report (and, in Jupyter, the fix buttons); raise the cell's error again."""
-        from .check import DeviceCheckError, attach_note
+    async def run_async(self) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        import inspect
 
-        __tracebackhide__ = True
-        shell, args, namespace = self.shell, self.args, self.shell.user_ns
-        error = self.failure[0] if self.failure else None
-        report = self.mode.report(error, self.elapsed)
-        if args.output:
-            namespace[args.output] = report
-        if not args.quiet or report.has_findings:
-            from IPython.display import display
+        error = None
+        self.start = time.perf_counter()
+        self.mode.__enter__()
+        try:
+            for code in self.codes:
+                value = eval(code, self.shell.user_global_ns, self.shell.user_ns)
+                if inspect.CO_COROUTINE & code.co_flags:
+                    await value
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._finish(error)
+        return self._result()
 
-            display(report)
-            if report.mismatch is not None and report.mismatch.fix and getattr(shell, "kernel", None) is not None:
-                # A widget frontend: offer the fix as a button, then a re-run of this cell.
-                from .render.widgets import fix_panel
+    def _finish(self, error: BaseException | None) -> None:
+        """Leave the check, then show the report (and, in Jupyter, the fix buttons)."""
+        elapsed = time.perf_counter() - self.start
+        self.mode.__exit__(None, None, None)
+        try:
+            self.report = self.mode.report(error, elapsed)
+            if self.args.variable:
+                self.shell.user_ns[self.args.variable] = self.report
+            if not self.args.output and (not self.args.quiet or self.report.has_findings):
+                self._display()
+        except Exception as exc:  # noqa: BLE001 - the report must never replace the cell's outcome
+            print(f"devinspect: the report could not be shown ({type(exc).__name__}: {exc})", file=sys.stderr)
+            self.report = None
 
-                source = f"%%devcheck {self.line}\n{self.cell}"
-                display(fix_panel(report.mismatch, namespace, lambda: shell.run_cell(source)))
-        if error is not None:
-            attach_note(error, report)
-            raise error.with_traceback(error.__traceback__)
-        if args.strict and report.has_findings:
-            raise DeviceCheckError(report)
+    def _display(self) -> None:
+        from IPython.display import display
+
+        report, shell = self.report, self.shell
+        display(report)
+        fix = report.mismatch.fix if report.mismatch is not None else None
+        if fix is not None and fix.action is not None and getattr(shell, "kernel", None) is not None:
+            # A widget frontend: the fix as a button, then a re-run of this cell.
+            from .jupyter.fix_panel import fix_panel
+
+            source = self.source
+            display(fix_panel(fix, shell.user_ns, lambda: shell.run_cell(source), shell=shell))
+
+    def _result(self) -> Any:
+        from .check import DeviceCheckError
+
+        if self.args.strict and self.report is not None and self.report.has_findings:
+            raise DeviceCheckError(self.report)
+        return self.report if self.args.output else None
 
 
 _DEVCHECK_LINE = re.compile(r"^\s*%%devcheck(?:\s+(.*))?$")
@@ -472,20 +634,6 @@ def _event_loop_running() -> bool:
         return False
 
 
-def _device_filter(text: str, result: Any) -> str:
-    import torch
-
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise UsageError(f"%devices: {text!r} is not a device (try cpu, cuda, cuda:0)") from None
-    name = str(device)
-    if device.index is None and device.type != "cpu":
-        matches = sorted({r.device for r in result.records if r.device.split(":")[0] == device.type})
-        return matches[0] if len(matches) == 1 else f"{device.type}:0"
-    return name
-
-
 def _with_suggestion(message: str, names: list[str], namespace: dict) -> str:
     for name in names:
         top = name.split(".")[0].split("[")[0]
@@ -497,6 +645,47 @@ def _with_suggestion(message: str, names: list[str], namespace: dict) -> str:
     return message
 
 
+def _cell_numbers(shell: Any) -> Any:
+    """filename -> execution count, as IPython's compiler names cells in tracebacks (Cell In[N])."""
+    pattern = re.compile(r"In\[(\d+)\]")
+
+    def lookup(filename: str) -> int | None:
+        named = shell.compile.format_code_name(filename)
+        if not named:
+            return None
+        m = pattern.fullmatch(named[1])
+        return int(m.group(1)) if m else None
+
+    return lookup
+
+
+def render_traceback(exc: BaseException, tb: Any) -> list[str]:
+    """IPython's structured traceback of ``exc`` drawn from ``tb`` (see locations.tidy_traceback)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        import traceback
+
+        return traceback.format_exception(type(exc), exc, tb)
+    return shell.InteractiveTB.structured_traceback(type(exc), exc, tb)
+
+
+def release_history_here() -> Any:
+    """Release history in the running IPython session (or the last traceback in plain Python)."""
+    from . import actions
+
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        shell = None
+    else:
+        shell = get_ipython()
+    if shell is None:
+        return actions.release_graphs({}, (), True)
+    return actions.release_history(shell.user_ns, shell.displayhook, shell.user_ns_hidden)
+
+
 def load(shell: Any) -> None:
     """Register the magics once per shell; a second call does nothing."""
     if id(shell) in _instances:
@@ -504,6 +693,8 @@ def load(shell: Any) -> None:
     instance = DevInspect(shell=shell)  # Magics.__init__ adds it to shell.configurables (%config)
     shell.register_magics(instance)
     shell.input_transformers_cleanup.append(await_devcheck_cells(shell))
+    instance._cell_numbers = _cell_numbers(shell)
+    locations.register_cell_numbers(instance._cell_numbers)
     _instances[id(shell)] = instance
 
 
@@ -513,6 +704,7 @@ def unload(shell: Any) -> None:
     if instance is None:
         return
     instance.close()
+    locations.unregister_cell_numbers(getattr(instance, "_cell_numbers", None))
     shell.input_transformers_cleanup[:] = [t for t in shell.input_transformers_cleanup
                                            if not getattr(t, "devinspect", False)]
     manager = shell.magics_manager

@@ -110,16 +110,17 @@ class SimTensor(torch.Tensor):
     def __tensor_unflatten__(inner: dict, ctx: torch.device, outer_size: Any, outer_stride: Any) -> SimTensor:
         return SimTensor(inner["_data"], ctx)
 
-    def __repr__(self, *, tensor_contents: Any = None) -> str:
-        # Printing shows values like a GPU tensor does (a device-to-host copy).
-        with torch._C.DisableTorchFunctionSubclass():
-            body = repr(self._data.detach())
-        return body[:-1] + f", device='{self.device}')" if body.endswith(")") else body
-
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        __tracebackhide__ = True  # noqa: F841 - a GPU's kernels do not show in a traceback either
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if name == "__repr__" and args and type(args[0]) is SimTensor:
+            # Printing shows values like a GPU tensor does (a device-to-host copy). It goes
+            # through Tensor.__repr__, so torch-function modes see it, as they do for CUDA.
+            with torch._C.DisableTorchFunctionSubclass():
+                body = repr(args[0]._data.detach())
+            return body[:-1] + f", device='{args[0].device}')" if body.endswith(")") else body
         if name == "tolist" and args and type(args[0]) is SimTensor:
             # As on a GPU: a device-to-host copy, then Python numbers.
             return args[0]._data.tolist()
@@ -127,6 +128,8 @@ class SimTensor(torch.Tensor):
             # f"{loss:.3f}" works on a GPU scalar; Tensor.__format__ only allows exact Tensors.
             return args[0]._data.__format__(*args[1:])
         if name == "numpy" and args and type(args[0]) is SimTensor:
+            if kwargs.get("force") or (len(args) > 1 and args[1] is True):
+                return args[0]._data.detach().numpy().copy()  # numpy(force=True) copies to the host first
             raise TypeError(
                 f"can't convert {args[0].device} device type tensor to numpy. "
                 "Use Tensor.cpu() to copy the tensor to host memory first."
@@ -136,6 +139,7 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        __tracebackhide__ = True  # noqa: F841
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
         if func is torch.ops.aten.copy_.default:
@@ -161,14 +165,33 @@ class SimTensor(torch.Tensor):
         plain_kwargs = tree_map(unwrap, kwargs)
         if len(devices) > 1 and name not in _CROSS_DEVICE_OPS:
             first, second = _two_devices(devices)
-            raise RuntimeError(
-                f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
-            )
+            raise _mismatch(first, second)
         out = func(*plain_args, **plain_kwargs)
         if func is torch.ops.aten._local_scalar_dense.default or not on:
             return out
         device = on[0]
         return tree_map(lambda x: SimTensor(x, device) if type(x) is torch.Tensor else x, out)
+
+
+def _mismatch(first: str, second: str) -> RuntimeError:
+    """CUDA's device-mismatch error, shown (in IPython) without this module's frames, as from a GPU."""
+    error = RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
+    )
+    error._render_traceback_ = _Untidy(error)  # type: ignore[attr-defined]
+    return error
+
+
+class _Untidy:
+    """Defers to locations.tidy_traceback once the traceback exists (after the raise)."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def __call__(self) -> list[str]:
+        from .locations import _RenderWithoutOwnFrames
+
+        return _RenderWithoutOwnFrames(self.error)()
 
 
 def _two_devices(devices: set[torch.device]) -> tuple[str, str]:

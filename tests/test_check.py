@@ -11,6 +11,7 @@ from torch import nn
 
 import devinspect
 from devinspect.check import DeviceCheckError
+from devinspect.model import Move, MoveOptimizerState, RegisterBuffer
 
 
 def line_of(fn, needle):
@@ -49,8 +50,11 @@ def test_a_mask_created_without_device_inside_forward(sim):
     assert "by torch.ones without device=" in mask.detail
     assert m.user_frame.function == "forward" and m.user_frame.line == line_of(MaskNet.forward, "h * mask")
     assert m.module_path == "model"
-    # Anchored on the other operand of the failing op, a local on the right device.
-    assert "mask = torch.ones(..., device=h.device)" in m.fix
+    # The user's own line, rewritten with their arguments kept, anchored on the other operand.
+    (edit,) = m.fix.edits
+    assert edit.where.line == line_of(MaskNet.forward, "torch.ones") and edit.context == "forward"
+    assert edit.new.startswith("mask = torch.ones(x.shape[0], 8, device=h.device)")
+    assert m.fix.code is None and m.fix.action is None  # a local of user code is never rebound from outside
     assert any("devinspect: device mismatch in Tensor.mul" in note for note in error.__notes__)
 
 
@@ -66,8 +70,8 @@ def test_b_labels_left_on_cpu(sim):
     m = report.mismatch
     assert m.op == "F.cross_entropy"
     assert {(o.name, o.source, o.device) for o in m.operands} >= {("labels", "namespace", "cpu")}
-    assert m.fix == 'labels = labels.to("sim:0")'
-    assert m.action == {"kind": "move", "name": "labels", "device": "sim:0"}
+    assert m.fix.code == 'labels = labels.to("sim:0")'
+    assert m.fix.action == Move("labels", "sim:0")
 
 
 class ScaledNet(nn.Module):
@@ -86,8 +90,13 @@ def test_c_plain_module_attribute_not_moved_by_to(sim):
     report, _ = run_checked(lambda: model(x), {"model": model, "x": x})
     scale = next(o for o in report.mismatch.operands if o.device == "cpu")
     assert (scale.name, scale.source) == ("model.scale", "attribute")
-    assert 'model.register_buffer("scale"' in report.mismatch.fix
-    assert report.mismatch.action == {"kind": "register_buffer", "name": "model", "attr": "scale", "device": "sim:0"}
+    fix = report.mismatch.fix
+    assert fix.code == 'model.register_buffer("scale", model.__dict__.pop("scale").to("sim:0"), persistent=False)'
+    assert fix.action == RegisterBuffer("model", "scale", "sim:0")
+    (edit,) = fix.edits  # and the class's own line, so it does not come back
+    assert edit.context == "ScaledNet" and edit.old == "self.scale = torch.ones(8)  # a plain attribute: .to() leaves it behind"
+    assert edit.new == ('self.register_buffer("scale", torch.ones(8), persistent=False)'
+                        '  # a plain attribute: .to() leaves it behind')
 
 
 def test_d_item_in_a_training_loop(sim):
@@ -112,7 +121,7 @@ def test_d_item_in_a_training_loop(sim):
     assert stats.where.function == "train"
     loop = next(f for f in c.report.findings if f.code == "sync-in-loop")
     assert loop.subject.endswith(f":{item_line} in train") and "20 times" in loop.message
-    assert "accumulate on the device" in loop.fix
+    assert "accumulate on the device" in loop.fix.summary
 
 
 def test_e_cpu_then_back_to_device_each_iteration(sim):
@@ -144,9 +153,12 @@ def test_f_numpy_on_a_device_tensor(sim):
 
     report, error = run_checked(convert, {"t": t})
     assert isinstance(error, TypeError) and "Use Tensor.cpu()" in str(error)
-    stats = next(s for s in report.lines if s.where.line == line_of(convert, "t.numpy()"))
-    assert dict(stats.syncs) == {".numpy()": 1}
+    # As on a GPU, .numpy() of a device tensor copies nothing (it raises): no sync is counted.
+    assert report.lines == ()
     assert report.mismatch is None and report.error.startswith("TypeError")
+    with devinspect.check({"t": t}) as c:
+        t.numpy(force=True)  # force=True does copy to the host
+    assert dict(c.report.lines[0].syncs) == {".numpy()": 1}
 
 
 class PositionalEncoding(nn.Module):
@@ -166,7 +178,7 @@ def test_g_positional_encoding_as_unregistered_attribute(sim):
     pe = next(o for o in report.mismatch.operands if o.device == "cpu")
     assert (pe.name, pe.source) == ("model[0].pe", "attribute") and "a view of model[0].pe" in pe.detail
     assert report.mismatch.module_path == "model[0]"
-    assert 'model[0].register_buffer("pe"' in report.mismatch.fix
+    assert report.mismatch.fix.code.startswith('model[0].register_buffer("pe", model[0].__dict__.pop("pe").to("sim:0")')
 
 
 def test_h_loss_weight_left_on_cpu(sim):
@@ -178,7 +190,7 @@ def test_h_loss_weight_left_on_cpu(sim):
     weight = next(o for o in report.mismatch.operands if o.device == "cpu")
     assert (weight.name, weight.source) == ("loss_fn.weight", "buffer")
     assert report.mismatch.target_device == "sim:0"
-    assert report.mismatch.fix == 'loss_fn.to("sim:0")'
+    assert report.mismatch.fix.code == 'loss_fn.to("sim:0")'
     assert report.mismatch.module_path == "loss_fn"
 
 
@@ -189,9 +201,9 @@ def test_i_optimizer_state_left_behind_after_loading_a_checkpoint(sim, stale_opt
     report, _ = run_checked(opt.step, ns)
     names = {o.name: o for o in report.mismatch.operands}
     assert any(n.startswith('opt.state[model.') and o.source == "optimizer_state" for n, o in names.items())
-    assert report.mismatch.action == {"kind": "move_optimizer_state", "name": "opt", "device": "sim:0"}
+    assert report.mismatch.fix.action == MoveOptimizerState("opt")
     namespace = {"opt": opt, "torch": torch}
-    exec(report.mismatch.fix, namespace)
+    exec(report.mismatch.fix.code, namespace)
     opt.step()  # the fix works
 
 
@@ -308,7 +320,7 @@ def test_non_blocking_copy_from_unpinned_memory_is_flagged(sim):
     with devinspect.check({}) as c:
         copy()
     flag = next(f for f in c.report.findings if f.code == "non-blocking-unpinned")
-    assert flag.subject.endswith(f":{line_of(copy, 'non_blocking=True')} in copy") and "pin_memory" in flag.fix
+    assert flag.subject.endswith(f":{line_of(copy, 'non_blocking=True')} in copy") and "pin_memory" in flag.fix.summary
 
 
 def test_nests_with_torch_func_checkpointing_and_fake_tensors():

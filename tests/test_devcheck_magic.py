@@ -8,6 +8,8 @@ from conftest import run
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from devinspect.model import Move
+
 SETUP = """
 import torch
 from torch import nn
@@ -20,31 +22,35 @@ x = torch.randn(4, 8)
 
 def test_mismatch_report_above_the_reraised_error(ip):
     ip.run_cell(SETUP)
-    result, text, html, captured = run(ip, "%%devcheck -o rep\ny = model(x)\n")
+    result, text, html, captured = run(ip, "%%devcheck -v rep\ny = model(x)\n")
+    number = result.execution_count
     assert type(result.error_in_exec).__name__ == "RuntimeError"
-    assert "device mismatch in F.linear (cpu, sim:0) at cell line 1: y = model(x)" in text
-    assert "x = x.to(model.weight.device)" in text
+    # Named the way IPython names the line in its traceback: the magic's line is line 1.
+    assert f"device mismatch in F.linear (cpu, sim:0) at Cell In[{number}], line 2: y = model(x)" in text
+    assert text.count('x = x.to("sim:0")') == 1  # the fix, once
     assert "<b>devcheck</b>" in html
-    # One traceback, after the report, ending with the diagnosis note.
+    # One traceback, after the report, starting in the user's cell, without devinspect's frames.
     out = captured.stdout
     assert out.count("Traceback (most recent call last)") == 1
-    assert "devinspect: device mismatch in F.linear" in out
+    assert f"Cell In[{number}], line 2" in out and "devinspect/check.py" not in out and "testing.py" not in out
     rep = ip.user_ns["rep"]
-    assert rep.mismatch.action == {"kind": "move", "name": "x", "device": "sim:0"}
+    assert rep.mismatch.fix.action == Move("x", "sim:0")
 
 
 def test_counts_per_cell_line_and_the_cell_value_still_shows(ip):
     ip.run_cell(SETUP)
-    cell = "%%devcheck -o rep\nxs = x.to(dev)\ntotal = 0.0\nfor i in range(3):\n    total += model(xs).sum().item()\nround(total, 3)\n"
+    cell = "%%devcheck -v rep\nxs = x.to(dev)\ntotal = 0.0\nfor i in range(3):\n    total += model(xs).sum().item()\nround(total, 3)\n"
     result, text, _, _ = run(ip, cell)
     assert result.error_in_exec is None
-    assert result.result is None  # the magic itself returns nothing ...
+    # The cell's value is shown as a plain cell shows it: through the display hook, as Out[N].
+    assert result.result == round(float(ip.user_ns["total"]), 3) and ip.user_ns["_"] == result.result
     rep = ip.user_ns["rep"]
     by_line = {s.where.line: s for s in rep.lines}
-    assert by_line[1].h2d_count == 1 and by_line[1].h2d_bytes == 4 * 8 * 4
-    assert dict(by_line[4].syncs) == {".item()": 3}
+    assert by_line[2].h2d_count == 1 and by_line[2].h2d_bytes == 4 * 8 * 4
+    assert dict(by_line[5].syncs) == {".item()": 3}
+    assert [s.where.line for s in rep.lines] == [2, 5]  # in the order the cell reads
     assert "devcheck: 1 host→device (128 B)" in text
-    assert rep.frame.set_index("line").loc[4, "syncs"] == 3
+    assert rep.frame.set_index("line").loc[5, "syncs"] == 3
 
 
 def test_nested_magics_and_history(ip):
@@ -70,7 +76,7 @@ def test_strict_raises_a_short_error(ip):
 
 
 def test_bad_arguments(ip):
-    result, _, _, _ = run(ip, "%%devcheck -o 3bad\nx = 1\n")
+    result, _, _, _ = run(ip, "%%devcheck -v 3bad\nx = 1\n")
     assert type(result.error_in_exec).__name__ == "UsageError"
 
 
@@ -88,7 +94,7 @@ def test_run_all_stops_at_the_failing_cell():
         client.execute()
     failing, after = nb.cells[2], nb.cells[3]
     texts = "".join(o.get("data", {}).get("text/plain", "") for o in failing.outputs)
-    assert "device mismatch in F.linear" in texts and "x = x.to(model.weight.device)" in texts
+    assert "device mismatch in F.linear" in texts and 'x = x.to("sim:0")' in texts
     # In a kernel the fix is offered as a widget (Apply fix, then Re-run cell).
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in failing.outputs)
     error = next(o for o in failing.outputs if o.output_type == "error")
@@ -101,7 +107,7 @@ def test_top_level_await_runs_on_the_kernel_loop():
     cells = [
         "%load_ext devinspect",
         "import asyncio, torch\nfrom devinspect import testing\ndev = testing.enable()",
-        "%%devcheck -o rep\nawait asyncio.sleep(0.01)\nfor _ in range(3):\n    v = torch.ones(2, device=dev).sum().item()\nv",
+        "%%devcheck -v rep\nawait asyncio.sleep(0.01)\nfor _ in range(3):\n    v = torch.ones(2, device=dev).sum().item()\nv",
         "print(rep.totals['syncs'], asyncio.get_running_loop().is_running())",
         "%%devcheck\nawait asyncio.sleep(0)\nraise ValueError('after await')",
         "print('not reached')",
@@ -131,6 +137,6 @@ def test_await_cells_are_rewritten_only_when_they_await(ip):
 
 
 def test_await_in_terminal_ipython(ip):
-    result, text, _, _ = run(ip, "%%devcheck -o rep\nimport asyncio\nawait asyncio.sleep(0)\nz = 5")
+    result, text, _, _ = run(ip, "%%devcheck -v rep\nimport asyncio\nawait asyncio.sleep(0)\nz = 5")
     assert result.success and ip.user_ns["z"] == 5 and "devcheck:" in text
     assert ip.user_ns["rep"].totals["syncs"] == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 import devinspect
-from devinspect.model import LoaderSummary, ModuleSummary, ScanResult
+from devinspect.model import LoaderSummary, ModuleSummary, Move, ReleaseHistory, ScanResult
 
 
 def codes(result):
@@ -24,7 +24,8 @@ def test_mixed_device_module_names_where_each_part_is(sim):
     f = only(devinspect.scan({"model": model}), "mixed-device-module")
     assert f.severity == "error" and f.subject == "model"
     assert "model[0] on sim:0" in f.message and "model[1] on cpu" in f.message
-    assert f.fix in ('model.to("sim:0")', 'model.to("cpu")')
+    # One target for the whole model: the accelerator the user moved to wins.
+    assert f.fix.code == 'model.to("sim:0")' and f.fix.action == Move("model", "sim:0")
 
 
 def test_single_device_model_has_no_findings(sim):
@@ -44,11 +45,15 @@ def test_unregistered_attribute_left_behind_by_to(sim):
     f = only(devinspect.scan({"model": model}), "unregistered-tensor-attribute")
     assert f.subject == "model.pe" and f.severity == "error"
     assert "It is on cpu while model is on sim:0" in f.message
-    assert 'self.register_buffer("pe", pe)' in f.fix and "PositionalEncoding.__init__" in f.fix
-    # The runtime fix really works: after it, .to() moves the tensor.
-    exec(f.fix.splitlines()[-1], {"model": model})
-    model.to(sim)
-    assert model.pe.device == sim and "pe" in dict(model.named_buffers())
+    (edit,) = f.fix.edits
+    assert edit.context == "PositionalEncoding" and edit.old == "self.pe = torch.zeros(8, 4)"
+    assert edit.new == 'self.register_buffer("pe", torch.zeros(8, 4), persistent=False)'
+    # The runtime fix works as printed: registered, on the model's device, state_dict unchanged.
+    keys = set(model.state_dict())
+    exec(f.fix.code, {"model": model})
+    assert model.pe.device == sim and "pe" in dict(model.named_buffers()) and set(model.state_dict()) == keys
+    model.to("cpu")
+    assert model.pe.device.type == "cpu"
 
 
 def test_unregistered_attribute_on_same_device_is_a_warning():
@@ -59,7 +64,7 @@ def test_unregistered_attribute_on_same_device_is_a_warning():
             self.lookup = [torch.zeros(2)]
 
     f = only(devinspect.scan({"m": M()}), "unregistered-tensor-attribute")
-    assert f.severity == "warning" and f.subject == "m.lookup" and "register_buffer" in f.fix
+    assert f.severity == "warning" and f.subject == "m.lookup" and "buffer" in f.fix.summary
 
 
 def test_optimizer_state_left_on_cpu_after_checkpoint_load(stale_optimizer):
@@ -69,7 +74,7 @@ def test_optimizer_state_left_on_cpu_after_checkpoint_load(stale_optimizer):
     assert "4 state tensors of opt" in f.message and "sim:0" in f.message
     assert '"exp_avg"' in f.message and "step" not in f.message
     namespace = {"opt": opt, "torch": torch}
-    exec(f.fix, namespace)
+    exec(f.fix.code, namespace)
     assert devinspect.scan({"model": model, "opt": opt}).findings == ()
 
 
@@ -80,7 +85,7 @@ def test_inputs_on_another_device_than_the_model(sim):
     hints = [f for f in result.findings if f.code == "input-on-other-device"]
     assert {f.subject for f in hints} == {"x", 'batch["labels"]'}
     assert all(f.severity == "hint" for f in hints)
-    assert next(f for f in hints if f.subject == "x").fix == 'x = x.to("sim:0")'
+    assert next(f for f in hints if f.subject == "x").fix.code == 'x = x.to("sim:0")'
 
 
 def test_accelerator_memory_held_by_output_history(sim):
@@ -88,7 +93,7 @@ def test_accelerator_memory_held_by_output_history(sim):
     ns = {"Out": {3: out}, "_3": out, "_": out}
     f = only(devinspect.scan(ns), "held-by-output-history")
     assert f.storage_bytes == 4096 and "4.0 KiB" in f.message and "Out[3]" in f.message
-    assert f.fix == "%reset -f out"
+    assert f.fix.action == ReleaseHistory()
 
 
 def test_cpu_history_is_not_reported():
@@ -102,7 +107,7 @@ def test_unpinned_loader_feeding_a_cuda_model():
     pinned = LoaderSummary("val_loader", pin_memory=True, num_workers=2, batch_size=32)
     result = ScanResult(records=(), modules=(cuda_model,), loaders=(loader, pinned))
     f = only(result, "loader-not-pinned")
-    assert f.subject == "train_loader" and "pin_memory=True" in f.fix
+    assert f.subject == "train_loader" and f.fix.code == "train_loader.pin_memory = True"
     cpu_only = ScanResult(records=(), modules=(ModuleSummary("m", "Linear", 2, 24, 0, 0, 0, ("cpu",)),), loaders=(loader,))
     assert cpu_only.findings == ()
 

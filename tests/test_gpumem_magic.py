@@ -48,7 +48,7 @@ def test_gpumem_o_returns_the_snapshot_with_frames(ip):
 def test_gpumem_device_filter_and_mistakes(ip):
     snap = ip.run_line_magic("gpumem", "-d cpu -o --no-tensors")
     assert [d.device for d in snap.devices] == ["cpu"] and snap.devices[0].tensors is None
-    for line, message in (("-d cuda:3", "no device 'cuda:3' here"), ("-d banana", "'banana' is not a device"),
+    for line, message in (("-d cuda:3", "no device 'cuda:3' in this process"), ("-d banana", "'banana' is not a device"),
                           ("--watch 0", "between 0.2 and 3600"), ("--watch 2", "needs a Jupyter kernel"),
                           ("--track --untrack", "contradict"), ("--bogus", "unrecognized arguments")):
         result, text, _, captured = run(ip, f"%gpumem {line}")
@@ -70,7 +70,14 @@ def test_track_history_and_untrack(ip):
     assert cell.cell is not None and cell.wall_s > 0
     _, text, _, captured = run(ip, "%gpumem --history")
     assert "memory per cell" in text and "cpu (RSS)" in text
-    assert any("image/png" in o.data for o in captured.outputs)  # the plot
+    # A terminal gets the table as text, no plot object it cannot show.
+    assert not any("image/png" in o.data for o in captured.outputs) and "Image object" not in text
+    ip.kernel = object()  # a frontend that shows images gets the plot
+    try:
+        _, _, _, captured = run(ip, "%gpumem --history")
+    finally:
+        del ip.kernel
+    assert any("image/png" in o.data for o in captured.outputs)
     run(ip, "%gpumem --untrack")
     assert events["pre_run_cell"] == before_pre and events["post_run_cell"] == before_post
     n = len(ip.run_line_magic("gpumem", "--history -o").cells)
@@ -196,7 +203,7 @@ def test_buttons_report_bytes_and_errors_stay_in_the_widget(kernel_ip, monkeypat
 
 
 def test_empty_cache_button_shows_what_it_will_release(recorded_snapshot):
-    from devinspect.render.memory_widget import MemoryDashboard
+    from devinspect.jupyter.memory_dashboard import MemoryDashboard
 
     dashboard = MemoryDashboard(lambda count: recorded_snapshot, {"empty_cache": actions.empty_cache})
     from devinspect.render.units import human_bytes
@@ -223,7 +230,7 @@ def recorded_snapshot():
 
 
 def test_after_cell_recounts_only_when_accelerator_memory_changed(recorded_snapshot):
-    from devinspect.render.memory_widget import MemoryDashboard
+    from devinspect.jupyter.memory_dashboard import MemoryDashboard
 
     counted = []
 

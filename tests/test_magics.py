@@ -7,7 +7,7 @@ import torch
 from conftest import run
 
 import devinspect
-from devinspect.model import ScanResult
+from devinspect.model import ScanResult, ScanView
 
 SETUP = """
 import torch
@@ -42,14 +42,14 @@ def test_devices_html_output_is_a_static_table(ip):
     assert html.startswith('<div class="devinspect">')
     assert "<table" in html and "<code>model[0].lin.weight</code>" in html
     assert "<script" not in html and "background" not in html
-    assert "fix:<pre" in html
+    assert "<div>fix: " in html and "<pre" in html
 
 
 def test_result_object_with_and_without_o(ip):
     ip.run_cell(SETUP)
     ip.run_cell("r = %devices\nr2 = %devices -o")
     r, r2 = ip.user_ns["r"], ip.user_ns["r2"]
-    assert isinstance(r, ScanResult) and isinstance(r2, ScanResult)
+    assert isinstance(r, ScanView) and isinstance(r2, ScanView) and isinstance(r.result, ScanResult)
     assert set(r.frame["name"]) == {rec.name for rec in r.records}
     assert len(r.findings) == 2
 

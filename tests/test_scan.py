@@ -151,7 +151,9 @@ def test_unregistered_module_attributes_are_found(sim):
     recs = by_name(result)
     assert recs["model[0].pe"].kind == "attribute" and recs["model[0].pe"].device == "cpu"
     assert recs['model[0].tables["a"]'].kind == "attribute"
-    assert result.modules[0].unregistered == (("model[0].pe", "PE"), ("model[0].tables", "PE"))
+    assert [(u.name, u.class_name, u.attr) for u in result.modules[0].unregistered] == [
+        ("model[0].pe", "PE", "pe"), ("model[0].tables", "PE", "tables")]
+    assert result.modules[0].unregistered[0].assigned_at.text == "self.pe = torch.zeros(5, 2)"
 
 
 def test_wrappers_compile_and_dataparallel():

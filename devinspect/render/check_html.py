@@ -6,6 +6,7 @@ from html import escape
 
 from ..model import CheckReport
 from .check_text import WORST_LINES, mismatch_lines, summary_line, transfer_text
+from .html import fix_html
 
 _CELL = "padding:1px 8px;text-align:left;vertical-align:top"
 _NUM = "padding:1px 8px;text-align:right;vertical-align:top"
@@ -21,10 +22,10 @@ def render_check(report: CheckReport) -> str:
         for f in report.findings:
             out.append(f"<li><b>{escape(f.severity)}</b> {escape(f.message)}")
             if f.fix:
-                out.append(f"<br>fix: <code>{escape(f.fix)}</code>")
+                out.append(fix_html(f.fix))
             out.append("</li>")
         out.append("</ul>")
-    worst = report.worst_lines[:WORST_LINES]  # a line is recorded only once it copied or synced
+    worst = report.costliest(WORST_LINES)  # a line is recorded only once it copied or synced
     if worst:
         out.append('<table style="border-collapse:collapse"><thead><tr>')
         for title, style in (("where", _CELL), ("host→device", _NUM), ("device→host", _NUM), ("device→device", _NUM),

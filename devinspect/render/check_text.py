@@ -58,7 +58,7 @@ def render_check(report: CheckReport) -> str:
         lines.append("")
         lines.append(f"Findings ({len(report.findings)}):")
         lines.extend("  " + line for line in render_findings(report.findings))
-    worst = report.worst_lines[:WORST_LINES]  # a line is recorded only once it copied or synced
+    worst = report.costliest(WORST_LINES)  # a line is recorded only once it copied or synced
     if worst:
         lines.append("")
         rows = [("where", "h2d", "d2h", "d2d", "syncs", "code")]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model import ScanResult
+from ..model import Fix, ScanView
 from .table import SEVERITY_MARK, note_cell, size_cell, visible_rows
 from .text import summary_line
 from .units import human_bytes, shape_text
@@ -17,7 +17,21 @@ _CELL = "padding:1px 8px;text-align:left;vertical-align:top"
 _NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums;white-space:nowrap"
 
 
-def render_scan(result: ScanResult) -> str:
+def fix_html(fix: Fix) -> str:
+    """A fix as static HTML: the summary, the code to run, the edits to make, the note."""
+    out = [f"<div>fix: {escape(fix.summary)}</div>"]
+    if fix.code:
+        out.append(f'<pre style="margin:2px 0 4px 0">{escape(fix.code)}</pre>')
+    for edit in fix.edits:
+        context = f" ({escape(edit.context)})" if edit.context else ""
+        out.append(f"<div>in your code, {escape(edit.where.where)}{context}:</div>"
+                   f'<pre style="margin:2px 0 4px 0">- {escape(edit.old)}\n+ {escape(edit.new)}</pre>')
+    if fix.note:
+        out.append(f"<div>note: {escape(fix.note)}</div>")
+    return "".join(out)
+
+
+def render_scan(result: ScanView) -> str:
     out = [f'<div class="devinspect"><p><b>devinspect</b>: {escape(summary_line(result))}</p>']
     findings = result.findings
     if findings:
@@ -25,10 +39,10 @@ def render_scan(result: ScanResult) -> str:
         for f in findings:
             out.append(f"<li>{SEVERITY_MARK.get(f.severity, '-')} <b>{escape(f.severity)}</b> {escape(f.message)}")
             if f.fix:
-                out.append(f"<br>fix:<pre style=\"margin:2px 0 4px 0\">{escape(f.fix)}</pre>")
+                out.append(fix_html(f.fix))
             out.append("</li>")
         out.append("</ul>")
-    if result.view.get("findings_only"):
+    if result.display.findings_only:
         if not findings:
             out.append("<p>No findings.</p>")
         out.append("</div>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import KINDS, ScanResult, TensorRecord
+from ..model import KINDS, ScanView, TensorRecord
 from .units import human_bytes
 
 DEFAULT_MAX_ROWS = 40
@@ -10,11 +10,10 @@ SORTS = ("walk", "bytes", "name", "device", "kind")
 _KIND_RANK = {k: i for i, k in enumerate(KINDS)}
 
 
-def visible_rows(result: ScanResult) -> tuple[list[TensorRecord], int]:
+def visible_rows(result: ScanView) -> tuple[list[TensorRecord], int]:
     """(records to show, how many more exist). Long results keep the largest ones."""
-    view = result.view
-    limit = int(view.get("max_rows", DEFAULT_MAX_ROWS))
-    sort = view.get("sort", "walk")
+    limit = result.display.max_rows
+    sort = result.display.sort
     records = list(result.records)
     if sort == "bytes":
         records.sort(key=lambda r: -(r.counted_bytes or 0))

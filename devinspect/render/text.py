@@ -2,26 +2,41 @@
 
 from __future__ import annotations
 
-from ..model import Finding, ScanResult
+from ..model import Finding, Fix, ScanView
 from .table import SEVERITY_MARK, note_cell, size_cell, visible_rows
 from .units import human_bytes, shape_text
 
 _MAX_NAME = 72
 
 
-def summary_line(result: ScanResult) -> str:
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 tensor``, ``2 tensors``."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def summary_line(result: ScanView) -> str:
     devices = result.devices
     parts = [f"{d.device} {human_bytes(d.storage_bytes)} ({d.tensors})" for d in devices]
-    head = f"{len(result.records)} tensors, {human_bytes(result.total_bytes)}"
+    head = f"{plural(len(result.records), 'tensor')}, {human_bytes(result.total_bytes)}"
     if devices:
         head += f" on {len(devices)} device{'s' if len(devices) != 1 else ''}: " + " · ".join(parts)
     return head
 
 
-def fix_block(fix: str, indent: str) -> list[str]:
-    """``fix: first line`` then the other lines aligned under it."""
-    first, *rest = fix.splitlines() or [""]
-    return [f"{indent}fix: {first}", *(f"{indent}     {line}" for line in rest)]
+def fix_block(fix: Fix, indent: str) -> list[str]:
+    """``fix: summary``, then the runnable code, the source edits and the note, aligned under it."""
+    pad = indent + "     "
+    lines = [f"{indent}fix: {fix.summary}"]
+    if fix.code:
+        lines.extend(pad + line for line in fix.code.splitlines())
+    for edit in fix.edits:
+        context = f" ({edit.context})" if edit.context else ""
+        lines.append(f"{pad}in your code, {edit.where.where}{context}:")
+        lines.append(f"{pad}- {edit.old}")
+        lines.append(f"{pad}+ {edit.new}")
+    if fix.note:
+        lines.append(f"{pad}note: {fix.note}")
+    return lines
 
 
 def render_findings(findings: tuple[Finding, ...] | list[Finding]) -> list[str]:
@@ -37,14 +52,14 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def render_scan(result: ScanResult) -> str:
+def render_scan(result: ScanView) -> str:
     lines = [f"devinspect: {summary_line(result)}"]
     findings = result.findings
     if findings:
         lines.append("")
         lines.append(f"Findings ({len(findings)}):")
         lines.extend("  " + line for line in render_findings(findings))
-    if result.view.get("findings_only"):
+    if result.display.findings_only:
         if not findings:
             lines.append("No findings.")
         return "\n".join(lines)

@@ -14,9 +14,9 @@ from html import escape
 from typing import Any, Callable, Mapping
 
 from ..memory_model import DeviceMemory, MemorySnapshot
-from .memory_html import bars, reconciliation_table
-from .memory_text import details, device_title, headline
-from .units import human_bytes
+from ..render.memory_html import bars, reconciliation_table
+from ..render.memory_text import details, device_title, headline
+from ..render.units import human_bytes
 
 #: (action key, button label, icon, tooltip)
 _BUTTONS = (

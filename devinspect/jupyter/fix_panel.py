@@ -1,0 +1,124 @@
+"""Apply fix buttons: for a %%devcheck mismatch and next to each %devices finding.
+
+Composed from stock ipywidgets. Every click goes through :func:`devinspect.actions.apply_fix`
+(all or nothing, never raising); what happened, in bytes, or why nothing did, is
+written into the panel. The fix's code is not repeated here: the report above shows it.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any, Callable, Iterable, MutableMapping
+
+from ..model import Finding, Fix
+
+
+class FixButton:
+    """An Apply fix button and its status line; offers a follow-up (release graphs) when the
+    action says one would let it succeed."""
+
+    def __init__(self, fix: Fix, namespace: MutableMapping[str, Any], *, label: str = "Apply fix",
+                 shell: Any = None, after: Callable[[Any], None] | None = None):
+        import ipywidgets as widgets
+
+        self.fix, self.namespace, self.shell, self.after = fix, namespace, shell, after
+        summary = fix.summary if len(fix.summary) <= 200 else fix.summary[:199] + "…"
+        self.button = widgets.Button(description=label, icon="wrench", tooltip=summary,
+                                     layout=widgets.Layout(width="auto", min_width="fit-content"))
+        self.follow_up = widgets.Button(description="Release graphs, then apply", icon="unlink",
+                                        layout=widgets.Layout(width="auto", display="none"))
+        self.status = widgets.HTML("")
+        self.box = widgets.HBox([self.button, self.follow_up, self.status],
+                                layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
+        self._pending: Any = None
+        if fix.action is None:
+            self.button.disabled = True
+            self.button.tooltip = "This fix is an edit to your code: make it there, then run again."
+        self.button.on_click(lambda _b: self.apply())
+        self.follow_up.on_click(lambda _b: self.release_then_apply())
+
+    def _run(self, action: Any) -> Any:
+        from .. import actions
+
+        kwargs = {}
+        if self.shell is not None:
+            kwargs = {"displayhook": self.shell.displayhook, "hidden": self.shell.user_ns_hidden}
+        try:
+            return actions.apply_fix(self.namespace, action, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - shown in the panel, never a traceback
+            return actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
+
+    def _show(self, result: Any) -> None:
+        self.status.value = ("✔ " if result.ok else "✖ ") + escape(result.message)
+
+    def apply(self) -> Any:
+        self.button.disabled = True
+        self.follow_up.layout.display = "none"
+        result = self._run(self.fix.action)
+        self._show(result)
+        if result.ok:
+            if self.after is not None:
+                self.after(result)
+        else:
+            self.button.disabled = False
+            self._pending = result.follow_up
+            if result.follow_up is not None:
+                self.follow_up.layout.display = None
+        return result
+
+    def release_then_apply(self) -> Any:
+        self.follow_up.disabled = True
+        try:
+            released = self._run(self._pending)
+            if not released.ok:
+                self._show(released)
+                return released
+            return self.apply()
+        finally:
+            self.follow_up.disabled = False
+
+
+def fix_panel(fix: Fix, namespace: MutableMapping[str, Any], rerun: Callable[[], Any] | None = None,
+              shell: Any = None) -> Any:
+    """Apply fix, then Re-run cell, for a diagnosed mismatch."""
+    import ipywidgets as widgets
+
+    again = widgets.Button(description="Re-run cell", icon="redo", disabled=True,
+                           layout=widgets.Layout(width="auto", min_width="fit-content"))
+    output = widgets.Output()
+    apply = FixButton(fix, namespace, shell=shell, after=lambda _r: setattr(again, "disabled", rerun is None))
+
+    def on_rerun(button: Any) -> None:
+        button.disabled = True
+        output.clear_output()
+        with output:
+            try:
+                rerun()  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - shown in the panel
+                print(f"{type(exc).__name__}: {exc}")
+        button.disabled = False
+
+    again.on_click(on_rerun)
+    panel = widgets.VBox([widgets.HBox([apply.box, again], layout=widgets.Layout(flex_flow="row wrap")), output])
+    panel.apply = apply  # for tests and the re-run logic
+    panel.again = again
+    return panel
+
+
+def findings_panel(findings: Iterable[Finding], namespace: MutableMapping[str, Any], shell: Any = None,
+                   on_change: Callable[[], None] | None = None) -> Any | None:
+    """One row per finding that has an action: its message and an Apply fix button."""
+    import ipywidgets as widgets
+
+    rows = []
+    for f in findings:
+        if f.fix is None or f.fix.action is None:
+            continue
+        button = FixButton(f.fix, namespace, shell=shell, after=(lambda _r: on_change()) if on_change else None)
+        label = widgets.HTML(f"<b>{escape(f.severity)}</b> {escape(f.subject)}: {escape(f.fix.summary)}",
+                             layout=widgets.Layout(flex="1 1 20em"))
+        rows.append(widgets.HBox([label, button.box], layout=widgets.Layout(flex_flow="row wrap",
+                                                                             align_items="center")))
+    if not rows:
+        return None
+    return widgets.VBox(rows)

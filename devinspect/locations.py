@@ -1,0 +1,213 @@
+"""Where code lives: the user's own lines versus library code, named as IPython names them.
+
+Two rules used everywhere a line or a frame is shown or blamed:
+
+* **Library code** is anything under ``site-packages``/``dist-packages``, the
+  standard library, the ``torch`` package and devinspect itself (``<frozen …>``
+  modules too). A fix never edits it, copies and syncs made inside it are blamed on
+  the user's line that called it, and its frames in a traceback are not the user's.
+* **Cells** are named the way IPython's tracebacks name them (``Cell In[3], line 8``)
+  once the IPython layer registers how to map a compiled cell's file name to its
+  execution count; without IPython, a file is ``path:line``.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+import types
+from typing import Callable
+
+import torch
+
+from .model import SourceLine
+
+_PACKAGE_DIRS = ("site-packages", "dist-packages")
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = {os.path.dirname(os.path.abspath(torch.__file__)),
+             os.path.dirname(os.path.abspath(__file__))}
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.add(os.path.abspath(path))
+    return tuple(sorted(r + os.sep for r in roots))
+
+
+_LIBRARY_ROOTS = _library_roots()
+_STDLIB_ROOTS = tuple(os.path.abspath(p) + os.sep for p in
+                      {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p)
+_DEVINSPECT_ROOT = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_TORCH_ROOT = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_library_cache: dict[str, bool] = {}
+
+#: Maps a compiled cell's file name to its execution count (set by the IPython layer).
+_cell_numbers: list[Callable[[str], int | None]] = []
+
+
+def is_library_file(filename: str) -> bool:
+    """Whether ``filename`` is library code the user does not edit (see the module docstring)."""
+    known = _library_cache.get(filename)
+    if known is None:
+        if filename.startswith("<"):
+            # <frozen importlib._bootstrap>, <string> from library exec; cells are registered below.
+            known = filename.startswith("<frozen")
+        else:
+            parts = filename.replace("\\", "/").split("/")
+            known = any(p in _PACKAGE_DIRS for p in parts) or filename.startswith(_LIBRARY_ROOTS)
+        _library_cache[filename] = known
+    return known
+
+
+#: Packages of the tools around the user (the shell, the kernel), not of their model.
+_TOOL_PACKAGES = ("IPython", "ipykernel", "traitlets", "zmq", "tornado", "jupyter_client", "comm", "debugpy",
+                  "ipywidgets", "devinspect")
+_tool_cache: dict[str, bool] = {}
+
+
+def is_tool_file(filename: str) -> bool:
+    """Whether ``filename`` belongs to devinspect, IPython, the kernel or the standard library.
+
+    Their frames in a traceback hold the tools' own objects (argument parsers, the
+    check itself), never the user's model or data, so they are not walked. Other
+    library frames (torch, transformers) hold real activations and are measured.
+    """
+    known = _tool_cache.get(filename)
+    if known is None:
+        parts = filename.replace("\\", "/").split("/")
+        in_package = next((parts[i + 1] for i, p in enumerate(parts[:-1]) if p in _PACKAGE_DIRS), None)
+        stdlib = any(filename.startswith(r) for r in _STDLIB_ROOTS) and in_package is None
+        known = (filename.startswith("<frozen") or stdlib or in_package in _TOOL_PACKAGES
+                 or filename.startswith(_DEVINSPECT_ROOT))
+        _tool_cache[filename] = known
+    return known
+
+
+def is_own_file(filename: str) -> bool:
+    """Whether ``filename`` is part of devinspect (its frames are never reported)."""
+    return filename.startswith(_DEVINSPECT_ROOT)
+
+
+def package_of(filename: str) -> str:
+    """The top-level package a library file belongs to (``torch``, ``transformers``), or ``""``."""
+    parts = filename.replace("\\", "/").split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in _PACKAGE_DIRS:
+            return parts[i + 1].removesuffix(".py")
+    if filename.startswith(_TORCH_ROOT):
+        return "torch"
+    if filename.startswith(_DEVINSPECT_ROOT):
+        return "devinspect"
+    return "the standard library" if any(filename.startswith(r) for r in _STDLIB_ROOTS) else ""
+
+
+def is_user_code(code: types.CodeType) -> bool:
+    return not is_library_file(code.co_filename)
+
+
+def register_cell_numbers(lookup: Callable[[str], int | None]) -> None:
+    """Let locations name cells: ``lookup(filename)`` returns the execution count, or None."""
+    if lookup not in _cell_numbers:
+        _cell_numbers.append(lookup)
+
+
+def unregister_cell_numbers(lookup: Callable[[str], int | None]) -> None:
+    if lookup in _cell_numbers:
+        _cell_numbers.remove(lookup)
+
+
+def cell_number(filename: str) -> int | None:
+    """The execution count of the cell compiled as ``filename``, when IPython says so."""
+    for lookup in _cell_numbers:
+        try:
+            number = lookup(filename)
+        except Exception:  # noqa: BLE001 - a name we cannot map is shown as a file
+            number = None
+        if number is not None:
+            return number
+    return None
+
+
+def source_line(filename: str, lineno: int, function: str = "") -> SourceLine:
+    """A :class:`SourceLine` with the line's text and, for a notebook cell, its number."""
+    text = linecache.getline(filename, lineno).strip()
+    return SourceLine(filename, lineno, function, text, cell_number(filename))
+
+
+def frame_line(frame: types.FrameType) -> SourceLine:
+    code = frame.f_code
+    return source_line(code.co_filename, frame.f_lineno, code.co_name)
+
+
+def user_frames(frame: types.FrameType | None) -> list[types.FrameType]:
+    """The frames of user code from ``frame`` outwards (innermost first)."""
+    out = []
+    while frame is not None:
+        if is_user_code(frame.f_code):
+            out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def caller_frame(depth: int = 1) -> types.FrameType:
+    return sys._getframe(depth + 1)
+
+
+# -- tracebacks without devinspect's own frames ---------------------------------------------
+
+
+def ends_in_own_frames(tb: types.TracebackType | None) -> bool:
+    """Whether the innermost frame of a traceback is devinspect's (the check, the simulated device)."""
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return last is not None and is_own_file(last.tb_frame.f_code.co_filename)
+
+
+def without_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The same traceback with devinspect's frames left out (rebuilt; the original is untouched)."""
+    entries = []
+    while tb is not None:
+        if not is_own_file(tb.tb_frame.f_code.co_filename):
+            entries.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
+        tb = tb.tb_next
+    rebuilt = None
+    for frame, lasti, lineno in reversed(entries):
+        rebuilt = types.TracebackType(rebuilt, frame, lasti, lineno)
+    return rebuilt
+
+
+class _RenderWithoutOwnFrames:
+    """IPython's own traceback, drawn without devinspect's frames (its ``_render_traceback_`` hook).
+
+    IPython hides frames marked ``__tracebackhide__`` except the innermost one; when
+    that one is devinspect's (an error raised by a C++ op called from the check, or
+    by the simulated device), this renders the traceback a plain cell would show.
+    """
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+    def __call__(self) -> list[str]:
+        from .magics import render_traceback
+
+        return render_traceback(self.exc, without_own_frames(self.exc.__traceback__))
+
+
+def tidy_traceback(exc: BaseException) -> None:
+    """Let IPython show ``exc`` without devinspect's frames, if they are its innermost ones.
+
+    Does nothing to an exception that already renders itself, or whose traceback
+    ends in other code (IPython's ``__tracebackhide__`` already hides devinspect there).
+    """
+    try:
+        if ("_render_traceback_" in exc.__dict__ or hasattr(type(exc), "_render_traceback_")
+                or not ends_in_own_frames(exc.__traceback__)):
+            return
+        exc._render_traceback_ = _RenderWithoutOwnFrames(exc)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - only ever a nicer traceback, never a failure
+        pass
