@@ -25,8 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["scan", "find", "check", "release_history", "load_ipython_extension", "unload_ipython_extension",
-           "__version__"]
+__all__ = ["scan", "find", "check", "release_history", "release_traceback", "load_ipython_extension",
+           "unload_ipython_extension", "__version__"]
 
 # Bound here, not lazily: importing the submodule ``devinspect.scan`` would otherwise
 # replace the function of the same name on the package.
@@ -42,6 +42,15 @@ def release_history() -> Any:
     from .magics import release_history_here
 
     return release_history_here()
+
+
+def release_traceback() -> Any:
+    """Release the last error's traceback: clear its frames (the tensors their locals hold) and
+    drop every reference to it (``sys.last_*`` and, in IPython, the shell's own copies).
+    ``%debug`` and ``%tb`` then no longer see that error. Returns an ``ActionResult``."""
+    from .actions import release_traceback as release
+
+    return release()
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -184,10 +184,10 @@ class _Mover:
         for path, sub in _named_modules(module, name):
             for key, p in list(sub._parameters.items()):
                 if p is not None and id(p) not in params:
-                    params[id(p)] = (f"{path}.{key}", p)
+                    params[id(p)] = (_child(path, key, sub), p)
             for key, b in list(sub._buffers.items()):
                 if b is not None:
-                    buffers.append((sub, key, f"{path}.{key}", b))
+                    buffers.append((sub, key, _child(path, key, sub), b))
             for attr in _recomputed(sub):
                 recomputed.append((sub, attr))
         problem = self._refusal([(n, p) for n, p in params.values()] + [(n, b) for _, _, n, b in buffers])
@@ -301,13 +301,14 @@ class _Mover:
         names, traceback_too = graph_holders(self.namespace, {id(t) for _, t in held})
         holders = [f"the graph of {n}" for n in names] + (["the last error's traceback"] if traceback_too else [])
         what = " and ".join(holders) if holders else "an autograd graph kept elsewhere"
+        what = ("what holds " + ("it" if len(held) == 1 else "them") + ": " + what)
         shown = ", ".join(n for n, _ in held[:3]) + (" …" if len(held) > 3 else "")
         follow_up = ReleaseGraphs(tuple(names), traceback_too) if holders else None
         return ActionResult(
             False,
-            f"PyTorch moves these tensors to {self.target} by swapping them, and refuses {shown}: {what} saved "
-            f"{'it' if len(held) == 1 else 'them'} for a backward pass. Release the graph first "
-            f"(Release graphs; values are kept), then move (nothing was changed)",
+            f"PyTorch moves these tensors to {self.target} by swapping them, and refuses {shown}, which an autograd "
+            f"graph or a traceback still uses ({what}). Release them first (Release graphs: values are kept), "
+            f"then move (nothing was changed)",
             follow_up=follow_up,
         )
 
@@ -394,6 +395,9 @@ class _CannotMove(Exception):
 
 
 def _named_modules(module: torch.nn.Module, name: str) -> list[tuple[str, torch.nn.Module]]:
+    """``(path, module)`` for a module and its submodules, paths as %devices names them."""
+    from .scan import _child_name
+
     out, seen, stack = [], set(), [(name, module)]
     while stack:
         path, m = stack.pop()
@@ -403,8 +407,14 @@ def _named_modules(module: torch.nn.Module, name: str) -> list[tuple[str, torch.
         out.append((path, m))
         for key, child in reversed(list(m._modules.items())):
             if child is not None:
-                stack.append((f"{path}.{key}", child))
+                stack.append((_child_name(path, key, type(m)), child))
     return out
+
+
+def _child(path: str, key: str, module: torch.nn.Module) -> str:
+    from .scan import _child_name
+
+    return _child_name(path, key, type(module))
 
 
 def _recomputed(module: torch.nn.Module) -> list[str]:
@@ -447,13 +457,30 @@ def graph_holders(namespace: MutableMapping[str, Any], param_ids: set[int],
     names = [k for k, v in list(namespace.items())
              if isinstance(k, str) and not k.startswith("_") and isinstance(v, torch.Tensor) and v.grad_fn is not None
              and reaches([v.grad_fn])]
-    traceback_too = False
+    # A failed cell's frames hold its tensors (and the graphs made before the error) until the
+    # traceback goes; clearing a finished traceback's frames loses nothing but %debug.
     tb = getattr(sys, "last_traceback", None)
-    while tb is not None and not traceback_too:
-        frame_tensors = [v.grad_fn for v in tb.tb_frame.f_locals.values() if isinstance(v, torch.Tensor)]
-        traceback_too = reaches(frame_tensors)
-        tb = tb.tb_next
+    traceback_too = tb is not None and any(_frame_holds_tensors(t.tb_frame) for t in _tb_entries(tb))
     return names, traceback_too
+
+
+def _tb_entries(tb: Any) -> list[Any]:
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out
+
+
+def _frame_holds_tensors(frame: Any) -> bool:
+    try:
+        values = list(frame.f_locals.values())
+    except Exception:  # noqa: BLE001
+        return False
+    for v in values:
+        if isinstance(v, torch.Tensor) or (isinstance(v, (tuple, list)) and any(isinstance(i, torch.Tensor) for i in v)):
+            return True
+    return False
 
 
 def release_graphs(namespace: MutableMapping[str, Any], names: Iterable[str], traceback_too: bool) -> ActionResult:
@@ -811,10 +838,39 @@ def _clear_history(namespace: MutableMapping[str, Any], displayhook: Any, hidden
     return cleared
 
 
+#: Callables that drop a shell's own references to the last error (IPython keeps one in its
+#: traceback formatter and one in the last execution result); the IPython layer registers one.
+error_holders: list[Callable[[], None]] = []
+
+
+def release_traceback() -> ActionResult:
+    """Release the last error: its traceback's frames (and their tensors) and every reference to it."""
+    if getattr(sys, "last_traceback", None) is None and getattr(sys, "last_value", None) is None:
+        return ActionResult(False, "nothing to release: there is no last error")
+    _clear_last_error()
+    return ActionResult(True, "released the last error's traceback (%debug and %tb no longer see it)")
+
+
 def _clear_last_error() -> None:
+    value = getattr(sys, "last_value", None)
+    seen: set[int] = set()
+    while isinstance(value, BaseException) and id(value) not in seen:
+        seen.add(id(value))
+        if value.__traceback__ is not None:
+            traceback.clear_frames(value.__traceback__)  # drops the frames' locals wherever the error lives on
+        value = value.__cause__ or value.__context__
     tb = getattr(sys, "last_traceback", None)
     if tb is not None:
-        traceback.clear_frames(tb)  # drops the frames' locals even if the exception lives on elsewhere
+        traceback.clear_frames(tb)
+    del tb, value  # this frame must not keep the error alive through the collection below
     for name in ("last_traceback", "last_value", "last_type", "last_exc"):
         if hasattr(sys, name):
             setattr(sys, name, None)
+    for forget in list(error_holders):
+        try:
+            forget()
+        except Exception:  # noqa: BLE001 - releasing more is best effort; the above is done
+            pass
+    # An exception and its traceback often sit in a reference cycle (a handler that kept the
+    # error, a renderer): what was released is freed now, not at the collector's next pass.
+    gc.collect()

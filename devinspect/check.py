@@ -45,6 +45,7 @@ from .model import (
     CheckReport,
     Finding,
     Fix,
+    Move,
     LineStats,
     Mismatch,
     Operand,
@@ -707,35 +708,45 @@ class _Diagnosis:
         return _root_module(self.index.result, o.name)
 
     def _fix(self, operands: list[Operand], target: str, frame: Any) -> Fix | None:
-        from .findings import move_fix
-
         result = self.index.result
         parts: list[Fix] = []
         moved_modules: set[str] = set()
         misplaced = [o for o in operands if o.device != target]
-        # A split model: move all of it, whatever operand showed it.
-        for o in operands:
-            module = self._module_of(o)
-            if module is not None and len([d for d in module.devices if d != "meta"]) > 1 and module.name not in moved_modules:
+
+        def move_model(module: Any) -> None:
+            if module.name not in moved_modules:
                 moved_modules.add(module.name)
                 parts.append(self._move_module(result, module, target))
+
         for o in misplaced:
             module = self._module_of(o)
-            if module is not None and module.name in moved_modules:
+            if module is not None and o.source in ("parameter", "buffer", "gradient"):
+                move_model(module)  # a model in the wrong place moves whole, to the one target
                 continue
-            fix = self._operand_fix(o, target, frame, operands, module, moved_modules)
+            fix = self._operand_fix(o, target, frame, operands, module)
             if fix is not None:
                 parts.append(fix)
-        if not parts:
-            inputs = self._user_inputs(frame, target)
-            if inputs:
-                parts.extend(inputs)
+            elif o.source in ("created", "unknown", "local"):
+                # A temporary made inside library code: a split model it met explains it.
+                for other in operands:
+                    split = self._module_of(other)
+                    if split is not None and len([d for d in split.devices if d != "meta"]) > 1:
+                        move_model(split)
+        # Inputs named on the user's line that are elsewhere move too: the next one would fail
+        # next, and after a split model moves they would fail at its first layer.
+        named = {p.action.name for p in parts if isinstance(p.action, Move)}
+        parts.extend(f for f in self._user_inputs([frame, self._cell_or(frame)], target)
+                     if not (isinstance(f.action, Move) and f.action.name in named))
         if not parts:
             names = ", ".join(o.name or o.detail for o in misplaced)
             return Fix(summary=f"put {names} on {target}",
                        note=f"{names} is made inside library code from your inputs: move the inputs you pass in "
                             f"to {target}")
-        return _combine(parts)
+        return fixes.combine(parts)
+
+    def _cell_or(self, frame: Any) -> Any:
+        """The checked cell's frame (the user's own line that called everything), else ``frame``."""
+        return next((f for f in locations.user_frames(sys._getframe(1)) if self.mode.is_cell_frame(f)), frame)
 
     def _move_module(self, result: Any, module: Any, target: str) -> Fix:
         from .findings import move_fix
@@ -749,8 +760,7 @@ class _Diagnosis:
                                      optimizers=_optimizers_of(result, module.name))
         return move_fix(result, module, target)
 
-    def _operand_fix(self, o: Operand, target: str, frame: Any, operands: list[Operand], module: Any,
-                     moved_modules: set[str]) -> Fix | None:
+    def _operand_fix(self, o: Operand, target: str, frame: Any, operands: list[Operand], module: Any) -> Fix | None:
         result = self.index.result
         record = next((r for r in result.records if r.name == o.name), None) if o.name else None
         if o.source == "namespace" and record is not None:
@@ -765,9 +775,6 @@ class _Diagnosis:
                 o.name == u.name or o.name.startswith(u.name + "[") or o.name.startswith(u.name + "."))), None)
             if u is not None:
                 return fixes.register_buffer(u, target)
-        if o.source in ("parameter", "buffer", "gradient") and module is not None and module.name not in moved_modules:
-            moved_modules.add(module.name)
-            return self._move_module(result, module, target)
         if o.source == "local" and o.name and frame is not None and locations.is_user_code(frame.f_code):
             return self._local_fix(o, target, frame, operands)
         return None
@@ -793,35 +800,50 @@ class _Diagnosis:
         return Fix(summary=f"create {local} on the device of the other inputs, in {edit.context or 'your code'}",
                    edits=(edit,))
 
-    def _user_inputs(self, frame: Any, target: str) -> list[Fix]:
-        """Namespace tensors named on the user's line that are not on ``target`` (an input
-        passed into library code that failed inside it)."""
+    def _user_inputs(self, frames: list[Any], target: str) -> list[Fix]:
+        """Namespace tensors named on the user's lines (the innermost one and the cell's) that are
+        not on ``target``: an input passed into code that failed further in."""
         import ast
 
-        if frame is None:
-            return []
-        text = self.mode._source(frame).text
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            return []
-        wanted = set()
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
-                wanted.add(ast.unparse(node))
+        wanted: set[str] = set()  # the expressions on those lines, compared by their parsed form
+        for frame in {id(f): f for f in frames if f is not None}.values():
+            try:
+                tree = ast.parse(self.mode._source(frame).text)
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+                    wanted.add(ast.dump(node, annotate_fields=False, include_attributes=False))
         result = self.index.result
         grads = {r.param for r in result.records if r.kind == "gradient"}
         out = []
         for r in result.records:
-            if r.kind != "tensor" or r.alias_of is not None or r.device == target:
+            loose = r.kind == "tensor" or (r.kind == "parameter" and r.owner is None)
+            if not loose or r.alias_of is not None or r.device == target:
                 continue
-            if r.name in wanted or any(r.name.startswith(w + "[") or r.name.startswith(w + ".") for w in wanted
-                                       if w.isidentifier()):
+            if _named_in(r.name, wanted):
                 out.append(fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad,
                                              is_leaf=r.is_leaf, is_parameter=r.type_name == "Parameter",
                                              has_grad=r.name in grads,
                                              swap_flag=bool(result.options.get("swap_flag"))))
         return out
+
+
+def _named_in(name: str, wanted: set[str]) -> bool:
+    """Whether ``name`` (or a container it is in: ``batch`` for ``batch["ids"]``) is among ``wanted``."""
+    import ast
+
+    try:
+        node = ast.parse(name, mode="eval").body
+    except SyntaxError:
+        return False
+    while True:
+        if ast.dump(node, annotate_fields=False, include_attributes=False) in wanted:
+            return True
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        else:
+            return False
 
 
 def _frames(frame: Any) -> Iterator[Any]:
@@ -834,22 +856,6 @@ def _optimizers_of(result: Any, module: str) -> tuple[str, ...]:
     from .findings import _optimizers_with_state_under
 
     return _optimizers_with_state_under(result, module)
-
-
-def _combine(parts: list[Fix]) -> Fix:
-    if len(parts) == 1:
-        return parts[0]
-    from .model import Steps
-
-    codes = [p.code for p in parts]
-    actions = tuple(p.action for p in parts if p.action is not None)
-    return Fix(
-        summary="; ".join(p.summary for p in parts),
-        code="\n".join(c for c in codes if c) if all(codes) else None,
-        edits=tuple(e for p in parts for e in p.edits),
-        action=Steps(actions) if len(actions) > 1 else (actions[0] if actions else None),
-        note=" ".join(p.note for p in parts if p.note) or None,
-    )
 
 
 def _innermost_module_path(modules: dict[int, str]) -> str | None:

@@ -32,8 +32,6 @@ INPUT_NAMES = frozenset(
         "features", "data", "sample", "samples", "tokens", "ids", "src", "tgt", "y_true", "y_pred",
     }
 )
-#: Inputs that libraries' models move to their own device before use (transformers moves labels).
-_MOVED_BY_LIBRARY = {"transformers": frozenset({"labels", "label"})}
 
 Rule = Callable[[ScanResult], Iterator[Finding]]
 
@@ -247,22 +245,26 @@ def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
         return
     model_devices = {m.devices[0] for m in result.modules if m.devices}
     accelerated = sorted({m.devices[0] for m in placed})
-    moved_by_library = frozenset().union(*(_MOVED_BY_LIBRARY.get(m.library, frozenset()) for m in placed))
     swap_flag = bool(result.options.get("swap_flag"))
     grads = {r.param for r in result.records if r.kind == "gradient"}
     for r in result.records:
         if r.kind != "tensor" or r.alias_of is not None or r.hidden or r.device in model_devices:
             continue
         base = re.split(r"[.\[]", r.name, maxsplit=1)[0]
-        if base not in INPUT_NAMES or base in moved_by_library:
+        if base not in INPUT_NAMES:
             continue
         target = accelerated[0]
-        models = ", ".join(m.name for m in placed if m.devices[0] == target)
+        models = [m for m in placed if m.devices[0] == target]
+        # Some models move some inputs themselves (many transformers losses move labels):
+        # the hint says where the tensor is, never that a call will fail.
+        itself = " (unless the model moves it itself, as many transformers models do with labels)" \
+            if base in ("labels", "label") and any(m.library == "transformers" for m in models) else ""
         yield Finding(
             code="input-on-other-device",
             severity="hint",
             subject=r.name,
-            message=f"{r.name} is on {r.device} while {models} is on {target}: move it there before passing it in",
+            message=(f"{r.name} is on {r.device} while {', '.join(m.name for m in models)} is on {target}: "
+                     f"move it there before passing it in{itself}"),
             fix=fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad, is_leaf=r.is_leaf,
                                   is_parameter=r.type_name == "Parameter", has_grad=r.name in grads,
                                   swap_flag=swap_flag),

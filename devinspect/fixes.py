@@ -226,8 +226,8 @@ def _release_lines(names: tuple[str, ...], traceback_too: bool) -> list[str]:
     lines = [f"{n} = {n}.detach()  # keeps its value, drops the autograd graph that holds the parameters"
              for n in names if assignment(n, f"{n}.detach()")]
     if traceback_too:
-        lines.append("import sys, traceback")
-        lines.append("traceback.clear_frames(sys.last_traceback)  # the failed cell's frames hold an autograd graph")
+        lines.append("import devinspect")
+        lines.append("devinspect.release_traceback()  # the last error's frames still use the parameters")
     return lines
 
 
@@ -244,6 +244,23 @@ def release_graphs(names: Iterable[str], traceback_too: bool) -> Fix:
     lines = _release_lines(names, traceback_too)
     return Fix(summary="release the autograd graphs that hold the parameters", code="\n".join(lines) or None,
                action=ReleaseGraphs(names, traceback_too))
+
+
+def combine(parts: list[Fix]) -> Fix:
+    """Several fixes as one (two inputs of one failed op, say): code in order, every edit, the actions as steps."""
+    from .model import Steps
+
+    if len(parts) == 1:
+        return parts[0]
+    codes = [p.code for p in parts]
+    actions = tuple(p.action for p in parts if p.action is not None)
+    return Fix(
+        summary="; ".join(p.summary for p in parts),
+        code="\n".join(c for c in codes if c) if all(codes) else None,
+        edits=tuple(e for p in parts for e in p.edits),
+        action=Steps(actions) if len(actions) > 1 else (actions[0] if actions else None),
+        note=" ".join(p.note for p in parts if p.note) or None,
+    )
 
 
 # -- optimizers -------------------------------------------------------------------------
@@ -300,14 +317,27 @@ def register_buffer(u: Unregistered, device: str | None) -> Fix:
         if new is not None:
             edits.append(SourceEdit(u.assigned_at, u.assigned_at.text, new, u.class_name))
     if u.class_default:
+        # register_buffer refuses a name the class defines: for this object, move the tensor;
+        # in the class, drop the default and register a None buffer in __init__ (then the
+        # existing `self.pe = ...` fills the buffer, and .to() moves it).
         moved = assignment(u.name, f"{u.name}.to({device_literal(device)})") if device else None
+        class_edits = []
+        if u.default_at is not None and u.init_at is not None:
+            class_edits = [
+                SourceEdit(u.default_at, u.default_at.text, "", u.class_name),
+                SourceEdit(u.init_at, u.init_at.text,
+                           f"{u.init_at.text}; self.register_buffer({literal(u.attr)}, None, persistent=False)",
+                           f"{u.class_name}.__init__"),
+            ]
         return Fix(
-            summary=f"move {u.name} to {device}; make it a buffer in {u.class_name}" if device
-            else f"make {u.name} a buffer in {u.class_name}",
-            code=moved, action=Move(u.name, device) if moved and device else None, edits=tuple(edits),
-            note=(f"{u.class_name} also defines {u.attr} as a class attribute, so register_buffer refuses the "
-                  f"name: remove the class attribute and register it in __init__ "
-                  f"(self.register_buffer({literal(u.attr)}, None, persistent=False)), then assign it as before."),
+            summary=(f"move {u.name} to {device} now; in {u.class_name}, make {u.attr} a buffer" if device
+                     else f"make {u.name} a buffer in {u.class_name}"),
+            code=moved, action=Move(u.name, device) if moved and device else None, edits=tuple(class_edits),
+            note=(f"{u.class_name} also defines {u.attr} as a class attribute, which register_buffer refuses"
+                  + ("" if class_edits else
+                     f": remove it from the class and call self.register_buffer({literal(u.attr)}, None, "
+                     "persistent=False) in __init__")
+                  + f"; assigning self.{u.attr} then fills the buffer, and .to() moves it."),
         )
     if not is_identifier(u.attr) or not is_path(u.owner):
         return Fix(summary=f"make {u.name} a buffer in {u.class_name}", edits=tuple(edits),
@@ -360,9 +390,8 @@ def release_history() -> Fix:
 
 def release_traceback() -> Fix:
     return Fix(summary="release the last error's traceback",
-               code="import sys, traceback\ntraceback.clear_frames(sys.last_traceback)\n"
-                    "sys.last_traceback = sys.last_value = None",
-               action=ReleaseGraphs((), True))
+               code="import devinspect\ndevinspect.release_traceback()", action=ReleaseGraphs((), True),
+               note="the traceback's frames keep their tensors alive; %debug and %tb no longer see that error")
 
 
 # -- source edits ----------------------------------------------------------------------------------

@@ -187,15 +187,25 @@ class _RenderWithoutOwnFrames:
     IPython hides frames marked ``__tracebackhide__`` except the innermost one; when
     that one is devinspect's (an error raised by a C++ op called from the check, or
     by the simulated device), this renders the traceback a plain cell would show.
+    It holds its exception only until IPython has drawn it once (exception and
+    renderer would otherwise keep each other, and the error's frames, alive until the
+    cyclic collector runs); later drawings (``%tb``) are IPython's usual ones.
     """
 
     def __init__(self, exc: BaseException):
-        self.exc = exc
+        self.exc: BaseException | None = exc
 
     def __call__(self) -> list[str]:
+        exc, self.exc = self.exc, None
+        if exc is None:
+            raise RuntimeError("already drawn")  # IPython then draws its usual traceback
+        try:
+            exc.__dict__.pop("_render_traceback_", None)
+        except Exception:  # noqa: BLE001
+            pass
         from .magics import render_traceback
 
-        return render_traceback(self.exc, without_own_frames(self.exc.__traceback__))
+        return render_traceback(exc, without_own_frames(exc.__traceback__))
 
 
 def tidy_traceback(exc: BaseException) -> None:

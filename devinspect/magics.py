@@ -671,6 +671,21 @@ def render_traceback(exc: BaseException, tb: Any) -> list[str]:
     return shell.InteractiveTB.structured_traceback(type(exc), exc, tb)
 
 
+def _error_forgetter(shell: Any) -> Any:
+    """Drops the shell's own references to the last error: its traceback formatter keeps the
+    traceback, and the last execution result the exception (so its frames stay alive)."""
+
+    def forget() -> None:
+        for formatter in (getattr(shell, "InteractiveTB", None), getattr(shell, "SyntaxTB", None)):
+            if formatter is not None and getattr(formatter, "tb", None) is not None:
+                formatter.tb = None
+        result = getattr(shell, "last_execution_result", None)
+        if result is not None and getattr(result, "error_in_exec", None) is not None:
+            result.error_in_exec = None
+
+    return forget
+
+
 def release_history_here() -> Any:
     """Release history in the running IPython session (or the last traceback in plain Python)."""
     from . import actions
@@ -682,7 +697,7 @@ def release_history_here() -> Any:
     else:
         shell = get_ipython()
     if shell is None:
-        return actions.release_graphs({}, (), True)
+        return actions.release_traceback()
     return actions.release_history(shell.user_ns, shell.displayhook, shell.user_ns_hidden)
 
 
@@ -695,6 +710,10 @@ def load(shell: Any) -> None:
     shell.input_transformers_cleanup.append(await_devcheck_cells(shell))
     instance._cell_numbers = _cell_numbers(shell)
     locations.register_cell_numbers(instance._cell_numbers)
+    from . import actions
+
+    instance._forget_error = _error_forgetter(shell)
+    actions.error_holders.append(instance._forget_error)
     _instances[id(shell)] = instance
 
 
@@ -705,6 +724,10 @@ def unload(shell: Any) -> None:
         return
     instance.close()
     locations.unregister_cell_numbers(getattr(instance, "_cell_numbers", None))
+    from . import actions
+
+    if getattr(instance, "_forget_error", None) in actions.error_holders:
+        actions.error_holders.remove(instance._forget_error)
     shell.input_transformers_cleanup[:] = [t for t in shell.input_transformers_cleanup
                                            if not getattr(t, "devinspect", False)]
     manager = shell.magics_manager

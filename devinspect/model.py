@@ -179,6 +179,10 @@ class Unregistered:
     class_name: str
     class_default: bool = False
     assigned_at: SourceLine | None = None
+    #: The class body's line defining the default (``pe = None``), when ``class_default``.
+    default_at: SourceLine | None = None
+    #: The ``super().__init__()`` line of the class's ``__init__``, where a buffer is registered.
+    init_at: SourceLine | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +317,8 @@ Action = Move | RegisterBuffer | MoveOptimizerState | RebuildOptimizer | Release
 
 @dataclass(frozen=True, slots=True)
 class SourceEdit:
-    """Rewrite one line of the user's own source: ``old`` (as written) becomes ``new``."""
+    """Rewrite one line of the user's own source: ``old`` (as written) becomes ``new``
+    (an empty ``new`` deletes the line)."""
 
     where: SourceLine
     old: str

@@ -380,12 +380,13 @@ def _root_items(items: list[tuple[str, Any]], excluded: set[str] | frozenset[str
 def _walk_user_roots(walker: _Walker, user: list[tuple[str, Any]]) -> None:
     """Walk the user's names. Call with torch-function dispatch disabled."""
 
-    # Modules first, so parameters get their natural names (model.fc.weight)
-    # even when a list of them comes first; optimizers next, so their state is
+    # Modules first, so parameters get their natural names (model.fc.weight) even when a
+    # list of them comes first; then tensors named directly (an optimizer's loose parameter
+    # is `w`, not opt.param_groups[0]["params"][0]); optimizers next, so their state is
     # named opt.state[model.fc.weight][...] rather than after a checkpoint dict.
     def rank(item: tuple[str, Any]) -> int:
         vt = type(item[1])
-        return 0 if issubclass(vt, _Module) else 1 if issubclass(vt, _Optimizer) else 2
+        return 0 if issubclass(vt, _Module) else 1 if issubclass(vt, _Tensor) else 2 if issubclass(vt, _Optimizer) else 3
 
     for name, value in sorted(user, key=rank):
         walker.root(name, value)
@@ -639,6 +640,46 @@ def attribute_assignment(cls: type, attr: str) -> tuple[type, Any] | None:
                 if name == "__init__":
                     return found
     return found
+
+
+def class_source_lines(cls: type, attr: str) -> tuple[Any, Any]:
+    """(the class-body line defining ``attr``, the ``super().__init__()`` line of ``__init__``)
+    in the user's own source of ``cls``, each a SourceLine or None. Reads source text only."""
+    for klass in mro(cls):
+        if klass is _Module or klass is object:
+            break
+        functions = [v for v in dict.values(_plain_class_dict(klass)) if type(v) is types.FunctionType]
+        codes = [_FUNCTION_CODE(f) for f in functions]
+        codes = [c for c in codes if locations.is_user_code(c)]
+        if not codes:
+            continue
+        filename = codes[0].co_filename
+        lines = linecache.getlines(filename)
+        try:
+            tree = ast.parse("".join(lines))
+        except (SyntaxError, ValueError):
+            continue
+        first = min(c.co_firstlineno for c in codes if c.co_filename == filename)
+        node = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == type_name(klass)
+                     and n.lineno <= first <= (n.end_lineno or first)), None)
+        if node is None:
+            continue
+        default = None
+        for statement in node.body:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target] if isinstance(
+                statement, ast.AnnAssign) and statement.value is not None else []
+            if any(isinstance(t, ast.Name) and t.id == attr for t in targets) and statement.lineno == statement.end_lineno:
+                default = locations.source_line(filename, statement.lineno, type_name(klass))
+        init = None
+        init_def = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+        for statement in init_def.body if init_def is not None else ():
+            call = statement.value if isinstance(statement, ast.Expr) else None
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
+                    and statement.lineno == statement.end_lineno):
+                init = locations.source_line(filename, statement.lineno, "__init__")
+                break
+        return default, init
+    return None, None
 
 
 def _assignment_line(code: types.CodeType, attr: str) -> Any:
@@ -927,7 +968,13 @@ class _Walker:
             found = None
         if found is not None:
             mt, where = found
-        return Unregistered(full, owner, attr, type_name(mt), class_default, where)
+        default_at = init_at = None
+        if class_default:
+            try:
+                default_at, init_at = class_source_lines(mt, attr)
+            except Exception:  # noqa: BLE001
+                pass
+        return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at)
 
     def _summarise(self, m: Any, name: str, records: list[TensorRecord], unregistered: list[Unregistered]) -> ModuleSummary:
         placed = [r for r in records if r.kind in ("parameter", "buffer")]
@@ -1286,6 +1333,8 @@ class NameIndex:
 
     @staticmethod
     def source(record: TensorRecord) -> str:
+        if record.kind == "parameter" and record.owner is None:
+            return "namespace"  # a loose Parameter, held by a variable (and maybe an optimizer)
         return _KIND_SOURCE.get(record.kind, "namespace")
 
 

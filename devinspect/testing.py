@@ -175,23 +175,13 @@ class SimTensor(torch.Tensor):
 
 def _mismatch(first: str, second: str) -> RuntimeError:
     """CUDA's device-mismatch error, shown (in IPython) without this module's frames, as from a GPU."""
+    from .locations import _RenderWithoutOwnFrames
+
     error = RuntimeError(
         f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
     )
-    error._render_traceback_ = _Untidy(error)  # type: ignore[attr-defined]
+    error._render_traceback_ = _RenderWithoutOwnFrames(error)  # type: ignore[attr-defined]
     return error
-
-
-class _Untidy:
-    """Defers to locations.tidy_traceback once the traceback exists (after the raise)."""
-
-    def __init__(self, error: BaseException):
-        self.error = error
-
-    def __call__(self) -> list[str]:
-        from .locations import _RenderWithoutOwnFrames
-
-        return _RenderWithoutOwnFrames(self.error)()
 
 
 def _two_devices(devices: set[torch.device]) -> tuple[str, str]:

@@ -25,7 +25,8 @@ def fix_html(fix: Fix) -> str:
     for edit in fix.edits:
         context = f" ({escape(edit.context)})" if edit.context else ""
         out.append(f"<div>in your code, {escape(edit.where.where)}{context}:</div>"
-                   f'<pre style="margin:2px 0 4px 0">- {escape(edit.old)}\n+ {escape(edit.new)}</pre>')
+                   f'<pre style="margin:2px 0 4px 0">- {escape(edit.old)}\n'
+                   f'{"+ " + escape(edit.new) if edit.new else "  (delete this line)"}</pre>')
     if fix.note:
         out.append(f"<div>note: {escape(fix.note)}</div>")
     return "".join(out)

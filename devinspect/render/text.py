@@ -33,7 +33,7 @@ def fix_block(fix: Fix, indent: str) -> list[str]:
         context = f" ({edit.context})" if edit.context else ""
         lines.append(f"{pad}in your code, {edit.where.where}{context}:")
         lines.append(f"{pad}- {edit.old}")
-        lines.append(f"{pad}+ {edit.new}")
+        lines.append(f"{pad}+ {edit.new}" if edit.new else f"{pad}  (delete this line)")
     if fix.note:
         lines.append(f"{pad}note: {fix.note}")
     return lines

@@ -1,0 +1,314 @@
+"""The fix corpus: problems a user meets, as cells, each with the code that fails because of it.
+
+Every case is run by ``test_fixes_run.py``: the setup cell, then the failing cell (it must
+fail, or its assertion must), then the fix devinspect prints, taken exactly as printed
+(its code run as a cell, its source edits applied to the setup cell, which runs again),
+then the failing cell again, which must now work, with no error finding left in
+``%devices``. The same again with the Apply fix button instead of the printed code.
+
+``source`` says where the fix comes from: ``devcheck`` (the failing cell run under
+``%%devcheck``) or a finding code of ``%devices``. ``DEVICE`` is replaced by the
+accelerator the run uses (``sim:0`` here, ``cuda:0`` on a GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    setup: str
+    failing: str
+    sources: tuple[str, ...] = ("devcheck",)
+    #: Run after the fixed cell works: asserts about the objects (identity kept, tying kept …).
+    after: str = ""
+    #: Keys ("code", "edits", "action") the fix must have; a fix without code says why in its note.
+    expect: tuple[str, ...] = ("code", "action")
+    #: Run when the case ends, fixed or not (global flags the setup changed).
+    teardown: str = ""
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+PRELUDE = """import torch, torch.nn as nn, torch.nn.functional as F
+torch.manual_seed(0)
+dev = torch.device("DEVICE")
+"""
+
+TINY_GPT2 = """from transformers import GPT2Config, GPT2LMHeadModel
+model = GPT2LMHeadModel(GPT2Config(n_layer=3, n_embd=32, n_head=2, vocab_size=100, n_positions=64,
+                                   bos_token_id=0, eos_token_id=0)).to(dev)
+ids = torch.randint(0, 100, (2, 8), device=dev)
+"""
+TINY_LLAMA = """from transformers import LlamaConfig, LlamaForCausalLM
+model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                     num_attention_heads=2, num_key_value_heads=2, vocab_size=100,
+                                     bos_token_id=0, eos_token_id=0, pad_token_id=0)).to(dev)
+ids = torch.randint(0, 100, (2, 8), device=dev)
+"""
+TINY_BERT = """from transformers import BertConfig, BertForSequenceClassification
+model = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                 intermediate_size=64, vocab_size=100, num_labels=3)).to(dev)
+ids = torch.randint(0, 100, (2, 8), device=dev)
+"""
+
+CASES: list[Case] = [
+    Case(
+        "input-left-on-host",
+        "model = nn.Linear(8, 3).to(dev)\nx = torch.randn(4, 8)\n",
+        "y = model(x)\n",
+        sources=("devcheck", "input-on-other-device"),
+    ),
+    Case(
+        "head-replaced-after-to",
+        "model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(dev)\n"
+        "model[2] = nn.Linear(16, 4)  # a new head, made after the move: on the CPU\n"
+        "x = torch.randn(5, 8, device=dev)\n",
+        "y = model(x)\n",
+        sources=("devcheck", "mixed-device-module"),
+    ),
+    Case(
+        "one-block-moved-graph-alive",
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.GELU()) for _ in range(4))\n"
+        "        self.out = nn.Linear(8, 2)\n"
+        "    def forward(self, x):\n"
+        "        for block in self.blocks:\n"
+        "            x = block(x)\n"
+        "        return self.out(x)\n"
+        "model = Net().to(dev)\n"
+        "model.blocks[2].to('cpu')\n"
+        "x = torch.randn(3, 8, device=dev, requires_grad=True)\n",
+        "loss = model(x).sum()\nloss.backward()\n",
+        sources=("devcheck", "mixed-device-module"),
+        after="assert x.grad is not None and x.grad.device == dev",
+    ),
+    Case(
+        "split-model-and-its-input",
+        "model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4), nn.Linear(4, 2))\n"
+        "model[3].to(dev)\n"
+        "x = torch.randn(2, 4, requires_grad=True)\n",
+        "out = model(x)\n",
+        sources=("devcheck",),
+    ),
+    Case(
+        "swap-flag-set",
+        "torch.__future__.set_swap_module_params_on_conversion(True)\n"
+        "model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4), nn.Linear(4, 2))\n"
+        "model[3].to(dev)\n"
+        "x = torch.randn(2, 4, device=dev, requires_grad=True)\n",
+        "out = model(x)\nout.sum().backward()\n",
+        sources=("devcheck", "mixed-device-module"),
+        teardown="torch.__future__.set_swap_module_params_on_conversion(False)",
+    ),
+    Case(
+        "gpt2-one-block-moved",
+        TINY_GPT2 + "model.transformer.h[1].to('cpu')\n",
+        "out = model(ids, labels=ids)\nout.loss.backward()\n",
+        sources=("devcheck", "mixed-device-module"),
+        after="assert model.lm_head.weight is model.transformer.wte.weight  # tied weights stay tied",
+        tags=("transformers",),
+    ),
+    Case(
+        "gpt2-head-untied-then-left-behind",
+        TINY_GPT2 + "model.lm_head = nn.Linear(32, 100, bias=False)  # a new head, on the CPU\n",
+        "out = model(ids, labels=ids)\n",
+        sources=("devcheck", "mixed-device-module"),
+        tags=("transformers",),
+    ),
+    Case(
+        "llama-one-layer-moved",
+        TINY_LLAMA + "model.model.layers[2].to('cpu')\n",
+        "out = model(ids, labels=ids)\nout.loss.backward()\n",
+        sources=("devcheck", "mixed-device-module"),
+        tags=("transformers",),
+    ),
+    Case(
+        "bert-classifier-replaced",
+        TINY_BERT + "model.classifier = nn.Linear(32, 3)\nlabels = torch.tensor([0, 2], device=dev)\n",
+        "out = model(ids, labels=labels)\n",
+        sources=("devcheck", "mixed-device-module"),
+        tags=("transformers",),
+    ),
+    Case(
+        "bert-input-ids-on-host",
+        TINY_BERT + "ids = ids.cpu()\nlabels = torch.tensor([0, 2])\n",
+        "out = model(ids, labels=labels)\n",
+        sources=("devcheck", "input-on-other-device"),
+        tags=("transformers",),
+    ),
+    Case(
+        "optimizer-state-after-checkpoint-load",
+        "model = nn.Linear(3, 2)\n"
+        "opt = torch.optim.AdamW(model.parameters())\n"
+        "model(torch.ones(1, 3)).sum().backward(); opt.step()\n"
+        "checkpoint = opt.state_dict()\n"
+        "model.to(dev)\n"
+        "opt = torch.optim.AdamW(model.parameters())\n"
+        "opt.load_state_dict(checkpoint)\n"
+        "for state in opt.state.values():  # state loaded before the move, as in the common bug\n"
+        "    state['exp_avg'], state['exp_avg_sq'] = state['exp_avg'].cpu(), state['exp_avg_sq'].cpu()\n"
+        "model(torch.ones(1, 3, device=dev)).sum().backward()\n",
+        "opt.step()\n",
+        sources=("devcheck", "optimizer-state-device"),
+        after="assert all(s['exp_avg'].device == dev and s['step'].device.type == 'cpu' for s in opt.state.values())",
+    ),
+    Case(
+        "optimizer-state-model-split-on-purpose",
+        "model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))\n"
+        "opt = torch.optim.AdamW(model.parameters())\n"
+        "model(torch.randn(2, 4)).sum().backward(); opt.step(); opt.zero_grad()\n"
+        "model[0].to('DEVICE_0'); model[1].to('DEVICE_1')  # model parallel, on purpose\n",
+        "out = model[1](model[0](torch.randn(2, 4, device='DEVICE_0')).to('DEVICE_1'))\n"
+        "out.sum().backward()\nopt.step()\n",
+        sources=("devcheck", "optimizer-state-device"),
+        after="assert all(s['exp_avg'].device == p.device for p, s in opt.state.items())",
+    ),
+    Case(
+        "gpt2-optimizer-state-left-on-host",
+        TINY_GPT2 + "model.cpu()\nopt = torch.optim.AdamW(model.parameters())\n"
+        "model(ids.cpu(), labels=ids.cpu()).loss.backward(); opt.step(); opt.zero_grad()\n"
+        "model.to(dev)  # the optimizer's state stays behind\n"
+        "model(ids, labels=ids).loss.backward()\n",
+        "opt.step()\n",
+        sources=("devcheck", "optimizer-state-device"),
+        tags=("transformers",),
+    ),
+    Case(
+        "unregistered-attribute",
+        "class ScaledNet(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(8, 8)\n"
+        "        self.scale = torch.ones(8)  # not a buffer: .to() leaves it behind\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x) * self.scale\n"
+        "model = ScaledNet().to(dev)\n"
+        "x = torch.randn(2, 8, device=dev)\n",
+        "y = model(x)\n",
+        sources=("devcheck", "unregistered-tensor-attribute"),
+        expect=("code", "edits", "action"),
+        after="keys = set(model.state_dict()); model.to('cpu'); assert model.scale.device.type == 'cpu'; "
+              "model.to(dev); assert model.scale.device == dev and set(model.state_dict()) == keys",
+    ),
+    Case(
+        "positional-encoding-view",
+        "class PositionalEncoding(nn.Module):\n"
+        "    def __init__(self, dim=8, length=16):\n"
+        "        super().__init__()\n"
+        "        self.proj = nn.Linear(dim, dim)\n"
+        "        self.pe = torch.randn(length, dim)\n"
+        "    def forward(self, x):\n"
+        "        return self.proj(x) + self.pe[: x.shape[0]]\n"
+        "model = nn.Sequential(PositionalEncoding()).to(dev)\n"
+        "x = torch.randn(4, 8, device=dev)\n",
+        "y = model(x)\n",
+        sources=("devcheck", "unregistered-tensor-attribute"),
+        expect=("code", "edits", "action"),
+    ),
+    Case(
+        "lazy-cache-with-class-default",
+        "class Cached(nn.Module):\n"
+        "    pe = None  # filled on the first forward\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(8, 8)\n"
+        "    def forward(self, x):\n"
+        "        if self.pe is None:\n"
+        "            self.pe = torch.arange(8.0)\n"
+        "        return self.fc(x) + self.pe\n"
+        "model = Cached()\n"
+        "model(torch.randn(1, 8))  # the cache is made on the CPU\n"
+        "model.to(dev)\n"
+        "x = torch.randn(2, 8, device=dev)\n",
+        "y = model(x)\n",
+        sources=("devcheck", "unregistered-tensor-attribute"),
+        expect=("code", "edits", "action"),
+    ),
+    Case(
+        "mask-made-in-forward",
+        "class MaskNet(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc1 = nn.Linear(8, 8)\n"
+        "    def forward(self, x):\n"
+        "        h = self.fc1(x)\n"
+        "        mask = torch.ones(x.shape[0], x.shape[1])\n"
+        "        return h * mask\n"
+        "model = MaskNet().to(dev)\n"
+        "x = torch.randn(4, 8, device=dev)\n",
+        "y = model(x)\n",
+        expect=("edits",),  # a local of the user's forward: only their own line can change it
+    ),
+    Case(
+        "loss-weight-left-on-host",
+        "model = nn.Linear(8, 3).to(dev)\n"
+        "loss_fn = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 1.0]))\n"
+        "x = torch.randn(4, 8, device=dev)\ny = torch.tensor([0, 1, 2, 1], device=dev)\n",
+        "loss = loss_fn(model(x), y)\n",
+    ),
+    Case(
+        "labels-in-a-batch-dict",
+        "model = nn.Linear(8, 3).to(dev)\n"
+        "batch = {'x': torch.randn(4, 8, device=dev), 'labels': torch.tensor([0, 1, 2, 0])}\n",
+        "loss = F.cross_entropy(model(batch['x']), batch['labels'])\n",
+        sources=("devcheck", "input-on-other-device"),
+    ),
+    Case(
+        "leaf-held-by-an-optimizer",
+        "w = torch.randn(8, 3, requires_grad=True)\n"
+        "b = torch.zeros(3, device=dev, requires_grad=True)\n"
+        "opt = torch.optim.SGD([w, b], lr=0.1)\n"
+        "x = torch.randn(4, 8, device=dev)\n",
+        "loss = (x @ w + b).sum()\nloss.backward()\nopt.step()\n",
+        after="assert opt.param_groups[0]['params'][0] is w and w.is_leaf and w.device == dev",
+    ),
+    Case(
+        "parameter-held-by-an-optimizer",
+        "p = nn.Parameter(torch.randn(8, 3))\n"
+        "opt = torch.optim.Adam([p])\n"
+        "x = torch.randn(4, 8, device=dev)\n",
+        "loss = (x @ p).sum()\nloss.backward()\nopt.step()\n",
+        after="assert opt.param_groups[0]['params'][0] is p and isinstance(p, nn.Parameter) and p.device == dev",
+    ),
+    Case(
+        "odd-dict-keys",
+        "model = nn.Linear(8, 2).to(dev)\n"
+        "batch = {'in\"put\\n': torch.randn(2, 8), 'nul\\x00key': torch.randn(2, 8)}\n",
+        "y = model(batch['in\"put\\n']) + model(batch['nul\\x00key'])\n",
+        sources=("devcheck",),
+    ),
+    Case(
+        "odd-attribute-name",
+        "class Holder: pass\n"
+        "h = Holder()\n"
+        "setattr(h, 'my input', torch.randn(2, 8))\n"
+        "model = nn.Linear(8, 2).to(dev)\n",
+        "y = model(getattr(h, 'my input'))\n",
+        sources=("devcheck",),
+    ),
+    Case(
+        "stale-optimizer-after-model-cell-ran-again",
+        "model = nn.Linear(4, 2).to(dev)\n"
+        "opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)\n"
+        "model = nn.Linear(4, 2).to(dev)  # the model's cell ran again\n"
+        "x = torch.randn(3, 4, device=dev)\n",
+        "before = model.weight.detach().clone()\n"
+        "model(x).sum().backward()\nopt.step()\n"
+        "assert not torch.equal(before, model.weight), 'the step did not train model'\n",
+        sources=("stale-optimizer",),
+        after="assert opt.param_groups[0]['weight_decay'] == 0.1 and opt.param_groups[0]['lr'] == 0.01",
+    ),
+    Case(
+        "memory-held-by-output-history",
+        "import gc, weakref\n"
+        "big = torch.ones(1 << 16, device=dev)\n"
+        "ref = weakref.ref(big)\n",
+        "assert ref() is None, 'still held'\n",
+        sources=("held-by-output-history",),
+        tags=("history",),
+    ),
+]
