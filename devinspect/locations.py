@@ -168,16 +168,27 @@ def ends_in_own_frames(tb: types.TracebackType | None) -> bool:
     return last is not None and is_own_file(last.tb_frame.f_code.co_filename)
 
 
-def without_own_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """The same traceback with devinspect's frames left out (rebuilt; the original is untouched)."""
+def without_own_frames(tb: types.TracebackType | None, body_file: str | None = None) -> types.TracebackType | None:
+    """The same traceback with devinspect's frames left out (rebuilt; the original is untouched).
+
+    With ``body_file`` (a checked cell's compiled file name), the frames between the
+    shell's entry frame and the checked body (the call of the cell magic, IPython's
+    magic machinery) go too, so the traceback has the shape of a plain cell's.
+    """
     entries = []
     while tb is not None:
-        if not is_own_file(tb.tb_frame.f_code.co_filename):
-            entries.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
+        entries.append(tb)
         tb = tb.tb_next
+    start = 0
+    if body_file is not None:
+        body = next((i for i, e in enumerate(entries) if e.tb_frame.f_code.co_filename == body_file
+                     and e.tb_frame.f_code.co_name == "<module>"), None)
+        if body is not None and body > 0:
+            entries = entries[:1] + entries[body:]  # the shell's entry frame, then the body on
+    kept = [e for i, e in enumerate(entries) if i == start or not is_own_file(e.tb_frame.f_code.co_filename)]
     rebuilt = None
-    for frame, lasti, lineno in reversed(entries):
-        rebuilt = types.TracebackType(rebuilt, frame, lasti, lineno)
+    for e in reversed(kept):
+        rebuilt = types.TracebackType(rebuilt, e.tb_frame, e.tb_lasti, e.tb_lineno)
     return rebuilt
 
 
@@ -192,8 +203,9 @@ class _RenderWithoutOwnFrames:
     cyclic collector runs); later drawings (``%tb``) are IPython's usual ones.
     """
 
-    def __init__(self, exc: BaseException):
+    def __init__(self, exc: BaseException, body_file: str | None = None):
         self.exc: BaseException | None = exc
+        self.body_file = body_file
 
     def __call__(self) -> list[str]:
         exc, self.exc = self.exc, None
@@ -205,19 +217,24 @@ class _RenderWithoutOwnFrames:
             pass
         from .magics import render_traceback
 
-        return render_traceback(exc, without_own_frames(exc.__traceback__))
+        return render_traceback(exc, without_own_frames(exc.__traceback__, self.body_file))
 
 
-def tidy_traceback(exc: BaseException) -> None:
-    """Let IPython show ``exc`` without devinspect's frames, if they are its innermost ones.
+def tidy_traceback(exc: BaseException, body_file: str | None = None) -> None:
+    """Let IPython show ``exc`` as it would without devinspect.
 
-    Does nothing to an exception that already renders itself, or whose traceback
-    ends in other code (IPython's ``__tracebackhide__`` already hides devinspect there).
+    Without ``body_file``: only when devinspect's frames are the innermost ones (IPython
+    hides them elsewhere). With it (an error leaving a checked cell): always, shaped as
+    a plain cell's traceback. Does nothing to an exception that renders itself.
     """
     try:
-        if ("_render_traceback_" in exc.__dict__ or hasattr(type(exc), "_render_traceback_")
-                or not ends_in_own_frames(exc.__traceback__)):
+        if "_render_traceback_" in exc.__dict__ or hasattr(type(exc), "_render_traceback_"):
+            current = exc.__dict__.get("_render_traceback_")
+            if type(current) is _RenderWithoutOwnFrames and body_file is not None:
+                current.body_file = body_file
             return
-        exc._render_traceback_ = _RenderWithoutOwnFrames(exc)  # type: ignore[attr-defined]
+        if body_file is None and not ends_in_own_frames(exc.__traceback__):
+            return
+        exc._render_traceback_ = _RenderWithoutOwnFrames(exc, body_file)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - only ever a nicer traceback, never a failure
         pass

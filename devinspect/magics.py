@@ -538,6 +538,7 @@ class _CheckedCell:
                 exec(code, self.shell.user_global_ns, self.shell.user_ns)
         except BaseException as exc:
             error = exc
+            locations.tidy_traceback(exc, self.filename)  # drawn as a plain cell's traceback
             raise
         finally:
             self._finish(error)
@@ -557,6 +558,7 @@ class _CheckedCell:
                     await value
         except BaseException as exc:
             error = exc
+            locations.tidy_traceback(exc, self.filename)
             raise
         finally:
             self._finish(error)
@@ -601,9 +603,17 @@ _DEVCHECK_LINE = re.compile(r"^\s*%%devcheck(?:\s+(.*))?$")
 
 
 def await_devcheck_cells(shell: Any) -> Any:
-    """An input transformer: a %%devcheck cell whose body has top-level ``await`` becomes
-    ``await <DevInspect>.devcheck_async(line, body)``, which the kernel runs on its loop.
-    Any other cell, or anything unexpected, passes through unchanged."""
+    """An input transformer for %%devcheck cells, so they run as plain cells would.
+
+    * A body with top-level ``await`` becomes ``await <DevInspect>.devcheck_async(line, body)``,
+      which the kernel runs on its own event loop.
+    * A body that does not compile is handed to IPython as it is (a blank line standing
+      for the magic's line, so line numbers stay the cell's): IPython then fails the cell
+      before it runs and shows the SyntaxError exactly as for a plain cell.
+
+    Any other cell, or anything unexpected, passes through unchanged.
+    """
+    import ast as ast_module
 
     def transform(lines: list[str]) -> list[str]:
         try:
@@ -614,7 +624,13 @@ def await_devcheck_cells(shell: Any) -> Any:
                 return lines
             body = "".join(lines[1:])
             transformed = shell.transform_cell(body)
-            if not shell.should_run_async(body, transformed_cell=transformed, preprocessing_exc_tuple=None):
+            awaits = shell.should_run_async(body, transformed_cell=transformed, preprocessing_exc_tuple=None)
+            flags = shell.compile.flags | (getattr(ast_module, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if awaits else 0)
+            try:
+                compile("\n" + transformed, "<devcheck>", "exec", flags, dont_inherit=True)
+            except (SyntaxError, ValueError):
+                return ["\n", *lines[1:]]
+            if not awaits:
                 return lines
             line = (m.group(1) or "").strip()
             return [f"await get_ipython().find_cell_magic('devcheck').__self__.devcheck_async({line!r}, {body!r})\n"]

@@ -71,6 +71,7 @@ _TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
 _TYPE_MODULE = type.__dict__["__module__"].__get__
 _FUNCTION_CODE = types.FunctionType.__dict__["__code__"].__get__
 _PROXY_REPR = weakref.ProxyType.__repr__
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
 
 # TensorBase's C getters and methods, called directly: a subclass's Python property
 # of the same name is never reached.
@@ -210,7 +211,8 @@ def plain_str(key: Any) -> str | None:
 
 
 def instance_dict(o: Any) -> dict[str, Any]:
-    """``o.__dict__`` read through the C descriptor, with exact-``str`` keys only; ``{}`` if none."""
+    """``o.__dict__`` read through the C descriptor, keys as exact ``str`` (a ``str`` subclass key is
+    copied without calling it; other keys are left out); ``{}`` if none."""
     d = raw_instance_dict(o)
     if d is None:
         return {}
@@ -218,6 +220,8 @@ def instance_dict(o: Any) -> dict[str, Any]:
     for key, value in dict.items(d):
         if type(key) is str:
             out[key] = value
+        elif issubclass(type(key), str):
+            out[str.__str__(key)] = value
     return out
 
 
@@ -1051,8 +1055,8 @@ class _Walker:
             return
         if issubclass(vt, _OPAQUE) or _is_opaque_package(vt):
             return
-        module = type_module(vt)
-        if module == "numpy" or module.startswith("pandas."):
+        module = type_module(vt).split(".", 1)[0]
+        if module in ("numpy", "pandas"):
             self._foreign_container(o, vt, name, module)
             return
         if issubclass(vt, torch.utils.data.DataLoader):
@@ -1082,10 +1086,10 @@ class _Walker:
             if module == "numpy" and tname == "ndarray":
                 if o.dtype.kind == "O":
                     self.truncated.append(Truncation(name, "a numpy array of Python objects: its elements are not inspected"))
-            elif module.startswith("pandas.") and tname == "DataFrame":
+            elif module == "pandas" and tname == "DataFrame":
                 if any(dt.kind == "O" for dt in o.dtypes):
                     self.truncated.append(Truncation(name, "a pandas DataFrame with object columns: its cells are not inspected"))
-            elif module.startswith("pandas.") and tname == "Series":
+            elif module == "pandas" and tname == "Series":
                 if o.dtype.kind == "O":
                     self.truncated.append(Truncation(name, "a pandas Series of objects: its cells are not inspected"))
         except Exception:  # noqa: BLE001 - a subclass we cannot read is reported as such
@@ -1152,7 +1156,10 @@ def _library_of(cls: type) -> str:
     if not top or top == "__main__":
         return ""
     imported = sys.modules.get(top)
-    path = getattr(imported, "__file__", None) if type(imported) is types.ModuleType else None
+    if not issubclass(type(imported), types.ModuleType):
+        return ""
+    # The module's own dict, read through ModuleType's descriptor (a lazy module's __getattr__ is not asked).
+    path = _MODULE_DICT(imported).get("__file__")
     return top if type(path) is str and locations.is_library_file(path) else ""
 
 

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from .locations import tidy_traceback
+
 #: Name of the simulated device type.
 DEVICE_TYPE = "sim"
 #: How many simulated devices exist (``sim:0`` … ``sim:{DEVICE_COUNT-1}``).
@@ -113,75 +115,89 @@ class SimTensor(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         __tracebackhide__ = True  # noqa: F841 - a GPU's kernels do not show in a traceback either
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        if name == "__repr__" and args and type(args[0]) is SimTensor:
-            # Printing shows values like a GPU tensor does (a device-to-host copy). It goes
-            # through Tensor.__repr__, so torch-function modes see it, as they do for CUDA.
-            with torch._C.DisableTorchFunctionSubclass():
-                body = repr(args[0]._data.detach())
-            return body[:-1] + f", device='{args[0].device}')" if body.endswith(")") else body
-        if name == "tolist" and args and type(args[0]) is SimTensor:
-            # As on a GPU: a device-to-host copy, then Python numbers.
-            return args[0]._data.tolist()
-        if name == "__format__" and args and type(args[0]) is SimTensor:
-            # f"{loss:.3f}" works on a GPU scalar; Tensor.__format__ only allows exact Tensors.
-            return args[0]._data.__format__(*args[1:])
-        if name == "numpy" and args and type(args[0]) is SimTensor:
-            if kwargs.get("force") or (len(args) > 1 and args[1] is True):
-                return args[0]._data.detach().numpy().copy()  # numpy(force=True) copies to the host first
-            raise TypeError(
-                f"can't convert {args[0].device} device type tensor to numpy. "
-                "Use Tensor.cpu() to copy the tensor to host memory first."
-            )
-        with torch._C.DisableTorchFunctionSubclass():
-            return func(*args, **kwargs)
+        try:
+            return _function(func, args, kwargs or {})
+        except Exception as exc:
+            tidy_traceback(exc)
+            raise
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         __tracebackhide__ = True  # noqa: F841
-        kwargs = kwargs or {}
-        name = func.overloadpacket.__name__
-        if func is torch.ops.aten.copy_.default:
-            dst, src = args[0], args[1]
-            _data_of(dst).copy_(_data_of(src), **kwargs)
-            return dst
-        if name == "_to_copy":
-            return _to_copy(*args, **kwargs)
-        devices: set[torch.device] = set()
-        on: list[torch.device] = []
+        try:
+            return _dispatch(func, args, kwargs or {})
+        except Exception as exc:
+            tidy_traceback(exc)  # as on a GPU, whose kernels raise from C++: no frame of this module shows
+            raise
 
-        def unwrap(x: Any) -> Any:
-            if type(x) is SimTensor:
-                devices.add(x.device)
-                on.append(x.device)
-                return x._data
-            if isinstance(x, torch.Tensor) and x.dim() > 0:
-                # As on CUDA, a CPU scalar tensor may join a device op; nothing larger.
-                devices.add(x.device)
-            return x
 
-        plain_args = tree_map(unwrap, args)
-        plain_kwargs = tree_map(unwrap, kwargs)
-        if len(devices) > 1 and name not in _CROSS_DEVICE_OPS:
-            first, second = _two_devices(devices)
-            raise _mismatch(first, second)
-        out = func(*plain_args, **plain_kwargs)
-        if func is torch.ops.aten._local_scalar_dense.default or not on:
-            return out
-        device = on[0]
-        return tree_map(lambda x: SimTensor(x, device) if type(x) is torch.Tensor else x, out)
+def _function(func: Any, args: tuple, kwargs: dict) -> Any:
+    """How a simulated tensor answers the calls a GPU tensor answers differently from a CPU one."""
+    __tracebackhide__ = True  # noqa: F841
+    name = getattr(func, "__name__", "")
+    if name == "__repr__" and args and type(args[0]) is SimTensor:
+        # Printing shows values like a GPU tensor does (a device-to-host copy). It goes
+        # through Tensor.__repr__, so torch-function modes see it, as they do for CUDA.
+        with torch._C.DisableTorchFunctionSubclass():
+            body = repr(args[0]._data.detach())
+        return body[:-1] + f", device='{args[0].device}')" if body.endswith(")") else body
+    if name == "tolist" and args and type(args[0]) is SimTensor:
+        # As on a GPU: a device-to-host copy, then Python numbers.
+        return args[0]._data.tolist()
+    if name == "__format__" and args and type(args[0]) is SimTensor:
+        # f"{loss:.3f}" works on a GPU scalar; Tensor.__format__ only allows exact Tensors.
+        return args[0]._data.__format__(*args[1:])
+    if name == "numpy" and args and type(args[0]) is SimTensor:
+        if kwargs.get("force") or (len(args) > 1 and args[1] is True):
+            return args[0]._data.detach().numpy().copy()  # numpy(force=True) copies to the host first
+        raise TypeError(
+            f"can't convert {args[0].device} device type tensor to numpy. "
+            "Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+    with torch._C.DisableTorchFunctionSubclass():
+        return func(*args, **kwargs)
+
+
+def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The simulated device's kernels: the op on the CPU data, a device-mismatch error as CUDA raises it."""
+    __tracebackhide__ = True  # noqa: F841
+    name = func.overloadpacket.__name__
+    if func is torch.ops.aten.copy_.default:
+        dst, src = args[0], args[1]
+        _data_of(dst).copy_(_data_of(src), **kwargs)
+        return dst
+    if name == "_to_copy":
+        return _to_copy(*args, **kwargs)
+    devices: set[torch.device] = set()
+    on: list[torch.device] = []
+
+    def unwrap(x: Any) -> Any:
+        if type(x) is SimTensor:
+            devices.add(x.device)
+            on.append(x.device)
+            return x._data
+        if isinstance(x, torch.Tensor) and x.dim() > 0:
+            # As on CUDA, a CPU scalar tensor may join a device op; nothing larger.
+            devices.add(x.device)
+        return x
+
+    plain_args = tree_map(unwrap, args)
+    plain_kwargs = tree_map(unwrap, kwargs)
+    if len(devices) > 1 and name not in _CROSS_DEVICE_OPS:
+        first, second = _two_devices(devices)
+        raise _mismatch(first, second)
+    out = func(*plain_args, **plain_kwargs)
+    if func is torch.ops.aten._local_scalar_dense.default or not on:
+        return out
+    device = on[0]
+    return tree_map(lambda x: SimTensor(x, device) if type(x) is torch.Tensor else x, out)
 
 
 def _mismatch(first: str, second: str) -> RuntimeError:
-    """CUDA's device-mismatch error, shown (in IPython) without this module's frames, as from a GPU."""
-    from .locations import _RenderWithoutOwnFrames
-
-    error = RuntimeError(
+    """CUDA's device-mismatch error (decided from the inputs' devices, as CUDA's kernels do)."""
+    return RuntimeError(
         f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
     )
-    error._render_traceback_ = _RenderWithoutOwnFrames(error)  # type: ignore[attr-defined]
-    return error
 
 
 def _two_devices(devices: set[torch.device]) -> tuple[str, str]:

@@ -127,3 +127,103 @@ def test_findings_are_ordered_by_severity(sim):
     result = devinspect.scan({"model": model, "deep": [[[[[[[[[[torch.zeros(1)]]]]]]]]]]})
     severities = [f.severity for f in result.findings]
     assert severities == sorted(severities, key=["error", "warning", "hint"].index)
+
+
+# -- findings that are true --------------------------------------------------------
+
+
+def _recomputing_modules():
+    import warnings
+
+    from torch.nn.utils import parametrize, prune, spectral_norm, weight_norm
+    from torch.nn.utils.parametrizations import orthogonal
+    from torch.nn.utils.parametrizations import weight_norm as weight_norm_v2
+
+    class Symmetric(torch.nn.Module):
+        def forward(self, w):
+            return w.triu() + w.triu(1).T
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch deprecates the old weight_norm
+        modules = {"weight_norm": weight_norm(torch.nn.Linear(3, 3)), "spectral_norm": spectral_norm(torch.nn.Linear(3, 3)),
+                   "weight_norm_v2": weight_norm_v2(torch.nn.Linear(3, 3)), "orthogonal": orthogonal(torch.nn.Linear(3, 3))}
+    pruned = torch.nn.Linear(3, 3)
+    prune.l1_unstructured(pruned, "weight", 0.5)
+    parametrized = torch.nn.Linear(3, 3)
+    parametrize.register_parametrization(parametrized, "weight", Symmetric())
+    modules.update(pruned=pruned, parametrized=parametrized)
+    return modules
+
+
+def test_modules_whose_weight_a_hook_recomputes_have_no_findings(sim):
+    modules = _recomputing_modules()
+    for name, module in modules.items():
+        with torch.no_grad():
+            module(torch.randn(2, 3))
+        module.to(sim)
+        with torch.no_grad():
+            module(torch.randn(2, 3, device=sim))
+        result = devinspect.scan({"model": module, "x": torch.randn(2, 3, device=sim)})
+        assert result.findings == (), (name, [f.message for f in result.findings])
+        # A recomputed weight is listed, said to be recomputed, and never offered to register_buffer.
+        recomputed = [r for r in result.records if r.note and "recomputed before each forward" in r.note]
+        assert name not in ("weight_norm", "spectral_norm", "pruned") or recomputed, name
+
+
+def test_adams_cpu_step_is_not_a_finding(sim):
+    model = torch.nn.Linear(3, 2).to(sim)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3, device=sim)).sum().backward()
+    opt.step()
+    assert all(s["step"].device.type == "cpu" for s in opt.state.values())
+    assert devinspect.scan({"model": model, "opt": opt}).findings == ()
+
+
+def test_inputs_hint_never_claims_a_mismatch_will_follow(sim):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16)).to(sim)
+    labels = torch.randint(0, 50, (1, 4))
+    ids = labels.to(sim)
+    model(ids, labels=labels)  # transformers moves labels to the logits' device itself
+    (f,) = [f for f in devinspect.scan({"model": model, "labels": labels, "ids": ids}).findings]
+    assert f.code == "input-on-other-device" and f.severity == "hint"
+    assert "raise" not in f.message and "unless the model moves it itself" in f.message
+
+
+def test_a_stale_optimizer_is_an_error_with_a_rebuild(sim):
+    model = torch.nn.Linear(4, 2).to(sim)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, betas=(0.8, 0.9))
+    model = torch.nn.Linear(4, 2).to(sim)  # the model's cell ran again
+    f = only(devinspect.scan({"model": model, "opt": opt}), "stale-optimizer")
+    assert f.severity == "error" and "2 of the 2 parameters opt (AdamW) updates" in f.message
+    assert f.fix.code == "opt = torch.optim.AdamW(model.parameters(), lr=0.01, betas=(0.8, 0.9))"
+    ns = {"model": model, "opt": opt, "torch": torch}
+    exec(f.fix.code, ns)
+    assert ns["opt"].param_groups[0]["params"][0] is model.weight
+    assert devinspect.scan({"model": model, "opt": ns["opt"]}).findings == ()
+
+
+def test_a_partly_materialised_model_gets_advice_not_a_move_that_raises(sim):
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    model[0] = torch.nn.Linear(4, 4)
+    f = only(devinspect.scan({"model": model}), "partly-materialised-module")
+    assert f.severity == "error" and f.fix.code is None and f.fix.action is None
+    assert "load_state_dict(state_dict, assign=True)" in f.fix.note and "to_empty" in f.fix.note
+    # Following the advice works.
+    model.load_state_dict(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).state_dict(), assign=True)
+    assert devinspect.scan({"model": model}).findings == ()
+    model.to(sim)
+
+
+def test_findings_are_computed_once_and_filters_keep_them(stale_optimizer):
+    model, opt = stale_optimizer
+    result = devinspect.scan({"model": model, "opt": opt})
+    from devinspect.model import Selection
+
+    view = result.select(Selection(kind="optimizer_state"))
+    assert [f.code for f in view.findings] == ["optimizer-state-device"]
+    assert result.select(Selection(kind="optimizer_state")).result.findings is result.findings  # not recomputed
+    assert result.select(Selection(device="cpu")).findings == result.findings
+    assert result.select(Selection(kind="buffer")).findings == ()

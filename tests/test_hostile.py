@@ -164,3 +164,223 @@ def test_very_large_container_is_walked_within_bounds():
     result = devinspect.scan({"big": big}, max_items=100_000)
     assert result.truncated[0].skipped == 400_001
     assert result.records == ()
+
+
+# -- objects that record any call into their own code -----------------------------------------
+
+CALLS: list[str] = []
+
+
+def record(what: str):
+    CALLS.append(what)
+
+
+class RecordingMeta(type):
+    def __getattribute__(cls, name):
+        if not name.startswith("__") or name in ("__mro__", "__dict__", "__name__", "__module__", "__slots__"):
+            record(f"metaclass __getattribute__ {name}")
+        return type.__getattribute__(cls, name)
+
+    def __instancecheck__(cls, obj):
+        record("__instancecheck__")
+        return type.__instancecheck__(cls, obj)
+
+    def __subclasscheck__(cls, sub):
+        record("__subclasscheck__")
+        return type.__subclasscheck__(cls, sub)
+
+    def __hash__(cls):
+        record("metaclass __hash__")
+        return type.__hash__(cls)
+
+    def __eq__(cls, other):
+        record("metaclass __eq__")
+        return type.__eq__(cls, other)
+
+
+class WithMeta(metaclass=RecordingMeta):
+    def __init__(self):
+        self.payload = torch.zeros(2)
+
+
+class LyingClass:
+    @property
+    def __class__(self):
+        record("__class__ property")
+        return dict
+
+    def __init__(self):
+        self.t = torch.zeros(1)
+
+
+class StrKey(str):
+    def __hash__(self):
+        record("str subclass __hash__")
+        return str.__hash__(self)
+
+    def __eq__(self, other):
+        record("str subclass __eq__")
+        return str.__eq__(self, other)
+
+    def startswith(self, *args):
+        record("str subclass startswith")
+        return str.startswith(self, *args)
+
+    def isidentifier(self):
+        record("str subclass isidentifier")
+        return True
+
+    def isdigit(self):
+        record("str subclass isdigit")
+        return False
+
+
+class PropertyTensor(torch.Tensor):
+    @property
+    def shape(self):
+        record("tensor subclass shape")
+        return super().shape
+
+    @property
+    def layout(self):
+        record("tensor subclass layout")
+        return torch.strided
+
+    @property
+    def nbytes(self):
+        record("tensor subclass nbytes")
+        return 0
+
+    @property
+    def requires_grad(self):
+        record("tensor subclass requires_grad")
+        return False
+
+    def __getattribute__(self, name):
+        if name not in ("__class__",):
+            record(f"tensor subclass __getattribute__ {name}")
+        return super().__getattribute__(name)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        record(f"__torch_function__ {getattr(func, '__name__', func)}")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self):
+        self.a = torch.zeros(1)
+
+
+def generator_slots():
+    yield "a"
+    record("__slots__ generator consumed")
+
+
+Slotted.__slots__ = generator_slots()  # replaced after the class was made
+
+
+class FlattenRecorder(torch.Tensor):
+    """A wrapper subclass whose flatten hook is user code."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        t = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device)
+        t.inner = inner
+        return t
+
+    def __tensor_flatten__(self):
+        record("__tensor_flatten__")
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, size, stride):
+        return FlattenRecorder(inner["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        record(f"__torch_dispatch__ {func}")
+        raise NotImplementedError
+
+
+def hostile_objects():
+    module = torch.nn.Linear(2, 2)
+    module._parameters[StrKey("odd")] = torch.nn.Parameter(torch.zeros(1))
+    module.__dict__[StrKey("cache")] = torch.zeros(3)
+    holder = type("Holder", (), {})()
+    holder.__dict__[StrKey("inside")] = torch.zeros(2)
+    return {
+        "meta_obj": WithMeta(),
+        "meta_cls": WithMeta,
+        "liar": LyingClass(),
+        "keys": {StrKey("k"): torch.zeros(1), StrKey("j"): [torch.zeros(1)]},
+        "prop": torch.zeros(3).as_subclass(PropertyTensor),
+        "slotted": Slotted(),
+        "wrapped": FlattenRecorder(torch.zeros(2)),
+        "module": module,
+        "holder": holder,
+        StrKey("ns_key"): torch.zeros(2),
+    }
+
+
+def test_hostile_shapes_run_no_user_code():
+    ns = hostile_objects()
+    CALLS.clear()
+    result = devinspect.scan(ns, all_objects=True)
+    _ = result.findings, result.frame, repr(result)
+    assert CALLS == []
+    names = {r.name for r in result.records}
+    # The real contents are still found, read statically.
+    assert {"meta_obj.payload", "liar.t", "prop", "slotted.a", "wrapped", "module.weight"} <= names
+    assert "ns_key" in names and "module.cache" in names and "holder.inside" in names
+    assert any(n.startswith("list(keys.values())") for n in names)  # non-exact str keys are named by position
+    wrapped = next(r for r in result.records if r.name == "wrapped")
+    assert wrapped.storage_bytes == 8  # its inner tensor, found without calling __tensor_flatten__
+
+
+def test_sparse_and_jagged_tensors_dispatch_nothing_into_the_users_modes():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    ns = {"coo": torch.eye(3).to_sparse(), "csr": torch.eye(3).to_sparse_csr(),
+          "jagged": torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)], layout=torch.jagged),
+          "strided_nested": torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])}
+    with Recorder():
+        result = devinspect.scan(ns)
+    assert seen == []
+    sizes = {r.name: r.storage_bytes for r in result.records}
+    assert sizes["coo"] and sizes["csr"] and sizes["jagged"] and sizes["strided_nested"]
+
+
+hostile_leaves = st.sampled_from([WithMeta, LyingClass, PropertyTensor, Slotted, FlattenRecorder, StrKey]).map(
+    lambda kind: {WithMeta: WithMeta, LyingClass: LyingClass, Slotted: Slotted,
+                  PropertyTensor: lambda: torch.zeros(2).as_subclass(PropertyTensor),
+                  FlattenRecorder: lambda: FlattenRecorder(torch.zeros(1)),
+                  StrKey: lambda: {StrKey("x"): torch.zeros(1)}}[kind]())
+hostile_values = st.recursive(
+    hostile_leaves | leaves,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.dictionaries(st.text(max_size=4).map(StrKey), children, max_size=3),
+        st.tuples(children, children),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True), hostile_values, max_size=5))
+def test_generated_hostile_graphs_run_no_user_code(namespace):
+    CALLS.clear()
+    result = devinspect.scan(namespace)
+    repr(result)
+    assert [c for c in CALLS if "property" in c or "meta" in c or "str subclass" in c or "tensor subclass" in c
+            or "flatten" in c or "torch_" in c or "generator" in c or "instancecheck" in c] == []

@@ -158,18 +158,56 @@ def test_no_reference_to_user_objects_survives():
     assert len(result.records) > 0  # the result itself is still usable
 
 
-def test_scanning_and_loading_never_initialise_cuda():
+#: Runs in a fresh interpreter: every way into CUDA initialisation is replaced by a recorder
+#: *before* devinspect loads, so a call fails this test even on a CPU-only build (where the
+#: real functions would just raise and a swallowed error would hide the attempt).
+CUDA_RECORDER = """
+import torch, torch.cuda
+calls = []
+def recorder(name):
+    def record(*args, **kwargs):
+        calls.append(name)
+    return record
+torch.cuda._lazy_init = recorder("torch.cuda._lazy_init")
+torch.cuda.init = recorder("torch.cuda.init")
+torch._C._cuda_init = recorder("torch._C._cuda_init")
+"""
+
+
+def run_with_cuda_recorder(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", CUDA_RECORDER + code + "\nprint('CALLS', calls)"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.rsplit("CALLS", 1)[1].strip()
+
+
+def test_the_cuda_recorder_sees_an_initialising_call():
+    """The control: a call that initialises CUDA is recorded (so the test below can fail)."""
+    control = "try:\n    torch.cuda.current_device()\nexcept Exception:\n    pass"
+    assert "torch.cuda._lazy_init" in run_with_cuda_recorder(control)
+
+
+def test_scanning_checking_and_loading_never_initialise_cuda():
     code = """
-import torch, devinspect
+import devinspect
+from devinspect import testing
 from IPython.testing.globalipapp import get_ipython
 ip = get_ipython()
 ip.run_line_magic("load_ext", "devinspect")
-ip.run_cell("import torch; x = torch.zeros(3); m = torch.nn.Linear(2, 2)")
+ip.run_cell("import torch; from devinspect import testing; dev = testing.enable(); x = torch.zeros(3); "
+            "m = torch.nn.Linear(2, 2).to(dev)")
 ip.run_line_magic("devices", "")
 ip.run_line_magic("devices", "--all --hidden")
+ip.run_cell("%%devcheck\\ny = m(torch.ones(1, 2, device=dev)); z = y.cpu(); y.sum().item()")
+ip.run_cell("%%devcheck\\nm(torch.ones(1, 2))")
+ip.run_line_magic("gpumem", "")
+ip.run_line_magic("gpumem", "--track")
+ip.run_cell("w = torch.ones(4)")
+ip.run_line_magic("gpumem", "--history")
 devinspect.scan({"x": torch.zeros(1)}, all_objects=True)
+import devinspect.memory, devinspect.devices
+devinspect.memory.snapshot({"x": torch.zeros(1)})
+devinspect.devices.present()
 print("initialised:", torch.cuda.is_initialized())
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "initialised: False" in out.stdout
+    assert run_with_cuda_recorder(code) == "[]"

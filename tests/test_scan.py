@@ -344,3 +344,79 @@ def test_a_bad_item_inside_a_large_list_is_an_error_record(facts_fail_for_three_
     recs = by_name(devinspect.scan({"items": [torch.zeros(2), torch.zeros(3), torch.zeros(4)]}))
     assert recs["items[1]"].kind == "error" and "storage gone" in recs["items[1]"].note
     assert recs["items[0]"].kind == recs["items[2]"].kind == "tensor"
+
+
+def test_a_dead_weakref_proxy_is_one_record_not_the_whole_model_hidden(sim):
+    import weakref
+
+    class Owner:
+        pass
+
+    class WithProxy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            owner = Owner()
+            self.__dict__["back"] = weakref.proxy(owner)  # the owner is gone: a dead proxy
+
+    result = devinspect.scan({"model": WithProxy()})
+    names = {r.name: r for r in result.records}
+    assert names["model.lin.weight"].kind == "parameter"
+    assert names["model.back"].kind == "error" and "dead weakref.proxy" in names["model.back"].note
+
+
+def test_any_mapping_is_a_namespace():
+    import collections
+    import types
+
+    t = torch.zeros(3)
+    for mapping in (types.MappingProxyType({"t": t}), collections.ChainMap({"t": t}), collections.UserDict(t=t)):
+        assert [r.name for r in devinspect.scan(mapping).records] == ["t"], type(mapping)
+
+
+def test_containers_not_looked_into_are_reported():
+    import numpy as np
+    import pandas as pd
+
+    class DictSubclass(dict):
+        pass
+
+    class OddDict:
+        pass
+
+    odd = OddDict()
+    object.__setattr__(odd, "__dict__", DictSubclass(t=torch.zeros(1)))
+    objects = np.empty(2, dtype=object)
+    objects[0] = torch.zeros(1)
+    ns = {"arr": objects, "df": pd.DataFrame({"t": [torch.zeros(1)]}), "plain": np.zeros(3),
+          "numbers": pd.DataFrame({"a": [1.0]}), "odd": odd, "scripted": torch.jit.script(torch.nn.Linear(2, 2))}
+    result = devinspect.scan(ns)
+    reasons = {t.name: t.reason for t in result.truncated}
+    assert "numpy array of Python objects" in reasons["arr"]
+    assert "DataFrame with object columns" in reasons["df"]
+    assert "DictSubclass" in reasons["odd"]
+    assert "live in C++" in reasons["scripted"]
+    assert "plain" not in reasons and "numbers" not in reasons  # numeric arrays hold no tensors
+    assert {f.subject for f in result.findings if f.code == "not-walked"} >= {"arr", "df", "odd", "scripted"}
+
+
+def test_the_tools_own_frames_in_the_last_traceback_make_no_findings(ip, sim):
+    from conftest import run
+
+    ip.run_cell("import torch\nfrom torch import nn\nmodel = nn.Linear(3, 2).to(torch.device('sim:0'))\n"
+                "x = torch.randn(2, 3)")
+    run(ip, "%devices --kind nonsense")  # a UsageError from argparse, inside IPython's magic machinery
+    run(ip, "%%devcheck\ny = model(x)")  # a failure inside the check
+    view = ip.run_line_magic("devices", "--hidden -f")
+    assert not [f for f in view.findings if "sys.last_traceback" in f.subject or "parse" in f.message]
+    traceback_records = [r for r in view.records if r.root == "sys.last_traceback"]
+    assert all("devcheck" not in r.name and "parse" not in r.name for r in traceback_records)
+
+
+def test_devices_never_walks_its_own_earlier_results(ip, sim):
+    ip.run_cell("import torch\nmodel = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(50)])")
+    for _ in range(6):
+        ip.run_cell("%devices", store_history=True)  # each result is kept in Out
+    first = devinspect.scan(ip.user_ns, include_hidden=True)
+    assert not any(r.name.startswith("Out[") for r in first.records)
+    assert first.truncated == ()

@@ -1,0 +1,205 @@
+"""A real JupyterLab in headless Chromium, for the browser tests.
+
+Deterministic by construction, not by retries: the notebook's kernel session is
+created through the server's REST API (and waited for) before the page opens, so
+JupyterLab attaches to it and never shows a "Select Kernel" dialog or starts a second
+kernel; cells run through JupyterLab's own command registry (``window.jupyterapp``,
+exposed by ``--LabApp.expose_app_in_browser``), not by clicking through menus; and
+"the cells have run" is read from the notebook model (every code cell has an
+execution count and the kernel is idle), not guessed from what appears on screen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+THEMES = {"light": "JupyterLab Light", "dark": "JupyterLab Dark"}
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+
+
+def require_browser() -> None:
+    """Skip without Chromium or playwright, except in CI (DEVINSPECT_REQUIRE_BROWSER), where it fails."""
+    required = bool(os.environ.get("DEVINSPECT_REQUIRE_BROWSER"))
+    missing = "chromium is not installed (apt-get install chromium)" if CHROMIUM is None else None
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing = "playwright is not installed (pip install playwright)"
+    if missing:
+        (pytest.fail if required else pytest.skip)(missing)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    """A JupyterLab server on 127.0.0.1 with its config, data and settings in a temporary folder."""
+
+    def __init__(self, tmp_path: Path, theme: str = "light"):
+        self.tmp = tmp_path
+        self.root = tmp_path / "root"
+        self.root.mkdir(exist_ok=True)
+        settings = tmp_path / "settings" / "@jupyterlab"
+        (settings / "apputils-extension").mkdir(parents=True, exist_ok=True)
+        (settings / "apputils-extension" / "themes.jupyterlab-settings").write_text(json.dumps({"theme": THEMES[theme]}))
+        # No "what's new" or kernel-choice dialogs: a test sees only what it opens.
+        (settings / "notebook-extension").mkdir(parents=True, exist_ok=True)
+        (settings / "notebook-extension" / "panel.jupyterlab-settings").write_text(
+            json.dumps({"autoStartDefaultKernel": True}))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp_path / "jupyterlab.log"
+        self.server: subprocess.Popen | None = None
+
+    def start(self) -> Lab:
+        env = {
+            **os.environ,
+            "JUPYTER_CONFIG_DIR": str(self.tmp / "config"),
+            "JUPYTER_RUNTIME_DIR": str(self.tmp / "runtime"),
+            "JUPYTERLAB_SETTINGS_DIR": str(self.tmp / "settings"),
+            "JUPYTERLAB_WORKSPACES_DIR": str(self.tmp / "workspaces"),
+        }
+        command = [
+            sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}", "--IdentityProvider.token=", "--ServerApp.password=",
+            f"--ServerApp.root_dir={self.root}", "--LabApp.news_url=", "--LabApp.expose_app_in_browser=True",
+            # A local test server that this test drives over REST (no browser cookie to carry a token).
+            "--ServerApp.disable_check_xsrf=True",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.extension_manager=readonly",
+        ]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            command.append("--allow-root")
+        self._log = open(self.log_path, "wb")  # a file, not a pipe nobody reads
+        self.server = subprocess.Popen(command, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self._wait(lambda: self.get("/api/status") is not None, 90, "JupyterLab did not start")
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.terminate()
+            try:
+                self.server.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+            self._log.close()
+
+    def _wait(self, ready, seconds: float, message: str) -> None:
+        deadline = time.time() + seconds
+        while not ready():
+            if time.time() > deadline or (self.server is not None and self.server.poll() is not None):
+                pytest.fail(f"{message}:\n" + self.log_path.read_text(errors="replace")[-3000:])
+            time.sleep(0.25)
+
+    def get(self, path: str):
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}", timeout=5) as response:
+                return json.loads(response.read() or b"null")
+        except OSError:
+            return None
+
+    def post(self, path: str, body: dict):
+        request = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def notebook(self, name: str, cells: list[str], tags: dict[int, list[str]] | None = None) -> str:
+        """Write a notebook and start its kernel session (JupyterLab attaches to it when it opens)."""
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+        for index, cell_tags in (tags or {}).items():
+            nb.cells[index].metadata["tags"] = cell_tags
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, self.root / name)
+        session = self.post("/api/sessions", {"path": name, "name": name, "type": "notebook",
+                                              "kernel": {"name": "python3"}})
+        kernel = session["kernel"]["id"]
+        # The server calls a kernel "starting" until a client connects; the page waits for idle.
+        self._wait(lambda: (self.get(f"/api/kernels/{kernel}") or {}).get("execution_state") in
+                   ("starting", "idle", "busy"), 90, "the kernel did not start")
+        return f"{self.url}/lab/tree/{name}?reset"
+
+
+# JavaScript run in the page: JupyterLab's own objects, through the exposed application.
+JS_READY = """() => {
+  const app = window.jupyterapp;
+  if (!app || !app.shell) return false;
+  const panel = app.shell.currentWidget;
+  return !!(panel && panel.sessionContext && panel.sessionContext.session
+            && panel.sessionContext.session.kernel && panel.content && panel.content.widgets.length
+            && panel.sessionContext.session.kernel.status === 'idle');
+}"""
+JS_RUN_ALL = "async () => { await window.jupyterapp.commands.execute('notebook:run-all-cells'); }"
+JS_DONE = """(expected) => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  const cells = panel.content.widgets.filter(c => c.model.type === 'code');
+  const counts = cells.map(c => c.model.executionCount);
+  const idle = panel.sessionContext.session.kernel.status === 'idle';
+  return idle && counts.slice(0, expected).every(n => n !== null && n !== undefined);
+}"""
+JS_RUN_CELL = """async (index) => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  panel.content.activeCellIndex = index;
+  await window.jupyterapp.commands.execute('notebook:run-cell');
+}"""
+
+
+def open_notebook(page, url: str, timeout_ms: int = 90_000) -> None:
+    page.goto(url)
+    page.wait_for_function(JS_READY, timeout=timeout_ms)
+
+
+def run_all(page, expected_cells: int, timeout_ms: int = 120_000) -> None:
+    """Run every cell through JupyterLab's command; wait until the first ``expected_cells`` have run."""
+    page.evaluate(JS_RUN_ALL)
+    page.wait_for_function(JS_DONE, arg=expected_cells, timeout=timeout_ms)
+
+
+def launch(playwright, width: int = 1400, height: int = 1000):
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+    return browser, browser.new_page(viewport={"width": width, "height": height})
+
+
+def contrast(rgb1, rgb2) -> float:
+    """WCAG contrast ratio of two sRGB colours (0-255)."""
+
+    def luminance(rgb):
+        channels = []
+        for c in rgb[:3]:
+            c = c / 255
+            channels.append(c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4)
+        return 0.2126 * channels[0] + 0.7152 * channels[1] + 0.0722 * channels[2]
+
+    hi, lo = sorted((luminance(rgb1), luminance(rgb2)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+# The text colour of an element and the first opaque background behind it.
+COLOURS_JS = """
+(el) => {
+  const parse = (c) => c.match(/[\\d.]+/g).map(Number);
+  let node = el, bg = null;
+  while (node) {
+    const c = getComputedStyle(node).backgroundColor;
+    const v = parse(c);
+    if (v.length < 4 || v[3] > 0.5) { bg = v; break; }
+    node = node.parentElement;
+  }
+  return {fg: parse(getComputedStyle(el).color), bg: bg || [255, 255, 255]};
+}
+"""

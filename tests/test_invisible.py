@@ -1,0 +1,284 @@
+"""A checked cell behaves exactly as the same cell unchecked.
+
+Thousands of small generated programs run twice in the same shell, once plain and once
+under ``%%devcheck``, from identical starting namespaces. Compared: whether the cell
+failed, the exception's type and message, what it printed, the value it showed, every
+tensor it left (device, dtype, shape, layout, values), whether a module kept its
+Parameter objects, and the torch-function mode stack it left behind. The statements
+cover what broke the check before: moves under the swap flag (no weakref may sit on a
+tensor), sparse/quantized/nested/meta tensors, BaseExceptions and compile errors,
+modes left open, and device-mismatch errors.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from IPython.utils.capture import capture_output
+
+SETUP = """
+import torch, torch.nn as nn
+from torch.overrides import TorchFunctionMode
+dev = torch.device("sim:0")
+class CountingMode(TorchFunctionMode):
+    calls = 0
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        CountingMode.calls += 1
+        return func(*args, **(kwargs or {}))
+"""
+
+#: Statements a generated program is made of; each may fail, as user code does.
+STATEMENTS = [
+    "a = torch.arange(6.0).reshape(2, 3)",
+    "b = torch.ones(2, 3, device=dev)",
+    "a = a.to(dev)",
+    "b = b.cpu()",
+    "c = a + b",
+    "c = a @ b.T",
+    "print(a)",
+    "print(repr(b), str(b))",
+    "v = a.sum().item()",
+    "v = float(b.sum())",
+    "v = b.tolist()",
+    "v = a.numpy()",
+    "v = a[a > 1]",
+    "v = b.nonzero()",
+    "s = torch.eye(3).to_sparse()",
+    "s = s.to(dev)",
+    "d = torch.zeros(3, 3); d.copy_(s)",
+    "d = torch.zeros(3, 3, device=dev); d.copy_(s)",
+    "t = s.to_dense().cpu()",
+    "q = torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.qint8)",
+    "q = q.dequantize().to(dev)",
+    "n = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])",
+    "n = n.to(dev)",
+    "m = torch.empty(2, 3, device='meta')",
+    "m = m.to('cpu')",
+    "m = m + 1",
+    "lin = nn.Linear(3, 3)",
+    "ids = [id(p) for p in lin.parameters()]",
+    "lin.to(dev)",
+    "lin.to('cpu')",
+    "out = lin(a)",
+    "out = lin(torch.ones(2, 3))",
+    "out.sum().backward()",
+    "torch.__future__.set_swap_module_params_on_conversion(True)",
+    "torch.__future__.set_swap_module_params_on_conversion(False)",
+    "torch.device('meta').__enter__()",
+    "CountingMode().__enter__()",
+    "raise ValueError('boom')",
+    "1 / 0",
+    "raise KeyboardInterrupt",
+    "return 5",
+    "x = undefined_name",
+    "try:\n    a + b\nexcept RuntimeError as e:\n    caught = str(e)",
+    "del a",
+    "a",
+]
+
+
+def snapshot(ns: dict, before: set) -> dict:
+    """What a cell left: tensors (values readable on the host) and module parameter identities."""
+    out = {}
+    with torch._C.DisableTorchFunction():
+        for name in sorted(set(ns) - before - {"_", "__", "___"}):
+            if name.startswith("_"):
+                continue
+            value = ns[name]
+            if isinstance(value, torch.Tensor):
+                shape = ([tuple(t.shape) for t in value.unbind()] if value.is_nested and value.device.type == "cpu"
+                         else "nested" if value.is_nested else tuple(value.shape))
+                entry = [str(value.device), str(value.dtype), str(value.layout), shape]
+                if value.device.type not in ("meta",) and value.layout == torch.strided and not value.is_nested \
+                        and not value.is_quantized:
+                    entry.append(value.detach().cpu().tolist())
+                out[name] = tuple(map(str, entry))
+            elif isinstance(value, torch.nn.Module):
+                out[name] = tuple((n, str(p.device), p.detach().cpu().tolist()) for n, p in value.named_parameters())
+            elif isinstance(value, (int, float, str, list)):
+                out[name] = repr(value)
+    return out
+
+
+def split_traceback(stdout: str) -> tuple[list[str], list[str]]:
+    """(what the cell printed, the traceback's frames as ``file: function``).
+
+    Cell numbers and line numbers are left out: the checked cell's body starts one line
+    further down (the magic's own line) and the two runs are different cells.
+    """
+    lines = stdout.splitlines()
+    cut = next((i for i, line in enumerate(lines) if line.startswith(("-" * 20, "Traceback (most recent call last)"))),
+               len(lines))
+    frames = []
+    for line in lines[cut:]:
+        line = line.strip()
+        if line.startswith("Cell In["):
+            frames.append("cell" + (" in " + line.split(" in ", 1)[1] if " in " in line else ""))
+        elif line.startswith("File "):
+            frames.append(line.split(":", 1)[0].rsplit("/", 2)[-1] + " in " + line.rsplit(" in ", 1)[-1].split("(")[0])
+        elif line.startswith("[... skipping hidden"):
+            frames.append("hidden")
+    import re
+
+    def same(line: str) -> str:
+        line = re.sub(r"Cell In\[\d+\], line \d+", "Cell In[N], line L", line)
+        return re.sub(r" at 0x[0-9a-f]+", " at 0x…", re.sub(r"^Out\[\d+\]", "Out[N]", line))
+
+    return [same(line) for line in lines[:cut]], frames
+
+
+def function_modes() -> list[str]:
+    return [type(torch._C._get_function_stack_at(i)).__name__ for i in range(torch._C._len_torch_function_stack())]
+
+
+def reset_modes() -> None:
+    while torch._C._len_torch_function_stack():
+        torch._C._pop_torch_function_stack()
+
+
+def run_once(ip, body: str, checked: bool) -> dict:
+    ns = ip.user_ns
+    if "CountingMode" not in ns:
+        ip.run_cell(SETUP)
+    reset_modes()
+    torch.__future__.set_swap_module_params_on_conversion(False)
+    before = set(ns)
+    torch.manual_seed(0)  # the same start for both runs (and proof the check draws no random numbers)
+    cell = ("%%devcheck -q\n" if checked else "") + body
+    with capture_output() as captured:
+        result = ip.run_cell(cell)
+    modes = function_modes()
+    reset_modes()
+    torch.__future__.set_swap_module_params_on_conversion(False)
+    error = result.error_in_exec or result.error_before_exec
+    state = snapshot(ns, before)
+    ids_kept = None
+    if "lin" in ns and "ids" in ns and isinstance(ns["lin"], torch.nn.Module):
+        ids_kept = [id(p) for p in ns["lin"].parameters()] == ns["ids"]
+    for name in set(ns) - before:
+        del ns[name]
+    CountingMode = ns["CountingMode"]  # noqa: N806
+    CountingMode.calls = 0
+    printed, traceback = split_traceback(captured.stdout)
+    return {
+        "failed": error is not None,
+        # A SyntaxError's text names the file and line: the checked body starts a line lower.
+        "error": (type(error).__name__, error.msg if isinstance(error, SyntaxError) else str(error).split("\n")[0])
+        if error is not None else None,
+        "stdout": printed,
+        "traceback": traceback,
+        "value": __import__("re").sub(r" at 0x[0-9a-f]+", "", repr(result.result)) if not isinstance(
+            result.result, torch.Tensor) else str(result.result.shape),
+        "state": {k: v for k, v in state.items() if k != "ids"},
+        "ids_kept": ids_kept,
+        "modes": modes,
+    }
+
+
+programs = st.lists(st.sampled_from(STATEMENTS), min_size=1, max_size=6).map("\n".join)
+
+
+@pytest.mark.slow
+@settings(max_examples=int(__import__("os").environ.get("DEVINSPECT_PROGRAMS", "2000")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+          database=None)
+@given(body=programs)
+def test_a_checked_cell_behaves_exactly_as_unchecked(plain_tracebacks, sim, body):
+    ip = plain_tracebacks
+    plain = run_once(ip, body, checked=False)
+    checked = run_once(ip, body, checked=True)
+    assert checked == plain, body
+
+
+@pytest.fixture
+def plain_tracebacks(ip):
+    """The test shell with IPython's plain traceback mode: the same frames, a tenth of the formatting time."""
+    mode = ip.InteractiveTB.mode
+    ip.InteractiveTB.set_mode("Plain")
+    yield ip
+    ip.InteractiveTB.set_mode(mode)
+    ip.user_ns.pop("CountingMode", None)
+
+
+def test_every_kind_of_failure_fails_a_checked_cell(ip, sim):
+    """BaseExceptions, compile errors and errors fail the cell (Run All stops), as without the check."""
+    for body, name in (("raise KeyboardInterrupt", "KeyboardInterrupt"), ("raise SystemExit(3)", "SystemExit"),
+                       ("return 5", "SyntaxError"), ("def f(:\n    pass", "SyntaxError"),
+                       ("raise ValueError('x')", "ValueError"), ("class E(BaseException): pass\nraise E()", "E")):
+        for checked in (False, True):
+            with capture_output():
+                result = ip.run_cell(("%%devcheck\n" if checked else "") + body, store_history=True)
+            error = result.error_in_exec or result.error_before_exec
+            assert type(error).__name__ == name and not result.success, (body, checked)
+
+
+def test_errors_handled_inside_the_cell_or_in_other_threads_do_not_fail_it(ip, sim):
+    import threading
+
+    with capture_output():
+        result = ip.run_cell("%%devcheck\nget_ipython().run_cell('raise ValueError(1)')\nx = 1", store_history=True)
+    assert result.success and ip.user_ns["x"] == 1
+    errors = []
+
+    def other_thread():
+        try:
+            ip.run_cell("raise KeyError('in another thread')")
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    with capture_output():
+        result = ip.run_cell("%%devcheck\nimport threading\nt = threading.Thread(target=other)\nt.start(); t.join()\ny = 2",
+                             store_history=True) if not ip.user_ns.update(other=other_thread) else None
+    assert result.success and ip.user_ns["y"] == 2
+    assert ip.custom_exceptions == () or ip.custom_exceptions == tuple()
+
+
+def test_the_check_removes_only_its_own_mode(ip, sim):
+    ip.run_cell(SETUP)
+    reset_modes()
+    with capture_output():
+        ip.run_cell("%%devcheck\ntorch.device('meta').__enter__()\nCountingMode().__enter__()", store_history=True)
+    assert function_modes() == ["DeviceContext", "CountingMode"]  # the user's, left open, still there
+    ip.user_ns["CountingMode"].calls = 0
+    torch.ones(1, device="cpu")
+    assert ip.user_ns["CountingMode"].calls == 1  # and working; the check is gone
+    reset_modes()
+    # A mode the user entered earlier and exits inside the checked cell leaves with the user's exit.
+    mode = ip.user_ns["CountingMode"]()
+    mode.__enter__()
+    ip.user_ns["mode"] = mode
+    with capture_output():
+        ip.run_cell("%%devcheck\nmode.__exit__(None, None, None)\nz = torch.ones(1)", store_history=True)
+    assert function_modes() == []
+
+
+def test_moves_under_the_swap_flag_work_inside_the_check(ip, sim):
+    ip.run_cell(SETUP)
+    with capture_output():
+        ip.run_cell("%%devcheck\ntorch.__future__.set_swap_module_params_on_conversion(True)\n"
+                    "lin = nn.Linear(3, 3)\nids = [id(p) for p in lin.parameters()]\n"
+                    "x = torch.ones(2, 3, device=dev)\nlin.to(dev)\nlin(x).sum().backward()\nlin.to('cpu')\n"
+                    "torch.__future__.set_swap_module_params_on_conversion(False)", store_history=True)
+    lin = ip.user_ns["lin"]
+    assert [id(p) for p in lin.parameters()] == ip.user_ns["ids"] and lin.weight.device.type == "cpu"
+    # And the next plain cell can move it again at once: the check left nothing on its tensors.
+    with capture_output():
+        result = ip.run_cell("torch.__future__.set_swap_module_params_on_conversion(True)\nlin.to(dev)\n"
+                             "torch.__future__.set_swap_module_params_on_conversion(False)", store_history=True)
+    assert result.success
+
+
+def test_a_traceback_inside_the_check_shows_the_frames_a_plain_cell_shows(ip, sim):
+    ip.run_cell(SETUP)
+    body = "def f(x):\n    return x @ torch.ones(5, 5)\nf(torch.ones(2, 3))"
+    frames = {}
+    for checked in (False, True):
+        with capture_output() as captured:
+            ip.run_cell(("%%devcheck -q\n" if checked else "") + body, store_history=True)
+        out = captured.stdout
+        frames[checked] = [line.split(",")[0] for line in out.splitlines() if line.startswith(("Cell In[", "File "))]
+        assert "devinspect" not in out and "__torch_function__" not in out
+    assert [f.split("]")[0].split("[")[0] for f in frames[True]] == [f.split("]")[0].split("[")[0] for f in frames[False]]
