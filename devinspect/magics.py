@@ -108,23 +108,23 @@ class DevInspect(Magics):
         )
         if args.variable:
             namespace[args.variable] = view
-        self._show(view)
-        return view
+        return self._show(view, args.output)
 
-    def _show(self, view: Any) -> None:
-        """Display ``view`` once, wherever the magic stands in the cell: IPython displays it itself
-        when the call is the cell's last expression, so then it is left to IPython."""
+    def _show(self, view: Any, output: bool) -> Any:
+        """Display ``view`` once, wherever the magic stands in the cell, and return it where the
+        code uses it (``r = %devices``). As a cell's last line it is not returned, so IPython's
+        ``Out`` keeps no copy, unless ``-o`` asks for it (IPython then shows it, once)."""
         from IPython.display import display
 
-        if _caller_displays_result(_calling_frame()):
-            return
+        shown_by_caller = _caller_displays_result(_calling_frame())
+        if shown_by_caller and output:
+            return view
+        display(view)
         if getattr(self.shell, "kernel", None) is not None:
             panel = self._findings_panel(view)
-            display(view)
             if panel is not None:
                 display(panel)
-        else:
-            display(view)
+        return None if shown_by_caller else view
 
     def _findings_panel(self, view: Any) -> Any:
         from .jupyter.fix_panel import findings_panel

@@ -344,3 +344,100 @@ def test_nests_with_torch_func_checkpointing_and_fake_tensors():
     assert all(torch.equal(grads[k], plain_grads[k]) for k in grads)
     assert torch.equal(ckpt, plain_ckpt)
     assert tuple(fake_out.shape) == (5, 2)
+
+
+# -- attribution a user trusts ----------------------------------------------------------
+
+
+def round_trips(report):
+    return [f for f in report.findings if f.code == "round-trip"]
+
+
+def test_round_trips_are_flagged_whatever_the_host_does_in_between(sim):
+    t = torch.randn(16, device=sim)
+
+    def shapes():
+        h = t.cpu()
+        h = h * 2 + 1  # host arithmetic in between
+        back1 = h.to(sim)
+        a = t.cpu().numpy()
+        back2 = torch.from_numpy(a).to(sim)  # through numpy
+        values = t.tolist()
+        back3 = torch.tensor(values, device=sim)  # through Python lists
+        v = t[3].item()
+        back4 = torch.tensor(v).to(sim)  # through a Python number
+        return back1, back2, back3, back4
+
+    with devinspect.check({}) as c:
+        shapes()
+    trips = round_trips(c.report)
+    left = [line_of(shapes, "h = t.cpu()"), line_of(shapes, "t.cpu().numpy()"),
+            line_of(shapes, "t.tolist()"), line_of(shapes, "t[3].item()")]
+    back = [line_of(shapes, "h.to(sim)"), line_of(shapes, "from_numpy"), line_of(shapes, "torch.tensor(values"),
+            line_of(shapes, "torch.tensor(v)")]
+    assert len(trips) == 4
+    for trip, out, into in zip(sorted(trips, key=lambda f: f.subject), left, back):
+        assert f":{into} in shapes" in trip.subject and f":{out} in shapes" in trip.message
+
+
+def test_a_legitimate_loop_is_not_a_round_trip(sim):
+    model = nn.Linear(4, 1).to(sim)
+    batches = [torch.randn(8, 4) for _ in range(5)]
+
+    def train():
+        losses = []
+        for x in batches:
+            loss = model(x.to(sim)).pow(2).mean()
+            losses.append(loss.item())  # logging: data leaves, but nothing comes back
+        return losses
+
+    with devinspect.check({}) as c:
+        train()
+    assert round_trips(c.report) == []
+
+
+def test_printing_and_converting_a_device_tensor_are_syncs_and_empty_copies_are_not(sim):
+    t = torch.randn(3, device=sim)
+
+    def show():
+        print(t)
+        repr(t)
+        str(t)
+        f"{t[0]:.2f}"
+        t.tolist()
+        torch.tensor([], device=sim)  # copies nothing
+        torch.tensor([1.0, 2.0], device=sim)
+
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()), devinspect.check({}) as c:
+        show()
+    by_line = {s.where.line: dict(s.syncs) for s in c.report.lines}
+    assert by_line[line_of(show, "print(t)")] == {"print": 1}
+    assert by_line[line_of(show, "repr(t)")] == {"print": 1}
+    assert by_line[line_of(show, "str(t)")] == {"print": 1}
+    assert by_line[line_of(show, 'f"{t[0]')] == {"print": 1}
+    assert by_line[line_of(show, "t.tolist()")] == {".tolist()": 1}
+    assert line_of(show, "torch.tensor([], device") not in by_line
+    assert by_line[line_of(show, "torch.tensor([1.0")] == {"torch.tensor(…, device=)": 1}
+
+
+def test_work_inside_library_code_is_blamed_on_the_users_line(sim):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=32,
+                                       bos_token_id=0, eos_token_id=0, pad_token_id=0)).to(sim)
+    ids = torch.randint(1, 50, (1, 4), device=sim)
+
+    def generate():
+        return model.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=0)
+
+    with devinspect.check({"model": model, "ids": ids}) as c:
+        generate()
+    files = {s.where.file for s in c.report.lines}
+    assert files == {__file__}  # no library file is ever a line of the report
+    (line,) = c.report.lines
+    assert line.where.line == line_of(generate, "model.generate") and "transformers" in line.inside
+    for f in c.report.findings:
+        assert f"test_check.py:{line.where.line}" in f.subject and "transformers" in f.message

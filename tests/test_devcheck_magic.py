@@ -140,3 +140,21 @@ def test_await_in_terminal_ipython(ip):
     result, text, _, _ = run(ip, "%%devcheck -v rep\nimport asyncio\nawait asyncio.sleep(0)\nz = 5")
     assert result.success and ip.user_ns["z"] == 5 and "devcheck:" in text
     assert ip.user_ns["rep"].totals["syncs"] == 0
+
+
+@pytest.mark.slow
+def test_interrupting_a_checked_cell_stops_run_all_as_for_a_plain_cell():
+    """A real kernel interrupt (SIGINT from nbclient on a timeout): the cell fails with
+    KeyboardInterrupt and the queued cells do not run, with and without the check."""
+    from nbclient.exceptions import CellTimeoutError
+
+    for checked in (False, True):
+        body = "import time, torch\nwhile True:\n    torch.ones(4).sum().item()\n    time.sleep(0.01)"
+        cells = ["%load_ext devinspect", ("%%devcheck\n" if checked else "") + body, "after = 'ran'"]
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+        client = NotebookClient(nb, timeout=8, interrupt_on_timeout=True, kernel_name="python3")
+        with pytest.raises((CellExecutionError, CellTimeoutError)):
+            client.execute()
+        error = next(o for o in nb.cells[1].outputs if o.output_type == "error")
+        assert error.ename == "KeyboardInterrupt", checked
+        assert nb.cells[2].outputs == [] and nb.cells[2].get("execution_count") is None, checked

@@ -98,7 +98,8 @@ def snapshot(ns: dict, before: set) -> dict:
                     entry.append(value.detach().cpu().tolist())
                 out[name] = tuple(map(str, entry))
             elif isinstance(value, torch.nn.Module):
-                out[name] = tuple((n, str(p.device), p.detach().cpu().tolist()) for n, p in value.named_parameters())
+                out[name] = tuple((n, str(p.device), p.detach().cpu().tolist() if p.device.type != "meta" else None)
+                                  for n, p in value.named_parameters())
             elif isinstance(value, (int, float, str, list)):
                 out[name] = repr(value)
     return out
