@@ -732,6 +732,16 @@ class _Diagnosis:
                     split = self._module_of(other)
                     if split is not None and len([d for d in split.devices if d != "meta"]) > 1:
                         move_model(split)
+        # A model split between the host and an accelerator fails at its next part whatever
+        # moves now: it moves whole, as %devices says (a split across accelerators may be
+        # deliberate model parallelism, and moves only when its own part is misplaced).
+        for o in operands:
+            split = self._module_of(o)
+            if split is not None and split.name not in moved_modules and not split.deliberate_split:
+                real = [d for d in split.devices if d != "meta"]
+                if len(real) > 1 and any(not device_is_accelerator(d) for d in real):
+                    move_model(split)
+                    parts.insert(0, parts.pop())  # the model first: the larger change
         # Inputs named on the user's line that are elsewhere move too: the next one would fail
         # next, and after a split model moves they would fail at its first layer.
         named = {p.action.name for p in parts if isinstance(p.action, Move)}

@@ -232,11 +232,13 @@ def _release_lines(names: tuple[str, ...], traceback_too: bool) -> list[str]:
 
 
 def _release_note(names: Iterable[str], traceback_too: bool) -> str | None:
-    holders = [f"the graph of {n}" for n in names] + (["the last error's traceback"] if traceback_too else [])
+    holders = [f"the autograd graph of {n}" for n in names] + (["the last error's traceback"] if traceback_too else [])
     if not holders:
         return None
-    return ("PyTorch moves parameters to this device by swapping tensors, and refuses one that an autograd graph "
-            f"has saved: {' and '.join(holders)} hold such a graph, so it is released first.")
+    keep = "keeps" if len(holders) == 1 else "keep"
+    return ("On this device PyTorch moves parameters by swapping tensors, and refuses a parameter still in use "
+            f"elsewhere: {' and '.join(holders)} {keep} some in use, so the fix releases "
+            f"{'it' if len(holders) == 1 else 'them'} first (every value is kept).")
 
 
 def release_graphs(names: Iterable[str], traceback_too: bool) -> Fix:

@@ -69,6 +69,15 @@ CASES: list[Case] = [
         sources=("devcheck", "mixed-device-module"),
     ),
     Case(
+        "head-replaced-and-input-on-host",
+        "model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(dev)\n"
+        "model[2] = nn.Linear(16, 4)\n"
+        "x = torch.randn(5, 8)  # the input was never moved either\n",
+        "y = model(x)\n",
+        sources=("devcheck",),
+        after="assert x.device == dev and {p.device for p in model.parameters()} == {dev}",
+    ),
+    Case(
         "one-block-moved-graph-alive",
         "class Net(nn.Module):\n"
         "    def __init__(self):\n"
