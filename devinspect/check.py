@@ -40,6 +40,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from . import fixes, locations
+from . import tensorbase as tb
 from .model import (
     SEVERITY_ORDER,
     CheckReport,
@@ -55,16 +56,6 @@ from .model import (
 from .render.units import human_bytes
 
 _T = torch.Tensor
-_TB = torch._C.TensorBase
-_T_DEVICE = _TB.__dict__["device"].__get__
-_T_DTYPE = _TB.__dict__["dtype"].__get__
-_T_SHAPE = _TB.__dict__["shape"].__get__
-_T_LAYOUT = _TB.__dict__["layout"].__get__
-_T_NBYTES = _TB.__dict__["nbytes"].__get__
-_T_DIM = _TB.dim
-_T_STORAGE = _TB.untyped_storage
-_T_GRAD_FN = _TB.__dict__["grad_fn"].__get__
-_T_IS_PINNED = _TB.is_pinned
 _NO_SUBCLASS = torch._C.DisableTorchFunctionSubclass
 
 _SYNC_METHODS = {
@@ -153,11 +144,11 @@ def _storage(t: Any) -> Any:
     """The storage holding ``t``'s data (the inner tensor's for a wrapper subclass), or None."""
     try:
         if type(t) is _T or type(t) is torch.nn.Parameter:
-            return _T_STORAGE(t) if _T_LAYOUT(t) is torch.strided else None
+            return tb.storage(t) if tb.layout(t) is torch.strided else None
         from .scan import inner_tensors
 
         inner = inner_tensors(t)
-        return _storage(inner[0]) if inner else _T_STORAGE(t)
+        return _storage(inner[0]) if inner else tb.storage(t)
     except Exception:  # noqa: BLE001 - no storage of its own (meta, sparse, a functional wrapper)
         return None
 
@@ -165,8 +156,8 @@ def _storage(t: Any) -> Any:
 def _nbytes(t: Any) -> int:
     """Bytes a copy of ``t`` moves; never raises (sparse, nested and meta tensors included)."""
     try:
-        if type(t) is _T and _T_LAYOUT(t) is torch.strided:
-            return int(_T_NBYTES(t))
+        if type(t) is _T and tb.layout(t) is torch.strided:
+            return int(tb.nbytes(t))
         from .scan import tensor_facts
 
         with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
@@ -284,10 +275,10 @@ class DeviceCheckMode(TorchFunctionMode):
             if type(result) is not _T:
                 return
             with _NO_SUBCLASS():
-                if _T_DEVICE(result).type != "cpu":
+                if tb.device(result).type != "cpu":
                     return
                 for a in args:
-                    if type(a) is _T and _T_DEVICE(a).type == "cpu":
+                    if type(a) is _T and tb.device(a).type == "cpu":
                         origin = self._from_device.get(a)
                         if origin is not None:
                             self._from_device.set(result, origin)
@@ -300,19 +291,19 @@ class DeviceCheckMode(TorchFunctionMode):
     def _before(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
         self_t = args[0] if args and isinstance(args[0], _T) else None
         if name in _SYNC_METHODS and self_t is not None:
-            if device_is_accelerator(str(_T_DEVICE(self_t))):
+            if device_is_accelerator(str(tb.device(self_t))):
                 self._sync(_SYNC_METHODS[name])
             return None
         if name == "__getitem__" and self_t is not None and len(args) > 1:
             index = args[1]
-            if isinstance(index, _T) and _T_DTYPE(index) == torch.bool and device_is_accelerator(str(_T_DEVICE(self_t))):
+            if isinstance(index, _T) and tb.dtype(index) == torch.bool and device_is_accelerator(str(tb.device(self_t))):
                 self._sync("bool-mask indexing")
             return None
         if name in ("to", "cpu", "cuda", "xpu", "mps") and self_t is not None:
             return self._planned_copy(name, self_t, args, kwargs)
         if name == "copy_" and self_t is not None and len(args) > 1 and isinstance(args[1], _T):
             src = args[1]
-            self._copy(_T_DEVICE(src), _T_DEVICE(self_t), _nbytes(src), src, kwargs.get("non_blocking", False),
+            self._copy(tb.device(src), tb.device(self_t), _nbytes(src), src, kwargs.get("non_blocking", False),
                        into=self_t)
         return None
 
@@ -322,11 +313,11 @@ class DeviceCheckMode(TorchFunctionMode):
             src, dst = before
             if dst.type == "cpu" and src.type != "cpu":
                 self._from_device.set(result, self._where()[0].label)
-            if src != dst and _T_GRAD_FN(result) is not None:
-                self._count_gradient_copy(_T_GRAD_FN(result), src)
-        elif name == "numpy" and self_t is not None and device_is_accelerator(str(_T_DEVICE(self_t))):
+            if src != dst and tb.grad_fn(result) is not None:
+                self._count_gradient_copy(tb.grad_fn(result), src)
+        elif name == "numpy" and self_t is not None and device_is_accelerator(str(tb.device(self_t))):
             self._sync(".numpy()")  # only numpy(force=True) gets here on a device tensor: it copied
-        elif name in ("item", "tolist") and self_t is not None and device_is_accelerator(str(_T_DEVICE(self_t))):
+        elif name in ("item", "tolist") and self_t is not None and device_is_accelerator(str(tb.device(self_t))):
             self._remember_value(result)
         elif name in _FACTORIES and isinstance(result, _T):
             where = self._where()
@@ -338,7 +329,7 @@ class DeviceCheckMode(TorchFunctionMode):
     def _tensor_from_data(self, name: str, args: tuple, where: tuple[SourceLine, int | None, str],
                           given: bool, result: Any) -> None:
         origin = self._value_origin(args[0]) if args else None
-        on_device = device_is_accelerator(str(_T_DEVICE(result)))
+        on_device = device_is_accelerator(str(tb.device(result)))
         nbytes = _nbytes(result)
         if on_device and given and nbytes:
             # A copy from host memory that the host waits for (an empty tensor copies nothing).
@@ -367,16 +358,16 @@ class DeviceCheckMode(TorchFunctionMode):
         def before_node(grad_outputs: tuple) -> None:
             try:
                 grad = grad_outputs[0] if grad_outputs else None
-                if isinstance(grad, _T) and _T_DEVICE(grad) != src:
+                if isinstance(grad, _T) and tb.device(grad) != src:
                     where = self._backward_where or self._where()
-                    self._copy_counted(where, _T_DEVICE(grad), src, _nbytes(grad), "backward copy to host")
+                    self._copy_counted(where, tb.device(grad), src, _nbytes(grad), "backward copy to host")
             except Exception:  # noqa: BLE001
                 self.internal_errors += 1
 
         self._hooks.append(node.register_prehook(before_node))
 
     def _planned_copy(self, name: str, t: Any, args: tuple, kwargs: dict) -> Any:
-        src = _T_DEVICE(t)
+        src = tb.device(t)
         non_blocking = bool(kwargs.get("non_blocking", False))
         if name == "cpu":
             dst = torch.device("cpu")
@@ -430,7 +421,7 @@ class DeviceCheckMode(TorchFunctionMode):
         if non_blocking:
             pinned = False
             with contextlib.suppress(Exception):
-                pinned = bool(_T_IS_PINNED(t))
+                pinned = bool(tb.is_pinned(t))
             if not pinned:
                 self._flag(
                     "non-blocking-unpinned", where.label, "hint",
@@ -509,8 +500,8 @@ class DeviceCheckMode(TorchFunctionMode):
         try:
             with torch._C.DisableTorchFunction():
                 tensors = list(_tensor_inputs(args, kwargs))
-                devices = sorted({str(_T_DEVICE(t)) for t in tensors
-                                  if not (_T_DEVICE(t).type == "cpu" and _T_DIM(t) == 0)})
+                devices = sorted({str(tb.device(t)) for t in tensors
+                                  if not (tb.device(t).type == "cpu" and tb.dim(t) == 0)})
             if len(devices) < 2:
                 return
             self._seen_errors.add(id(exc))
@@ -665,8 +656,8 @@ class _Diagnosis:
         )
 
     def _operand(self, t: Any, frame: Any, modules: dict[int, str]) -> Operand:
-        device, dtype = str(_T_DEVICE(t)), str(_T_DTYPE(t)).removeprefix("torch.")
-        shape = tuple(int(s) for s in _T_SHAPE(t))
+        device, dtype = str(tb.device(t)), str(tb.dtype(t)).removeprefix("torch.")
+        shape = tuple(int(s) for s in tb.shape(t))
         created = self.mode._created.get(t)
         detail = ""
         if created is not None:
@@ -796,7 +787,7 @@ class _Diagnosis:
                        and fixes.is_identifier(x.name)), None)
         if anchor is None:
             anchor = next((k for k, v in frame.f_locals.items()
-                           if k != "self" and isinstance(v, _T) and str(_T_DEVICE(v)) == target), None)
+                           if k != "self" and isinstance(v, _T) and str(tb.device(v)) == target), None)
         device_expr = f"{anchor}.device" if anchor else fixes.device_literal(target)
         edit = None
         created = self.created.get(id(o))

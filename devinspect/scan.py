@@ -41,6 +41,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from . import locations
+from . import tensorbase as tb
 from .model import (
     HistoryHold,
     LoaderSummary,
@@ -59,7 +60,6 @@ _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _Module = torch.nn.Module
 _Optimizer = torch.optim.Optimizer
-_TB = torch._C.TensorBase
 _strided = torch.strided
 _Lazy = torch.nn.parameter.UninitializedTensorMixin
 
@@ -72,23 +72,6 @@ _TYPE_MODULE = type.__dict__["__module__"].__get__
 _FUNCTION_CODE = types.FunctionType.__dict__["__code__"].__get__
 _PROXY_REPR = weakref.ProxyType.__repr__
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
-
-# TensorBase's C getters and methods, called directly: a subclass's Python property
-# of the same name is never reached.
-_T_DEVICE = _TB.__dict__["device"].__get__
-_T_DTYPE = _TB.__dict__["dtype"].__get__
-_T_SHAPE = _TB.__dict__["shape"].__get__
-_T_LAYOUT = _TB.__dict__["layout"].__get__
-_T_NBYTES = _TB.__dict__["nbytes"].__get__
-_T_IS_META = _TB.__dict__["is_meta"].__get__
-_T_IS_NESTED = _TB.__dict__["is_nested"].__get__
-_T_IS_QUANTIZED = _TB.__dict__["is_quantized"].__get__
-_T_REQUIRES_GRAD = _TB.__dict__["requires_grad"].__get__
-_T_IS_LEAF = _TB.__dict__["is_leaf"].__get__
-_T_RETAINS_GRAD = _TB.__dict__["retains_grad"].__get__
-_T_GRAD = _TB.__dict__["_grad"].__get__
-_T_STORAGE = _TB.untyped_storage
-_T_USE_COUNT = _TB._use_count
 
 #: IPython's output-history names: ``_``, ``__``, ``___``, ``_12``, ``Out``, ``_oh``.
 _HISTORY_RE = re.compile(r"^(_{1,3}|_\d+|Out|_oh)$")
@@ -484,15 +467,15 @@ def tensor_facts(t: Any) -> tuple:
 
 def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
     if issubclass(cls, _Lazy):
-        device = _device_name(_T_DEVICE(t))
-        return (device, _dtype_name(_T_DTYPE(t)), None, None, None, None, "strided", "lazy: not initialised yet, size unknown")
+        device = _device_name(tb.device(t))
+        return (device, _dtype_name(tb.dtype(t)), None, None, None, None, "strided", "lazy: not initialised yet, size unknown")
     d = instance_dict(t)
-    device = _device_name(_T_DEVICE(t))
-    dtype = _dtype_name(_T_DTYPE(t))
+    device = _device_name(tb.device(t))
+    dtype = _dtype_name(tb.dtype(t))
     if "fake_mode" in d and type_name(cls) == "FakeTensor":
-        device = _device_name(d.get("_fake_device") or _T_DEVICE(t))
+        device = _device_name(d.get("_fake_device") or tb.device(t))
         return (device, dtype, _shape(t), None, 0, None, "strided", "fake tensor: holds no memory")
-    layout = _T_LAYOUT(t)
+    layout = tb.layout(t)
     if static_class_attr(cls, "__tensor_flatten__") is not None:
         # A wrapper subclass (DTensor, nested jagged, devinspect's simulated device):
         # its memory is in the inner tensors it keeps as attributes, read statically.
@@ -502,7 +485,7 @@ def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
         logical = sum(s[3] for s in sizes if s[3] is not None) if sizes else None
         key = sizes[0][5] if sizes else None
         return (device, dtype, _shape(t), logical, storage, key, _layout_name(layout), None)
-    if _T_IS_META(t):
+    if tb.is_meta(t):
         return ("meta", dtype, _shape(t), None, 0, None, _layout_name(layout), "meta: holds no memory")
     if layout is not _strided:
         # Reading the parts of a sparse tensor dispatches ops: the user's dispatch modes must not see them.
@@ -516,23 +499,23 @@ def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
             else:
                 parts = None
         if parts is not None:
-            storages = [_T_STORAGE(p) for p in parts]
+            storages = [tb.storage(p) for p in parts]
             return (
                 device,
                 dtype,
                 _shape(t),
-                sum(_T_NBYTES(p) for p in parts),
+                sum(tb.nbytes(p) for p in parts),
                 sum(s.nbytes() for s in storages),
                 storages[-1]._cdata,
                 _layout_name(layout),
                 _layout_name(layout),
             )
-    if _T_IS_NESTED(t):
-        storage = _T_STORAGE(t)
+    if tb.is_nested(t):
+        storage = tb.storage(t)
         return (device, dtype, _shape(t), storage.nbytes(), storage.nbytes(), storage._cdata, "strided", "nested tensor")
-    storage = _T_STORAGE(t)
-    note = "quantized" if _T_IS_QUANTIZED(t) else None
-    return (device, dtype, _shape(t), _T_NBYTES(t), storage.nbytes(), storage._cdata, _layout_name(layout), note)
+    storage = tb.storage(t)
+    note = "quantized" if tb.is_quantized(t) else None
+    return (device, dtype, _shape(t), tb.nbytes(t), storage.nbytes(), storage._cdata, _layout_name(layout), note)
 
 
 def inner_tensors(t: Any) -> list:
@@ -544,7 +527,7 @@ def inner_tensors(t: Any) -> list:
 
 def _shape(t: Any) -> tuple | None:
     try:
-        return tuple(int(s) if type(s) is int else str(s) for s in _T_SHAPE(t))
+        return tuple(int(s) if type(s) is int else str(s) for s in tb.shape(t))
     except Exception:
         return None
 
@@ -885,8 +868,8 @@ class _Walker:
                 self._storage_first[key] = name
         elif tid not in self._tensor_first:
             self._tensor_first[tid] = alias
-        requires_grad = _T_REQUIRES_GRAD(t)
-        is_leaf = _T_IS_LEAF(t) if requires_grad else True
+        requires_grad = tb.requires_grad(t)
+        is_leaf = tb.is_leaf(t) if requires_grad else True
         self.records.append(
             make_record(
                 name, root, kind, device, dtype, shape, nbytes, storage_bytes, key, alias, requires_grad,
@@ -894,8 +877,8 @@ class _Walker:
             )
         )
         # Reading .grad of a non-leaf warns; only leaves (or retain_grad()) have one.
-        if requires_grad and kind != "gradient" and not same_object and (is_leaf or _T_RETAINS_GRAD(t)):
-            grad = _T_GRAD(t)
+        if requires_grad and kind != "gradient" and not same_object and (is_leaf or tb.retains_grad(t)):
+            grad = tb.grad(t)
             if grad is not None:
                 self._tensor(grad, f"{name}.grad", root, "gradient", owner, param=name)
 
@@ -927,7 +910,7 @@ class _Walker:
                 pfull = _child_name(name, pname, mt)
                 self._param_names.setdefault(id(p), pfull)
                 self._guarded(self._tensor_visit, p, pfull, root, "parameter", name)
-                if issubclass(type(p), _Tensor) and _T_USE_COUNT(p) > 2:
+                if issubclass(type(p), _Tensor) and tb.use_count(p) > 2:
                     self._held.append(pfull)
         non_persistent = d.get("_non_persistent_buffers_set") or ()
         for bname, b in _str_items(d.get("_buffers")):
