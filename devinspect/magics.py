@@ -23,6 +23,8 @@ from .render.table import DEFAULT_MAX_ROWS, SORTS
 
 #: The magics each loaded instance registers, so unloading removes exactly these.
 _MAGIC_NAMES = {"line": ("devices", "gpumem"), "cell": ("devcheck",)}
+#: How each magic is typed (a cell magic takes two %).
+_MAGIC_PREFIX = {"devcheck": "%%"}
 #: One instance per shell; loading again is a no-op.
 _instances: dict[int, DevInspect] = {}
 
@@ -57,7 +59,7 @@ class DevInspect(Magics):
     @argument("-a", "--all", action="store_true", dest="all_objects",
               help="Also list live tensors no name reaches (garbage-collector walk).")
     @argument("--hidden", action="store_true", help="Also list IPython's history names (_, _12, Out) and _ names.")
-    @argument("-n", "--max-rows", type=int, help="Rows to show (0: all; -3: the last 3).")
+    @argument("-n", "--max-rows", type=int, help="Rows to show (0: all).")
     @argument("-o", "--output", action="store_true",
               help="Return the result object (as %%timeit -o does; %%devices always returns it).")
     @argument("-v", "--variable", metavar="NAME", help="Also store the result in the variable NAME.")
@@ -81,67 +83,74 @@ class DevInspect(Magics):
             %devices -v r                  # the same, stored in r
         """
         args = self._parse(self.devices, line)
+        if args.max_rows is not None and args.max_rows < 0:
+            raise UsageError(f"%devices: -n takes a number of rows, 0 or more (0 shows all), not {args.max_rows}")
         from .model import Display, Selection
         from .scan import scan
 
         namespace = self.shell.user_ns
-        exclude = self._ipython_names()
         include_hidden = bool(args.hidden or self.include_hidden)
         device = _device_argument("%devices", args.device)
         _variable_name("%devices", args.variable)
-        try:
-            result = scan(
-                namespace,
-                roots=args.names or None,
-                include_hidden=include_hidden,
-                all_objects=args.all_objects,
-                exclude=exclude,
-                max_depth=self.max_depth,
-                max_items=self.max_items,
-            )
-        except LookupError as exc:
-            raise UsageError(f"%devices: {_with_suggestion(str(exc), args.names, namespace)}") from None
         max_rows = self.max_rows if args.max_rows is None else args.max_rows
-        view = result.select(
-            Selection(names=tuple(args.names), device=device, kind=args.kind),
-            Display(max_rows=max_rows, sort=args.sort or self.sort, findings_only=args.findings),
-        )
+        selection = Selection(names=tuple(args.names), device=device, kind=args.kind)
+        display_settings = Display(max_rows=max_rows, sort=args.sort or self.sort, findings_only=args.findings)
+
+        def scan_view() -> Any:
+            try:
+                result = scan(
+                    namespace,
+                    roots=args.names or None,
+                    include_hidden=include_hidden,
+                    all_objects=args.all_objects,
+                    exclude=self._ipython_names(),
+                    max_depth=self.max_depth,
+                    max_items=self.max_items,
+                )
+            except LookupError as exc:
+                raise UsageError(f"%devices: {_with_suggestion(str(exc), args.names, namespace)}") from None
+            return result.select(selection, display_settings)
+
+        view = scan_view()
         if args.variable:
             namespace[args.variable] = view
-        return self._show(view, args.output)
+        return self._show(view, args.output, scan_view)
 
-    def _show(self, view: Any, output: bool) -> Any:
+    def _show(self, view: Any, output: bool, rescan: Any = None) -> Any:
         """Display ``view`` once, wherever the magic stands in the cell, and return it where the
         code uses it (``r = %devices``). As a cell's last line it is not returned, so IPython's
-        ``Out`` keeps no copy, unless ``-o`` asks for it (IPython then shows it, once)."""
+        ``Out`` keeps no copy, unless ``-o`` asks for it (IPython then shows it, once).
+        In Jupyter it is the live explorer, with the static tables beside it for other viewers."""
         from IPython.display import display
 
         shown_by_caller = _caller_displays_result(_calling_frame())
         if shown_by_caller and output:
             return view
-        display(view)
-        if getattr(self.shell, "kernel", None) is not None:
-            panel = self._findings_panel(view)
-            if panel is not None:
-                display(panel)
+        explorer = self._explorer(view, rescan) if getattr(self.shell, "kernel", None) is not None else None
+        if explorer is not None:
+            self._last_explorer = explorer
+            display(_with_fallback(explorer.widget, view), raw=True)
+        else:
+            display(view)
         return None if shown_by_caller else view
 
-    def _findings_panel(self, view: Any) -> Any:
-        from .jupyter.fix_panel import findings_panel
-
+    def _explorer(self, view: Any, rescan: Any) -> Any:
         try:
-            return findings_panel(view.findings, self.shell.user_ns, shell=self.shell)
+            from .devices import present
+            from .jupyter.devices_explorer import DevicesExplorer
         except ImportError:  # no ipywidgets: the static output is complete
             return None
+        return DevicesExplorer(view, rescan or (lambda: view), self.shell.user_ns, present(), shell=self.shell)
 
     def _parse(self, magic: Any, line: str) -> Any:
         """parse_argstring, with every mistake (an unbalanced quote too) as a one-line UsageError."""
+        name = _MAGIC_PREFIX.get(magic.__name__, "%") + magic.__name__
         try:
             return parse_argstring(magic, line)
         except UsageError as exc:
-            raise UsageError(f"%{magic.__name__}: {str(exc).split(': error: ')[-1]}") from None
+            raise UsageError(f"{name}: {str(exc).split(': error: ')[-1]}") from None
         except ValueError as exc:  # shlex: "No closing quotation"
-            raise UsageError(f"%{magic.__name__}: {exc} in {line!r}") from None
+            raise UsageError(f"{name}: {exc} in {line!r}") from None
 
     def _ipython_names(self) -> list[str]:
         """IPython's own variables, unless the user rebound them. History names are kept:
@@ -188,7 +197,7 @@ class DevInspect(Magics):
         run = _CheckedCell(self.shell, self._devcheck_args(line), line, cell)
         if run.needs_await and _event_loop_running():
             # Only reached when the cell was not rewritten by await_devcheck_cells (a direct call).
-            raise UsageError("%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
+            raise UsageError("%%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
                              "so the kernel can run it on its event loop")
         return run.run()
 
@@ -207,11 +216,11 @@ class DevInspect(Magics):
         args = self._parse(self.devcheck, line)
         if isinstance(args.output, str):
             if args.variable:
-                raise UsageError("%devcheck: -o NAME and -v NAME both store the report; use -v NAME")
-            print(f"%devcheck: -o NAME is deprecated; use -v {args.output} (stores the report), "
+                raise UsageError("%%devcheck: -o NAME and -v NAME both store the report; use -v NAME")
+            print(f"%%devcheck: -o NAME is deprecated; use -v {args.output} (stores the report), "
                   "or -o alone (returns it)")
             args.variable, args.output = args.output, None
-        _variable_name("%devcheck", args.variable)
+        _variable_name("%%devcheck", args.variable)
         return args
 
     @magic_arguments()
@@ -224,6 +233,8 @@ class DevInspect(Magics):
     @argument("--history", action="store_true", help="Show the cells recorded by --track: a table and a plot.")
     @argument("--no-tensors", action="store_true", dest="no_tensors",
               help="Skip counting tensors (faster; the reconciliation starts at the allocator).")
+    @argument("--all-devices", action="store_true", dest="all_devices",
+              help="Also show accelerators nothing in this process uses.")
     @argument("-o", "--output", action="store_true",
               help="Return the snapshot (or the history), as %%timeit -o does: snap = %%gpumem -o")
     @argument("-v", "--variable", metavar="NAME", help="Also store the snapshot (or the history) in NAME.")
@@ -270,9 +281,9 @@ class DevInspect(Magics):
 
     # -- %gpumem helpers ------------------------------------------------------
 
-    def _collector(self, device: str | None, count_tensors_by_default: bool) -> Any:
+    def _collector(self, device: str | None, count_tensors_by_default: bool, all_devices: bool = False) -> Any:
         """collect(count_tensors) -> MemorySnapshot, keeping the last tensor count between calls."""
-        from .memory import build, read, tally_tensors
+        from .memory import build, in_use, read, tally_tensors
 
         shell = self.shell
         last: dict[str, Any] = {}
@@ -281,7 +292,9 @@ class DevInspect(Magics):
             if count_tensors_by_default and (count_tensors or "tallies" not in last):
                 last["tallies"] = tally_tensors(shell.user_ns, exclude=self._ipython_names())
             snapshot = build(read(), last.get("tallies"))
-            return _only_device(snapshot, device) if device else snapshot
+            if device:
+                return _only_device(snapshot, device)
+            return snapshot if all_devices or "tallies" not in last else in_use(snapshot)
 
         return collect
 
@@ -299,7 +312,7 @@ class DevInspect(Magics):
     def _show_memory(self, args: Any) -> Any:
         from IPython.display import display
 
-        collect = self._collector(args.device, not args.no_tensors)
+        collect = self._collector(args.device, not args.no_tensors, args.all_devices)
         widgets_frontend = getattr(self.shell, "kernel", None) is not None
         if args.watch is not None and not widgets_frontend:
             raise UsageError("%gpumem: --watch needs a Jupyter kernel (a live widget); here use %gpumem again, "
@@ -337,7 +350,10 @@ class DevInspect(Magics):
             try:
                 watcher.dashboard.after_cell()
             except Exception as exc:  # noqa: BLE001 - a hook must never break the user's cell
-                watcher.dashboard.status.value = f"✖ refresh after the cell failed: {type(exc).__name__}: {exc}"
+                from html import escape
+
+                watcher.dashboard.status.value = (f"✖ refresh after the cell failed: "
+                                                  f"{escape(type(exc).__name__)}: {escape(str(exc))}")
         if not self._watchers:
             self._set_event("post_run_cell", self._after_cell_watch, False)
 
@@ -367,12 +383,14 @@ class DevInspect(Magics):
 
     def _after_cell_track(self, result: Any = None) -> None:
         try:
-            self._tracker.after(failed=result is not None and not result.success)  # type: ignore[union-attr]
+            number = getattr(result, "execution_count", None)
+            self._tracker.after(failed=result is not None and not result.success,  # type: ignore[union-attr]
+                                cell=number if isinstance(number, int) else None)
         except Exception:  # noqa: BLE001
             pass
 
     def _show_history(self) -> Any:
-        from IPython.display import Image, display
+        from IPython.display import display
 
         from .memory_model import MemoryHistory
 
@@ -380,10 +398,10 @@ class DevInspect(Magics):
         display(history)
         if history.cells and getattr(self.shell, "kernel", None) is not None:
             # A plot only where a frontend can show one; a terminal gets the table alone.
-            from .render.memory_plot import history_png
+            from .render.memory_plot import HistoryPlot
 
             try:
-                display(Image(history_png(history)))
+                display(HistoryPlot(history))
             except ImportError:  # matplotlib is optional
                 print("%gpumem: install matplotlib for the plot (pip install matplotlib).")
         return history
@@ -414,6 +432,14 @@ def _only_device(snapshot: Any, text: str) -> Any:
         have = ", ".join(d.device for d in snapshot.devices)
         raise UsageError(f"%gpumem: no device {text!r} here (devices: {have})")
     return dataclasses.replace(snapshot, devices=tuple(keep))
+
+
+def _cell_magic_usage(cls: type) -> None:
+    """magic_arguments writes ``%name`` in a magic's usage; a cell magic is typed ``%%name``."""
+    for name, prefix in _MAGIC_PREFIX.items():
+        method = getattr(cls, name)
+        method.parser.prog = prefix + name
+        method.__doc__ = method.__doc__.replace(f"%{name} [", f"{prefix}{name} [", 1)
 
 
 def _with_fallback(widget: Any, fallback: Any) -> dict[str, Any]:
@@ -654,7 +680,7 @@ def _with_suggestion(message: str, names: list[str], namespace: dict) -> str:
     for name in names:
         top = name.split(".")[0].split("[")[0]
         if top not in namespace:
-            candidates = [n for n, v in namespace.items() if not n.startswith("_") and not callable(v)]
+            candidates = [n for n, v in namespace.items() if type(n) is str and not n.startswith("_") and not callable(v)]
             close = difflib.get_close_matches(top, candidates, n=1)
             if close:
                 return f"{message} (did you mean {close[0]!r}?)"
@@ -715,6 +741,9 @@ def release_history_here() -> Any:
     if shell is None:
         return actions.release_traceback()
     return actions.release_history(shell.user_ns, shell.displayhook, shell.user_ns_hidden)
+
+
+_cell_magic_usage(DevInspect)
 
 
 def load(shell: Any) -> None:

@@ -94,6 +94,15 @@ def read(nvml: bool = True) -> dict[str, Any]:
     return readings
 
 
+def in_words(reason: str) -> str:
+    """An allocator's failure reason as a user reads it (not an exception's text)."""
+    m = re.search(r"Allocator for (\w+) is not a DeviceAllocator", reason)
+    if m:
+        return (f"{m.group(1)} keeps no caching-allocator statistics PyTorch can read (a device backend written "
+                "in Python has none)")
+    return re.sub(r"^\w+(Error|Exception): ", "", reason)
+
+
 def _reason(exc: BaseException) -> str:
     """``Type: last line of the message``, without torch's "please report a bug" preamble."""
     lines = str(exc).strip().splitlines()
@@ -332,6 +341,23 @@ def build(readings: Mapping[str, Any], tallies: Mapping[str, TensorTally] | None
     return MemorySnapshot(devices=tuple(devices), notes=tuple(notes), taken_at=float(readings.get("taken_at", 0.0)))
 
 
+def in_use(snapshot: MemorySnapshot) -> MemorySnapshot:
+    """The snapshot without the accelerators nothing in this process uses (no tensors, nothing
+    allocated or reserved, no context), counted in ``hidden``. When none is in use, all stay."""
+    import dataclasses
+
+    def used(d: DeviceMemory) -> bool:
+        t = d.tensors
+        counted = t is not None and (t.named_bytes or t.history_bytes or t.other_bytes)
+        return bool(counted or d.allocated_bytes or d.reserved_bytes or d.process_bytes)
+
+    accelerators = snapshot.accelerators
+    if not any(used(d) for d in accelerators):
+        return snapshot
+    kept = tuple(d for d in snapshot.devices if d.kind == "cpu" or used(d))
+    return dataclasses.replace(snapshot, devices=kept, hidden=len(snapshot.devices) - len(kept))
+
+
 class _ZeroDefault(dict):
     """Tallies where an unmentioned device holds no tensors (it was counted, nothing was found)."""
 
@@ -371,7 +397,7 @@ def _cuda_device(i: int, raw: Mapping[str, Any] | None, entry: Mapping[str, Any]
     if raw is None:
         fields.update(state="not initialised", status=NOT_INITIALISED)
     elif raw.get("error"):
-        fields.update(state="unavailable", status=f"allocator statistics unavailable: {raw['error']}")
+        fields.update(state="unavailable", status=f"allocator figures not available: {in_words(raw['error'])}")
     else:
         fields.update(state="ready", status="initialised")
         fields["name"] = raw.get("name") or fields.get("name")
@@ -432,7 +458,7 @@ def _accelerator_devices(accelerator: Mapping[str, Any], tallies: Mapping[str, T
             fields.update(state="not initialised",
                           status=f"{kind} is not initialised in this process: PyTorch holds nothing on it")
         elif raw.get("error"):
-            fields.update(state="unavailable", status=f"allocator statistics unavailable: {raw['error']}")
+            fields.update(state="unavailable", status=f"allocator figures not available: {in_words(raw['error'])}")
         else:
             fields.update(state="ready", status="initialised", **_allocator_fields(raw.get("memory_stats") or {}))
         if raw.get("mem_get_info"):
@@ -555,11 +581,16 @@ class MemoryTracker:
         self._reset_peaks()
         self._pending = (cell, source, time.perf_counter(), _counters())
 
-    def after(self, failed: bool = False) -> CellMemory | None:
-        """Record the cell begun by :meth:`before`; None when none was begun."""
+    def after(self, failed: bool = False, cell: int | None = None) -> CellMemory | None:
+        """Record the cell begun by :meth:`before`; None when none was begun.
+
+        ``cell`` is the execution count the cell ran as, when known only afterwards
+        (IPython numbers a cell before or after its pre-run hooks, by version).
+        """
         if self._pending is None:
             return None
-        cell, source, start, before = self._pending
+        began, source, start, before = self._pending
+        cell = cell if cell is not None else began
         self._pending = None
         wall = time.perf_counter() - start
         after = _counters()

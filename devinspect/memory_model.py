@@ -228,6 +228,24 @@ def _cpu_rows(d: DeviceMemory) -> tuple[ReconRow, ...]:
     return tuple(rows)
 
 
+def nullable(frame: pd.DataFrame) -> pd.DataFrame:
+    """One missing value everywhere (``pd.NA``): whole numbers as ``Int64``, text as ``string``,
+    so a value that could not be measured never shows as ``None`` in one column and ``NaN`` in the next."""
+    import pandas as pd
+
+    for column in frame.columns:
+        values = [v for v in frame[column] if v is not None and not (isinstance(v, float) and v != v)]
+        if values and all(isinstance(v, bool) for v in values):
+            frame[column] = frame[column].astype("boolean")
+        elif values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            frame[column] = frame[column].astype("Int64")
+        elif values and all(isinstance(v, float) for v in values):
+            frame[column] = frame[column].astype("Float64")
+        elif all(isinstance(v, str) for v in values):
+            frame[column] = frame[column].astype("string")
+    return frame
+
+
 @dataclass(frozen=True, slots=True)
 class MemorySnapshot:
     """Memory of every device at one moment, plus notes on what could not be read.
@@ -239,7 +257,8 @@ class MemorySnapshot:
     devices: tuple[DeviceMemory, ...]
     notes: tuple[str, ...] = ()
     taken_at: float = 0.0
-    view: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: Accelerators left out because nothing uses them (``%gpumem --all-devices`` shows them).
+    hidden: int = 0
 
     def device(self, name: str) -> DeviceMemory:
         for d in self.devices:
@@ -272,7 +291,7 @@ class MemorySnapshot:
             row["other_tensor_bytes"] = t.other_bytes if t else None
             row["releasable_bytes"] = d.releasable_bytes
             rows.append(row)
-        return pd.DataFrame(rows)
+        return nullable(pd.DataFrame(rows))
 
     @property
     def reconciliation_frame(self) -> pd.DataFrame:
@@ -283,7 +302,7 @@ class MemorySnapshot:
             for d in self.devices
             for r in d.reconciliation
         ]
-        return pd.DataFrame(rows, columns=["device", "row", "bytes", "source", "total", "note"])
+        return nullable(pd.DataFrame(rows, columns=["device", "row", "bytes", "source", "total", "note"]))
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         from .render import memory_html, memory_text
@@ -332,7 +351,6 @@ class MemoryHistory:
     """The cells recorded by ``%gpumem --track``, oldest first."""
 
     cells: tuple[CellMemory, ...]
-    view: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -344,7 +362,7 @@ class MemoryHistory:
                 rows.append((c.cell, c.source, d.device, c.wall_s, d.allocated_before, d.allocated_after,
                              _minus(d.allocated_after, d.allocated_before), d.peak_allocated,
                              d.reserved_before, d.reserved_after, d.peak_reserved, c.failed))
-        return pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
+        return nullable(pd.DataFrame(rows, columns=list(HISTORY_COLUMNS)))
 
     def figure(self) -> Any:
         """A matplotlib Figure of allocated/reserved/peak per cell, one panel per device."""

@@ -386,6 +386,8 @@ class ScanResult:
     roots: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     optimizers: tuple[OptimizerSummary, ...] = ()
+    #: ``(path, class name)`` of every module and submodule the namespace reaches by name.
+    module_types: tuple[tuple[str, str], ...] = ()
 
     @property
     def devices(self) -> tuple[DeviceTotal, ...]:

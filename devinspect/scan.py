@@ -428,6 +428,7 @@ def _result(walker: _Walker, user_names: list[str], prefixes: list[str], include
                  "swap_flag": bool(torch.__future__.get_swap_module_params_on_conversion()),
                  "has_traceback": type(sys.__dict__.get("last_traceback")) is types.TracebackType},
         optimizers=tuple(walker.optimizers),
+        module_types=tuple(walker.module_types),
     )
 
 
@@ -713,6 +714,7 @@ class _Walker:
         self._budget = options.max_objects
         self._out_of_budget = False
         self._held: list[str] = []
+        self.module_types: list[tuple[str, str]] = []
 
     # -- roots --------------------------------------------------------------
 
@@ -900,6 +902,8 @@ class _Walker:
         self._visited.add(id(m))
         d = instance_dict(m)
         mt = type(m)
+        if not self.hidden:
+            self.module_types.append((name, type_name(mt)))
         params = d.get("_parameters")
         if params is not None and not issubclass(type(params), dict):
             # TorchScript modules keep parameters in C++ behind wrappers devinspect does not open.

@@ -60,16 +60,19 @@ def test_track_history_and_untrack(ip):
     events = ip.events.callbacks
     before_pre, before_post = list(events["pre_run_cell"]), list(events["post_run_cell"])
     run(ip, "%gpumem --track")
-    run(ip, "import torch\nbig = torch.ones(4 << 20)\nbig += 1")
-    run(ip, "del big")
+    first, *_ = run(ip, "import torch\nbig = torch.ones(4 << 20)\nbig += 1")
+    second, *_ = run(ip, "del big")
     history = ip.run_line_magic("gpumem", "--history -o")
     assert isinstance(history, MemoryHistory)
     sources = [c.source for c in history.cells]
     assert "import torch" in sources and "del big" in sources
     cell = history.cells[sources.index("import torch")]
     assert cell.cell is not None and cell.wall_s > 0
+    # The numbers are the execution counts the cells ran as (In[N]), not one more.
+    assert [c.cell for c in history.cells if c.source in ("import torch", "del big")] == [
+        first.execution_count, second.execution_count]
     _, text, _, captured = run(ip, "%gpumem --history")
-    assert "memory per cell" in text and "cpu (RSS)" in text
+    assert "memory per cell" in text and "cpu resident" in text
     # A terminal gets the table as text, no plot object it cannot show.
     assert not any("image/png" in o.data for o in captured.outputs) and "Image object" not in text
     ip.kernel = object()  # a frontend that shows images gets the plot
@@ -77,7 +80,8 @@ def test_track_history_and_untrack(ip):
         _, _, _, captured = run(ip, "%gpumem --history")
     finally:
         del ip.kernel
-    assert any("image/png" in o.data for o in captured.outputs)
+    assert any("image/png" in o.data and "data-jp-theme-light" in o.data.get("text/html", "")
+               for o in captured.outputs)  # a light and a dark rendering, picked by the page's theme
     run(ip, "%gpumem --untrack")
     assert events["pre_run_cell"] == before_pre and events["post_run_cell"] == before_post
     n = len(ip.run_line_magic("gpumem", "--history -o").cells)

@@ -55,6 +55,8 @@ def test_devinspect_kernel_loads_the_extension_on_start():
 
     if "python3-devinspect" not in KernelSpecManager().find_kernel_specs():
         pytest.fail("the package did not install the python3-devinspect kernelspec")
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch\nx = torch.zeros(3)\n%devices")])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import torch\nx = torch.zeros(3)\n%devices"),
+                                         nbformat.v4.new_code_cell("%load_ext devinspect")])
     execute(nb, kernel_name="python3-devinspect")
     assert re.search(r"^x +tensor +cpu +float32 +\[3\]", outputs_text(nb.cells[0]), re.M)
+    assert nb.cells[1].outputs == []  # already loaded by the kernel: loading again says nothing

@@ -208,6 +208,8 @@ devinspect.scan({"x": torch.zeros(1)}, all_objects=True)
 import devinspect.memory, devinspect.devices
 devinspect.memory.snapshot({"x": torch.zeros(1)})
 devinspect.devices.present()
+import devinspect.environment
+devinspect.environment.render(devinspect.environment.gather())
 print("initialised:", torch.cuda.is_initialized())
 """
     assert run_with_cuda_recorder(code) == "[]"

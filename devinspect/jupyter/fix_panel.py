@@ -80,25 +80,32 @@ class FixButton:
 
 def fix_panel(fix: Fix, namespace: MutableMapping[str, Any], rerun: Callable[[], Any] | None = None,
               shell: Any = None) -> Any:
-    """Apply fix, then Re-run cell, for a diagnosed mismatch."""
+    """Apply fix, then Re-run cell (the notebook runs the cell again, replacing its output)."""
     import ipywidgets as widgets
 
-    again = widgets.Button(description="Re-run cell", icon="redo", disabled=True,
-                           layout=widgets.Layout(width="auto", min_width="fit-content"))
-    output = widgets.Output()
-    apply = FixButton(fix, namespace, shell=shell, after=lambda _r: setattr(again, "disabled", rerun is None))
+    from .rerun import rerun_button
 
-    def on_rerun(button: Any) -> None:
-        button.disabled = True
+    output = widgets.Output()
+
+    def run_here() -> None:
         output.clear_output()
         with output:
+            print("Ran here: the cell's own output above still shows the earlier run.")
             try:
                 rerun()  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 - shown in the panel
                 print(f"{type(exc).__name__}: {exc}")
-        button.disabled = False
 
-    again.on_click(on_rerun)
+    again = rerun_button(run_here) if rerun is not None else None
+    if again is None:
+        again = widgets.Button(description="Re-run cell", icon="redo", disabled=True,
+                               layout=widgets.Layout(width="auto", min_width="fit-content"))
+        again.on_click(lambda _b: run_here() if rerun is not None else None)
+
+    def enable_rerun(_result: Any) -> None:
+        again.disabled = rerun is None
+
+    apply = FixButton(fix, namespace, shell=shell, after=enable_rerun)
     panel = widgets.VBox([widgets.HBox([apply.box, again], layout=widgets.Layout(flex_flow="row wrap")), output])
     panel.apply = apply  # for tests and the re-run logic
     panel.again = again

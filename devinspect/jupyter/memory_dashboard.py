@@ -83,16 +83,18 @@ class MemoryDashboard:
         self.buttons: dict[str, Any] = {}
         for key, label, icon, tooltip in _BUTTONS:
             if key in self._actions:
+                # Never squeezed: a button keeps its label's width and the row wraps instead.
                 button = widgets.Button(description=label, icon=icon, tooltip=tooltip,
-                                        layout=widgets.Layout(width="auto"))
+                                        layout=widgets.Layout(width="auto", min_width="fit-content", flex="0 0 auto"))
                 button.on_click(lambda b, key=key: self.run_action(key))
                 self.buttons[key] = button
         self.refresh_button = widgets.Button(description="Refresh", icon="refresh", tooltip="Read again, counting tensors",
-                                             layout=widgets.Layout(width="auto"))
-        self.refresh_button.on_click(lambda b: self.refresh(count_tensors=True))
+                                             layout=widgets.Layout(width="auto", min_width="fit-content", flex="0 0 auto"))
+        self.refresh_button.on_click(lambda b: self.refresh_clicked())
         self.status = widgets.HTML()
         self.watching = widgets.HTML()
-        row = widgets.HBox([*self.buttons.values(), self.refresh_button])
+        row = widgets.HBox([*self.buttons.values(), self.refresh_button],
+                           layout=widgets.Layout(flex_flow="row wrap", width="100%"))
         self.widget = widgets.VBox([self.notes, self.devices, row, self.status, self.watching])
         self.snapshot: MemorySnapshot | None = None
         self._counted: tuple[tuple[str, int | None], ...] | None = None
@@ -110,6 +112,11 @@ class MemoryDashboard:
                 self._counted = _allocated(snapshot)
             self.show(snapshot)
             return snapshot
+
+    def refresh_clicked(self) -> None:
+        """Refresh: read again, counting tensors; the last action's status no longer applies."""
+        self.status.value = ""
+        self.refresh(count_tensors=True)
 
     def after_cell(self) -> None:
         """After a cell: recount tensors if an accelerator's allocated bytes changed since the last count."""

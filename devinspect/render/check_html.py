@@ -1,51 +1,98 @@
-"""Static HTML for a CheckReport, themed like the %devices table (no colours of its own)."""
+"""Static HTML for a CheckReport: compact, themed like the %devices table (no colours of its own).
+
+Nothing wraps in the middle of a word: names, devices and code stay on one line, and
+a name too long for its column is cut with "…", its full text in the cell's tooltip.
+"""
 
 from __future__ import annotations
 
 from html import escape
 
-from ..model import CheckReport
-from .check_text import WORST_LINES, mismatch_lines, summary_line, transfer_text
-from .html import fix_html
+from ..model import CheckReport, Mismatch, Operand
+from .check_text import WORST_LINES, summary_line, transfer_text
+from .html import _CELL, _NUM, fix_html
+from .units import shape_text
 
-_CELL = "padding:1px 8px;text-align:left;vertical-align:top"
-_NUM = "padding:1px 8px;text-align:right;vertical-align:top"
+_NOWRAP = _CELL + ";white-space:nowrap"
+_NAME = _NOWRAP + ";max-width:28em;overflow:hidden;text-overflow:ellipsis"
+
+
+def _code(text: str) -> str:
+    return f"<code>{escape(text)}</code>"
+
+
+def _operand_row(o: Operand) -> str:
+    name = o.name or "(unnamed)"
+    return (
+        "<tr>"
+        f'<td style="{_NAME}" title="{escape(name, quote=True)}">{_code(name)}</td>'
+        f'<td style="{_NOWRAP}">{escape(o.device)}</td>'
+        f'<td style="{_NOWRAP}">{escape(o.dtype)}{escape(shape_text(o.shape))}</td>'
+        f'<td style="{_NOWRAP}">{escape(o.source)}</td>'
+        f'<td style="{_CELL}">{escape(o.detail)}</td>'
+        "</tr>"
+    )
+
+
+def mismatch_html(m: Mismatch) -> str:
+    where = escape(m.cell_line.where) if m.cell_line else "?"
+    code = f": {_code(m.cell_line.text)}" if m.cell_line and m.cell_line.text else ""
+    out = [f"<p style=\"margin:4px 0\">✖ <b>device mismatch in {_code(m.op)}</b> "
+           f"({escape(', '.join(m.devices))}) at {where}{code}</p>"]
+    if m.user_frame is not None:
+        via = f" in module {_code(m.module_path)}" if m.module_path else ""
+        out.append(f"<p style=\"margin:2px 0\">raised in {escape(m.user_frame.label)}{via}: "
+                   f"{_code(m.user_frame.text)}</p>")
+    elif m.module_path:
+        out.append(f"<p style=\"margin:2px 0\">inside module {_code(m.module_path)}</p>")
+    if m.operands:
+        out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>')
+        for title in ("input", "device", "dtype/shape", "found as", ""):
+            out.append(f'<th style="{_NOWRAP}">{title}</th>')
+        out.append("</tr></thead><tbody>")
+        out.extend(_operand_row(o) for o in m.operands)
+        out.append("</tbody></table>")
+    if m.fix is not None:
+        out.append(fix_html(m.fix))
+    return "".join(out)
 
 
 def render_check(report: CheckReport) -> str:
-    out = [f'<div class="devinspect"><p><b>devcheck</b>: {escape(summary_line(report))}</p>']
+    out = [f'<div class="devinspect"><p style="margin:4px 0"><b>devcheck</b>: {escape(summary_line(report))}</p>']
     if report.mismatch is not None:
-        lines = mismatch_lines(report.mismatch)
-        out.append(f"<p>✖ <b>{escape(lines[0])}</b></p><pre>{escape(chr(10).join(lines[1:]))}</pre>")
+        out.append(mismatch_html(report.mismatch))
     if report.findings:
-        out.append(f"<p><b>Findings ({len(report.findings)})</b></p><ul>")
+        out.append(f"<p style=\"margin:4px 0\"><b>Findings ({len(report.findings)})</b></p><ul style=\"margin:2px 0\">")
         for f in report.findings:
             out.append(f"<li><b>{escape(f.severity)}</b> {escape(f.message)}")
             if f.fix:
                 out.append(fix_html(f.fix))
             out.append("</li>")
         out.append("</ul>")
-    worst = report.costliest(WORST_LINES)  # a line is recorded only once it copied or synced
-    if worst:
-        out.append('<table style="border-collapse:collapse"><thead><tr>')
-        for title, style in (("where", _CELL), ("host→device", _NUM), ("device→host", _NUM), ("device→device", _NUM),
-                             ("syncs", _CELL), ("code", _CELL)):
+    shown = report.costliest(WORST_LINES)  # in the order the code reads
+    if shown:
+        out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>')
+        for title, style in (("where", _NOWRAP), ("host→device", _NUM), ("device→host", _NUM),
+                             ("device→device", _NUM), ("syncs", _NOWRAP), ("code", _NOWRAP)):
             out.append(f'<th style="{style}">{title}</th>')
         out.append("</tr></thead><tbody>")
-        for s in worst:
+        for s in shown:
             syncs = ", ".join(f"{k}×{n}" for k, n in s.syncs) or "-"
+            inside = f" (in {', '.join(s.inside)})" if s.inside else ""
             cells = [
-                (escape(s.where.label), _CELL),
+                (escape(s.where.label), _NOWRAP),
                 (transfer_text(s.h2d_count, s.h2d_bytes), _NUM),
                 (transfer_text(s.d2h_count, s.d2h_bytes), _NUM),
                 (transfer_text(s.d2d_count, s.d2d_bytes), _NUM),
-                (escape(syncs), _CELL),
-                (f"<code>{escape(s.where.text)}</code>", _CELL),
+                (escape(syncs + inside), _NOWRAP),
+                (_code(s.where.text), _NAME),
             ]
             out.append("<tr>" + "".join(f'<td style="{st}">{c}</td>' for c, st in cells) + "</tr>")
         out.append("</tbody></table>")
+        hidden = len(report.lines) - len(shown)
+        if hidden:
+            out.append(f"<p style=\"margin:2px 0\">… {hidden} more lines (<code>.frame</code> has all)</p>")
     if report.error and report.mismatch is None:
-        out.append(f"<p>The cell raised {escape(report.error)}</p>")
+        out.append(f"<p style=\"margin:2px 0\">The cell raised {escape(report.error)}</p>")
     out.append("</div>")
     return "".join(out)
-

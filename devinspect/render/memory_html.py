@@ -10,7 +10,7 @@ from html import escape
 
 from ..memory_model import DeviceMemory, MemoryHistory, MemorySnapshot
 from .html import _CELL, _NUM  # one table style for every devinspect table
-from .memory_text import HISTORY_HEADERS, details, device_title, headline, history_rows, recon_value
+from .memory_text import HISTORY_HEADERS, details, device_title, headline, history_rows, recon_value, snapshot_title
 from .units import human_bytes
 
 
@@ -54,9 +54,12 @@ def reconciliation_table(d: DeviceMemory) -> str:
            f'<th style="{_CELL}">where the memory is</th><th style="{_NUM}">bytes</th>',
            f'<th style="{_CELL}">source</th><th style="{_CELL}">how</th></tr></thead><tbody>']
     for r in rows:
-        label = f"<b>= {escape(r.label)}</b>" if r.total else f"&nbsp;&nbsp;{escape(r.label)}"
+        # A wrapped label continues under its own first word (a hanging indent), not flush left.
+        indent = "padding-left:1.2em;text-indent:-1.2em;" if r.total else "padding-left:2.2em;text-indent:-1.2em;"
+        label = f"<b>= {escape(r.label)}</b>" if r.total else escape(r.label)
         top = "border-top:1px solid currentColor;" if r.total else ""
-        out.append(f'<tr><td style="{top}{_CELL}">{label}</td><td style="{top}{_NUM}">{escape(recon_value(r))}</td>'
+        out.append(f'<tr style="line-height:1.25"><td style="{top}{_CELL};{indent}">{label}</td>'
+                   f'<td style="{top}{_NUM}">{escape(recon_value(r))}</td>'
                    f'<td style="{top}{_CELL}">{escape(r.source)}</td><td style="{top}{_CELL}">{escape(r.note)}</td></tr>')
     out.append("</tbody></table>")
     return "".join(out)
@@ -76,9 +79,7 @@ def render_device(d: DeviceMemory) -> str:
 
 
 def render_snapshot(snapshot: MemorySnapshot) -> str:
-    n = len(snapshot.accelerators)
-    out = [f'<div class="devinspect"><p><b>devinspect</b>: memory of {n} accelerator{"s" if n != 1 else ""} '
-           "and this process</p>"]
+    out = [f'<div class="devinspect"><p><b>devinspect</b>: {escape(snapshot_title(snapshot))}</p>']
     for note in snapshot.notes:
         out.append(f"<p>{escape(note)}</p>")
     for d in snapshot.devices:

@@ -2,10 +2,16 @@
 
 A bare :class:`matplotlib.figure.Figure` with the Agg canvas: no pyplot state, so
 the user's figures, backend and ``%matplotlib`` mode are left alone.
+
+The y-axis is fitted to the data (a change of 2 MiB on 3 GiB stays visible), the
+legend sits beside the panels, never on a point, and the figure comes in a light and
+a dark rendering: :class:`HistoryPlot` shows the one that matches JupyterLab's theme
+(the page says which through ``data-jp-theme-light``) and the light one elsewhere.
 """
 
 from __future__ import annotations
 
+import base64
 import io
 from typing import Any
 
@@ -13,15 +19,23 @@ from ..memory_model import MemoryHistory
 
 _MIB = float(1 << 20)
 
+#: Text, axes and grid colours per theme; line colours that read on both backgrounds.
+_THEMES = {
+    "light": {"text": "#1f1f1f", "grid": "#c8c8c8", "face": "#ffffff"},
+    "dark": {"text": "#e6e6e6", "grid": "#4a4a4a", "face": "#111111"},
+}
+_LINES = ("#1f77b4", "#e8710a", "#2ca02c")
 
-def history_figure(history: MemoryHistory) -> Any:
-    """One panel per device: allocated and reserved after each cell, and the peak during it (MiB)."""
+
+def history_figure(history: MemoryHistory, theme: str = "light") -> Any:
+    """One panel per device: memory after each cell and the peak during it (MiB)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    colours = _THEMES[theme]
     frame = history.frame
     devices = list(dict.fromkeys(frame["device"])) or ["cpu"]
-    fig = Figure(figsize=(7.5, 2.4 * len(devices)), layout="constrained")
+    fig = Figure(figsize=(8.5, 2.3 * len(devices)), layout="constrained", facecolor=colours["face"])
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(devices), 1, squeeze=False)[:, 0]
     for ax, device in zip(axes, devices):
@@ -32,20 +46,54 @@ def history_figure(history: MemoryHistory) -> Any:
                   ("peak during cell", "peak_allocated", ":", "^")]
         if not cpu:
             series.insert(1, ("reserved", "reserved_after", "--", "s"))
-        for label, column, style, marker in series:
+        low = high = None
+        for (label, column, style, marker), colour in zip(series, _LINES):
             values = rows[column].astype("float64") / _MIB
             if values.notna().any():
-                ax.plot(x, values, linestyle=style, marker=marker, label=label)
-        ax.set_title(device, loc="left", fontsize="medium")
-        ax.set_ylabel("MiB")
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper left", fontsize="small")
-    axes[-1].set_xlabel("cell")
+                ax.plot(x, values, linestyle=style, marker=marker, label=label, color=colour)
+                low = values.min() if low is None else min(low, values.min())
+                high = values.max() if high is None else max(high, values.max())
+        if low is not None:
+            span = max(high - low, max(abs(high), 1.0) * 0.02)  # a flat line still gets a visible band
+            ax.set_ylim(low - 0.15 * span, high + 0.15 * span)
+        ax.set_facecolor(colours["face"])
+        ax.set_title(device, loc="left", fontsize="medium", color=colours["text"])
+        ax.set_ylabel("MiB", color=colours["text"])
+        ax.tick_params(colors=colours["text"])
+        for spine in ax.spines.values():
+            spine.set_color(colours["grid"])
+        ax.grid(True, color=colours["grid"], alpha=0.6)
+        legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+        for text in legend.get_texts():
+            text.set_color(colours["text"])
+    axes[-1].set_xlabel("cell", color=colours["text"])
     return fig
 
 
-def history_png(history: MemoryHistory) -> bytes:
+def history_png(history: MemoryHistory, theme: str = "light") -> bytes:
     buffer = io.BytesIO()
-    history_figure(history).savefig(buffer, format="png", dpi=100)
+    figure = history_figure(history, theme)
+    figure.savefig(buffer, format="png", dpi=100, facecolor=figure.get_facecolor())
     return buffer.getvalue()
+
+
+class HistoryPlot:
+    """The plot for a notebook: the rendering that matches JupyterLab's theme, light elsewhere."""
+
+    def __init__(self, history: MemoryHistory):
+        self.light = history_png(history, "light")
+        self.dark = history_png(history, "dark")
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        light = base64.b64encode(self.light).decode()
+        dark = base64.b64encode(self.dark).decode()
+        html = (
+            "<style>"
+            "[data-jp-theme-light='false'] .devinspect-plot-light{display:none!important}"
+            "[data-jp-theme-light='false'] .devinspect-plot-dark{display:inline!important}"
+            "</style>"
+            f'<img class="devinspect-plot-light" alt="memory per cell" src="data:image/png;base64,{light}">'
+            f'<img class="devinspect-plot-dark" alt="memory per cell" style="display:none" '
+            f'src="data:image/png;base64,{dark}">'
+        )
+        return {"text/html": html, "image/png": light, "text/plain": "<memory per cell plot>"}

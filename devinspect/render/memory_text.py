@@ -81,10 +81,19 @@ def render_device(d: DeviceMemory) -> list[str]:
     return lines
 
 
-def render_snapshot(snapshot: MemorySnapshot) -> str:
+def snapshot_title(snapshot: MemorySnapshot) -> str:
+    """``memory of 2 accelerators and this process``: what the snapshot shows, no more."""
     accelerators = len(snapshot.accelerators)
-    title = f"devinspect: memory of {accelerators} accelerator{'s' if accelerators != 1 else ''} and this process"
-    lines = [title, *snapshot.notes]
+    parts = [f"{accelerators} accelerator{'s' if accelerators != 1 else ''}"] if accelerators else []
+    if any(d.kind == "cpu" for d in snapshot.devices):
+        parts.append("this process")
+    shown = " and ".join(parts) or "no device"
+    hidden = f" ({snapshot.hidden} unused not shown: --all-devices)" if snapshot.hidden else ""
+    return f"memory of {shown}{hidden}"
+
+
+def render_snapshot(snapshot: MemorySnapshot) -> str:
+    lines = [f"devinspect: {snapshot_title(snapshot)}", *snapshot.notes]
     for d in snapshot.devices:
         lines.append("")
         lines.extend(render_device(d))
@@ -103,7 +112,7 @@ def history_rows(history: MemoryHistory) -> list[tuple[str, ...]]:
             change_text = "?" if change is None else f"{sign}{human_bytes(abs(change))}"
             out.append((
                 f"[{c.cell}]" if c.cell is not None else "[?]",
-                d.device + (" (RSS)" if d.device == "cpu" else ""),
+                d.device + (" resident" if d.device == "cpu" else " allocated"),
                 human_bytes(d.allocated_after),
                 change_text,
                 human_bytes(d.peak_allocated),
@@ -114,7 +123,7 @@ def history_rows(history: MemoryHistory) -> list[tuple[str, ...]]:
     return out
 
 
-HISTORY_HEADERS = ("cell", "device", "allocated", "change", "peak", "reserved", "wall", "code")
+HISTORY_HEADERS = ("cell", "device and measure", "after", "change", "peak", "reserved", "wall", "code")
 
 
 def render_history(history: MemoryHistory) -> str:

@@ -16,7 +16,7 @@ def visible_rows(result: ScanView) -> tuple[list[TensorRecord], int]:
     sort = result.display.sort
     records = list(result.records)
     if sort == "bytes":
-        records.sort(key=lambda r: -(r.counted_bytes or 0))
+        records.sort(key=lambda r: -size_key(r))
     elif sort == "name":
         records.sort(key=lambda r: r.name)
     elif sort == "device":
@@ -28,15 +28,24 @@ def visible_rows(result: ScanView) -> tuple[list[TensorRecord], int]:
     if sort == "walk":
         # Keep the largest, shown in walk order so related names stay together.
         order = {id(r): i for i, r in enumerate(records)}
-        kept = sorted(records, key=lambda r: -(r.counted_bytes or 0))[:limit]
+        kept = sorted(records, key=lambda r: -size_key(r))[:limit]
         kept.sort(key=lambda r: order[id(r)])
         return kept, len(records) - limit
     return records[:limit], len(records) - limit
 
 
+def size_key(r: TensorRecord) -> int:
+    """Bytes to order by: what a tensor holds, or for a meta tensor what it would need."""
+    if r.device == "meta" and r.alias_of is None:
+        return r.nbytes or 0
+    return r.counted_bytes or 0
+
+
 def size_cell(r: TensorRecord) -> str:
     if r.alias_of is not None:
         return "shared"
+    if r.device == "meta" and r.nbytes is not None:
+        return f"needs {human_bytes(r.nbytes)}"  # holds nothing yet: the size it would take
     return human_bytes(r.storage_bytes)
 
 

@@ -16,7 +16,8 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 def summary_line(result: ScanView) -> str:
     devices = result.devices
-    parts = [f"{d.device} {human_bytes(d.storage_bytes)} ({d.tensors})" for d in devices]
+    parts = [f"meta needs {human_bytes(d.logical_bytes)} ({d.tensors})" if d.device == "meta"
+             else f"{d.device} {human_bytes(d.storage_bytes)} ({d.tensors})" for d in devices]
     head = f"{plural(len(result.records), 'tensor')}, {human_bytes(result.total_bytes)}"
     if devices:
         head += f" on {len(devices)} device{'s' if len(devices) != 1 else ''}: " + " · ".join(parts)

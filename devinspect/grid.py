@@ -1,0 +1,84 @@
+"""Filtering, sorting and paging the tensor table, done in the kernel (pandas).
+
+The browser only ever receives one page of rows, so a 100,000-tensor session stays
+fast: each interaction is a vectorised pandas step on the scan's frame, then a page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from .model import TensorRecord, device_matches
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Columns the table shows, in order, with the frame column each sorts by.
+COLUMNS = (("name", "name"), ("kind", "kind"), ("device", "device"), ("dtype", "dtype"), ("shape", "shape_text"),
+           ("size", "size_key"))
+#: ``key:value`` words a filter understands (the rest match names).
+FIELDS = ("device", "kind", "dtype", "name")
+
+
+@dataclass(frozen=True)
+class GridState:
+    """What the user chose: filter text, device and kind, sort column and direction, page."""
+
+    text: str = ""
+    device: str | None = None
+    kind: str | None = None
+    sort: str = "size"
+    descending: bool = True
+    page: int = 0
+    page_size: int = 25
+
+    def sorted_by(self, column: str) -> GridState:
+        """Sort by ``column``; choosing the same column again reverses the order."""
+        if column == self.sort:
+            return replace(self, descending=not self.descending, page=0)
+        return replace(self, sort=column, descending=column == "size", page=0)
+
+
+def table_frame(records: tuple[TensorRecord, ...]) -> pd.DataFrame:
+    """The scan's records as the table's frame: the shown columns plus what sorting needs."""
+    import pandas as pd
+
+    from .render.table import note_cell, size_cell, size_key
+    from .render.units import shape_text
+
+    rows = [(i, r.name, r.kind, r.device, r.dtype or "?", shape_text(r.shape), size_cell(r), size_key(r), note_cell(r))
+            for i, r in enumerate(records)]
+    return pd.DataFrame(rows, columns=["index", "name", "kind", "device", "dtype", "shape_text", "size", "size_key",
+                                       "note"])
+
+
+def select(frame: pd.DataFrame, state: GridState) -> pd.DataFrame:
+    """The rows the state keeps, in its order (all pages)."""
+    rows = frame
+    if state.device:
+        rows = rows[rows["device"].map(lambda d: device_matches(d, state.device))]
+    if state.kind:
+        rows = rows[rows["kind"] == state.kind]
+    for word in state.text.split():
+        key, sep, value = word.partition(":")
+        if sep and key in FIELDS and value:
+            if key == "device":
+                rows = rows[rows["device"].map(lambda d, v=value: device_matches(d, v))]
+            else:
+                rows = rows[rows[key].str.contains(value, case=False, regex=False)]
+        else:
+            rows = rows[rows["name"].str.contains(word, case=False, regex=False)
+                        | rows["device"].str.contains(word, case=False, regex=False)
+                        | rows["dtype"].str.contains(word, case=False, regex=False)
+                        | rows["kind"].str.contains(word, case=False, regex=False)]
+    column = dict(COLUMNS).get(state.sort, "size_key")
+    return rows.sort_values([column, "index"], ascending=[not state.descending, True], kind="stable")
+
+
+def page(rows: pd.DataFrame, state: GridState) -> tuple[pd.DataFrame, int, int]:
+    """(this page's rows, the page shown after clamping, the number of pages)."""
+    pages = max(1, -(-len(rows) // state.page_size))
+    number = min(max(state.page, 0), pages - 1)
+    start = number * state.page_size
+    return rows.iloc[start:start + state.page_size], number, pages

@@ -1,0 +1,126 @@
+"""%devices in Jupyter: the explorer's table, tree, Move to and Apply fix, driven through its widgets."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from conftest import run
+
+from devinspect.grid import GridState, page, select, table_frame
+
+SETUP = """
+import torch
+from torch import nn
+from devinspect import testing
+dev = testing.enable()
+model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.ReLU()), nn.Linear(4, 2)).to(dev)
+model[2].to("cpu")
+x = torch.randn(3, 4)
+many = [torch.zeros(i + 1) for i in range(60)]
+"""
+
+
+@pytest.fixture
+def explorer(ip, sim):
+    ip.kernel = object()  # a widget frontend, as a Jupyter kernel is
+    try:
+        ip.run_cell(SETUP)
+        _, _, _, captured = run(ip, "%devices")
+        bundle = captured.outputs[-1].data
+        assert "application/vnd.jupyter.widget-view+json" in bundle
+        assert "devinspect:" in bundle["text/plain"] and "<table" in bundle["text/html"]  # nbconvert, GitHub
+        yield ip.magics_manager.registry["DevInspect"]._last_explorer
+    finally:
+        del ip.kernel
+
+
+def shown(explorer):
+    return [r.name for r in explorer._page_records]
+
+
+def test_the_table_sorts_filters_and_pages_in_the_kernel(explorer):
+    assert explorer.position.value == "rows 1–25 of 67" and len(shown(explorer)) == 25
+    assert shown(explorer)[0] == "many[59]"  # largest first
+    explorer.headers["name"].click()
+    assert explorer.headers["name"].description == "name ▲" and shown(explorer)[0] == "many[0]"
+    explorer.headers["name"].click()
+    assert explorer.headers["name"].description == "name ▼" and shown(explorer)[0] == "x"
+    explorer.filter.value = "weight"
+    assert shown(explorer) == ["model[2].weight", "model[1][0].weight", "model[0].weight"]  # still by name, descending
+    explorer.filter.value = "device:sim kind:parameter"
+    assert {r.device for r in explorer._page_records} == {"sim:0"} and len(shown(explorer)) == 4
+    explorer.filter.value = ""
+    explorer.kind.value = "tensor"
+    assert explorer.position.value == "rows 1–25 of 61"
+    explorer.next.click()
+    explorer.next.click()
+    assert explorer.position.value == "rows 51–61 of 61" and explorer.next.disabled
+    assert sum(r.layout.display != "none" for r in explorer.rows) == 11
+    explorer.device.value = "sim:0"
+    assert explorer.position.value == "no tensor matches" and explorer.prev.disabled
+
+
+def test_move_to_on_a_row_moves_that_tensor_and_says_how_many_bytes(explorer, ip):
+    explorer.filter.value = "x"
+    row = next(r for r, rec in zip(explorer.rows, explorer._page_records) if rec.name == "x")
+    move = row.children[1]
+    assert "sim:0" in move.options and not move.disabled
+    move.value = "sim:0"
+    assert ip.user_ns["x"].device.type == "sim"
+    assert explorer.status.value.startswith("✔ x = x.to(") and "48 B" in explorer.status.value
+    assert {r.device for r in explorer.view.records if r.name == "x"} == {"sim:0"}  # scanned again
+
+
+def test_the_module_tree_shows_where_each_part_is_and_moves_a_part(explorer, ip):
+    rows = explorer.tree.children
+    root = rows[0].node
+    assert root.path == "model" and root.mixed and root.devices[0] == "sim:0"
+    assert "⚠" in rows[0].children[1].value and "border-left" in rows[0].children[1].value
+    assert [r.node.path for r in rows] == ["model", "model[0]", "model[1]", "model[2]"]
+    rows[2].children[0].click()  # open model[1]
+    assert [r.node.path for r in explorer.tree.children][3:5] == ["model[1][0]", "model[1][1]"]
+    assert explorer.tree.children[3].node.parameters == 20
+    rows = explorer.tree.children
+    move = next(r for r in rows if r.node.path == "model[2]").children[2]
+    move.value = "sim:0"
+    assert ip.user_ns["model"][2].weight.device.type == "sim"
+    assert not explorer.tree.children[0].node.mixed
+    assert [f.code for f in explorer.view.findings] == ["input-on-other-device"]  # only x is left on the host
+
+
+def test_apply_fix_next_to_a_finding_and_the_view_refreshes(explorer, ip):
+    boxes = explorer.findings.children
+    mixed = next(b for b in boxes if "has parameters/buffers on" in b.children[0].value)
+    apply = mixed.children[1].children[0]
+    apply.click()
+    assert {p.device.type for p in ip.user_ns["model"].parameters()} == {"sim"}
+    assert all("has parameters/buffers on" not in b.children[0].value for b in explorer.findings.children)
+
+
+def test_a_hundred_thousand_rows_stay_in_the_kernel():
+    from devinspect import scan
+    from devinspect.jupyter.devices_explorer import DevicesExplorer
+
+    ns = {"t": [torch.zeros(1) for _ in range(100_000)]}
+    view = scan(ns).select()
+    start = time.perf_counter()
+    explorer = DevicesExplorer(view, lambda: view, ns, ["cpu"])
+    built = time.perf_counter() - start
+    start = time.perf_counter()
+    explorer.filter.value = "t[9"
+    explorer.headers["name"].click()
+    explorer.next.click()
+    interact = time.perf_counter() - start
+    assert explorer.position.value.startswith("rows 26–50 of 11,111")
+    assert len(explorer.rows) == 25  # one page of widgets, whatever the number of tensors
+    print(f"built in {built:.2f} s, three interactions in {interact:.2f} s")
+
+
+def test_grid_selection_is_plain_data():
+    frame = table_frame(())
+    rows, number, pages = page(select(frame, GridState()), GridState())
+    assert len(rows) == 0 and number == 0 and pages == 1
+    state = GridState().sorted_by("size")
+    assert state.descending is False and state.sorted_by("name").sort == "name"
