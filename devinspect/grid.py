@@ -6,6 +6,7 @@ fast: each interaction is a vectorised pandas step on the scan's frame, then a p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -15,8 +16,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 #: Columns the table shows, in order, with the frame column each sorts by.
-COLUMNS = (("name", "name"), ("kind", "kind"), ("device", "device"), ("dtype", "dtype"), ("shape", "shape_text"),
-           ("size", "size_key"))
+COLUMNS = (("name", "name_key"), ("kind", "kind"), ("device", "device_key"), ("dtype", "dtype"),
+           ("shape", "shape_key"), ("size", "size_key"))
 #: ``key:value`` words a filter understands (the rest match names).
 FIELDS = ("device", "kind", "dtype", "name")
 
@@ -40,6 +41,15 @@ class GridState:
         return replace(self, sort=column, descending=column == "size", page=0)
 
 
+_NUMBER = re.compile(r"\d+")
+
+
+def natural_key(text: str) -> str:
+    """``text`` with every number zero-padded, so ``pool[2]`` sorts before ``pool[10]`` and
+    ``cuda:2`` before ``cuda:10``, as people count."""
+    return _NUMBER.sub(lambda m: m.group().zfill(20), text)
+
+
 def table_frame(records: tuple[TensorRecord, ...]) -> pd.DataFrame:
     """The scan's records as the table's frame: the shown columns plus what sorting needs."""
     import pandas as pd
@@ -49,8 +59,11 @@ def table_frame(records: tuple[TensorRecord, ...]) -> pd.DataFrame:
 
     rows = [(i, r.name, r.kind, r.device, r.dtype or "?", shape_text(r.shape), size_cell(r), size_key(r), note_cell(r))
             for i, r in enumerate(records)]
-    return pd.DataFrame(rows, columns=["index", "name", "kind", "device", "dtype", "shape_text", "size", "size_key",
-                                       "note"])
+    frame = pd.DataFrame(rows, columns=["index", "name", "kind", "device", "dtype", "shape_text", "size", "size_key",
+                                        "note"])
+    for column, key in (("name", "name_key"), ("device", "device_key"), ("shape_text", "shape_key")):
+        frame[key] = frame[column].map(natural_key)
+    return frame
 
 
 def select(frame: pd.DataFrame, state: GridState) -> pd.DataFrame:

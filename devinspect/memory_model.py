@@ -228,6 +228,10 @@ def _cpu_rows(d: DeviceMemory) -> tuple[ReconRow, ...]:
     return tuple(rows)
 
 
+def _whole(column: str) -> bool:
+    return column.endswith(("_bytes", "_index", "segments", "retries", "ooms", "processes", "cell"))
+
+
 def nullable(frame: pd.DataFrame) -> pd.DataFrame:
     """One missing value everywhere (``pd.NA``): whole numbers as ``Int64``, text as ``string``,
     so a value that could not be measured never shows as ``None`` in one column and ``NaN`` in the next."""
@@ -239,6 +243,9 @@ def nullable(frame: pd.DataFrame) -> pd.DataFrame:
             frame[column] = frame[column].astype("boolean")
         elif values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             frame[column] = frame[column].astype("Int64")
+        elif values and all(isinstance(v, float) and v.is_integer() for v in values) and \
+                frame[column].dtype.kind == "f" and _whole(column):
+            frame[column] = frame[column].astype("Int64")  # whole numbers pandas turned into floats
         elif values and all(isinstance(v, float) for v in values):
             frame[column] = frame[column].astype("Float64")
         elif all(isinstance(v, str) for v in values):

@@ -5,14 +5,24 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+
+def failing(source: str):
+    """A cell that is meant to fail: Run All goes on past it (the raises-exception tag)."""
+    cell = new_code_cell(source)
+    cell.metadata["tags"] = ["raises-exception"]
+    return cell
+
+
 cells = [
     new_markdown_cell(
         "# devinspect quickstart\n\n"
-        "`%devices` lists every tensor in your session with its device, dtype, shape and bytes, "
-        "and says what looks wrong. It reads only: nothing is moved, copied or synchronised, "
-        "and CUDA is never initialised by it.\n\n"
-        "Without a GPU this notebook uses devinspect's simulated accelerator (`sim:0`), "
-        "which behaves like one through PyTorch's dispatcher."
+        "Three magics for PyTorch in a notebook:\n\n"
+        "* `%devices`: every tensor in your session, where it is, and what looks wrong, with the fix;\n"
+        "* `%%devcheck`: runs a cell, names the variables behind a device error, and counts the copies "
+        "and host syncs each line makes;\n"
+        "* `%gpumem`: where the accelerator memory is, from your tensors to the device's total.\n\n"
+        "Without a GPU this notebook uses devinspect's simulated accelerator (`sim:0`), which goes "
+        "through PyTorch's dispatcher as a GPU does."
     ),
     new_code_cell("%load_ext devinspect"),
     new_code_cell(
@@ -23,15 +33,16 @@ cells = [
         "device"
     ),
     new_markdown_cell(
-        "A small model with two classic device bugs: a positional encoding stored as a plain "
-        "attribute (so `.to()` leaves it behind), and an optimizer whose state was loaded before "
-        "the model moved."
+        "## What is where: `%devices`\n\n"
+        "A small model with three classic device bugs: a positional encoding kept as a plain "
+        "attribute (so `.to()` leaves it behind), an optimizer whose state stayed on the CPU when the "
+        "model moved, and a batch that was never moved."
     ),
     new_code_cell(
         "class PositionalEncoding(nn.Module):\n"
         "    def __init__(self, dim, length=64):\n"
         "        super().__init__()\n"
-        "        self.pe = torch.randn(length, dim)  # should be self.register_buffer(\"pe\", ...)\n\n"
+        "        self.pe = torch.randn(length, dim)  # a plain attribute, not a buffer\n\n"
         "    def forward(self, x):\n"
         "        return x + self.pe[: x.shape[1]]\n\n"
         "class Tiny(nn.Module):\n"
@@ -49,39 +60,70 @@ cells = [
         "model.to(device)  # moves the parameters; the optimizer state stays on the CPU\n"
         "batch = {\"ids\": torch.randint(0, 100, (4, 8)), \"labels\": torch.randint(0, 2, (4,))}"
     ),
+    new_markdown_cell(
+        "In JupyterLab this is a live view: sort and filter the table (filter with words such as "
+        "`device:cpu` or `kind:parameter`), open the module tree, move a tensor or a module with "
+        "**Move to ▾**, and press **Apply fix** next to a finding. Every fix is also printed as code "
+        "that runs as printed, and as the edit to make in your own class."
+    ),
     new_code_cell("%devices"),
-    new_markdown_cell("Only the findings, each with its fix as code:"),
-    new_code_cell("%devices --findings"),
-    new_markdown_cell("Apply the fixes the findings suggest, then look again:"),
+    new_markdown_cell(
+        "## Why did it fail: `%%devcheck`\n\n"
+        "Run a cell under the check. When it fails with a device mismatch, the report names the "
+        "inputs as you know them and prints the fix once; in JupyterLab **Apply fix** carries it out "
+        "and **Re-run cell** runs the cell again. The cell still fails as it would without the check, "
+        "so \"Run All\" stops on it (this one is tagged to let the notebook go on)."
+    ),
+    failing("%%devcheck -v report\nlogits = model(batch[\"ids\"].to(device))"),
+    new_markdown_cell(
+        "Here is what **Apply fix** does (`devinspect.actions` carries out the fix's action, all or "
+        "nothing, and says how many bytes it moved):"
+    ),
     new_code_cell(
-        "model.pos.register_buffer(\"pe\", model.pos.__dict__.pop(\"pe\"))\n"
-        "model.to(device)\n"
+        "from devinspect import actions\n"
+        "actions.apply_fix(globals(), report.mismatch.fix.action, displayhook=get_ipython().displayhook)"
+    ),
+    new_markdown_cell("The same cell now runs. The check counts the copies between host and device, and the "
+                      "times the host waits for the device, on each line:"),
+    new_code_cell(
+        "%%devcheck\n"
+        "logits = model(batch[\"ids\"].to(device))\n"
+        "labels = batch[\"labels\"].to(device)\n"
+        "for step in range(12):\n"
+        "    loss = nn.functional.cross_entropy(logits, labels)\n"
+        "    print(f\"{step}: {loss.item():.3f}\", end=\" \")   # a host sync on every step\n"
+        "host = logits.detach().cpu() * 2\n"
+        "back = host.to(device)                              # data that left the device comes back"
+    ),
+    new_markdown_cell("The findings left: apply each fix from the view above, or run them by hand as printed:"),
+    new_code_cell("%devices --findings"),
+    new_code_cell(
         "batch = {k: v.to(device) for k, v in batch.items()}\n"
         "for p, state in opt.state.items():\n"
         "    for k, v in state.items():\n"
-        "        if torch.is_tensor(v) and v.dim() > 0:\n"
+        "        if torch.is_tensor(v) and v.device != p.device and not (v.dim() == 0 and v.device.type == \"cpu\"):\n"
         "            state[k] = v.to(p.device)\n"
         "%devices --findings"
     ),
-    new_markdown_cell("Keep the result to work with it as data:"),
+    new_markdown_cell("Keep a result to work with it as data:"),
     new_code_cell(
         "r = %devices\n"
         "r.frame[[\"name\", \"kind\", \"device\", \"dtype\", \"shape\", \"storage_bytes\", \"alias_of\"]].head(8)"
     ),
     new_code_cell("%devices opt --kind optimizer_state --sort bytes"),
-    new_code_cell("%devices --device {device} --sort bytes -n 5".replace("{device}", "$device")),
     new_markdown_cell(
-        "## Where is the memory? `%gpumem`\n\n"
+        "## Where is the memory: `%gpumem`\n\n"
         "Per device: what PyTorch's allocator has allocated and reserved, peaks, what "
         "`empty_cache()` would release, and what the driver sees, in a table that adds up from "
-        "the tensors you named to the device's total. Without a GPU it shows this process's "
-        "memory. In JupyterLab the buttons act (empty the cache, reset peaks, collect garbage, "
-        "release the tensors only the output history holds) and report what they freed."
+        "the tensors you named to the device's total. In JupyterLab the buttons act (empty the "
+        "cache, reset peaks, collect garbage, release the tensors only the output history holds) "
+        "and report what they freed."
     ),
     new_code_cell("%gpumem"),
     new_markdown_cell(
         "`--track` records every following cell: memory before and after, and the peak while it ran "
-        "(from the allocator's peak counters, reset before each cell; no polling thread)."
+        "(from the allocator's peak counters, reset before each cell; no polling thread). "
+        "`--history` shows the table and a plot."
     ),
     new_code_cell("%gpumem --track"),
     new_code_cell("activations = [torch.randn(256, 1024, device=device) for _ in range(16)]"),
@@ -98,8 +140,9 @@ cells = [
         "[(d.device, d.tensors, d.storage_bytes) for d in result.devices]"
     ),
     new_code_cell(
-        "from devinspect import memory\n"
-        "memory.snapshot(globals()).reconciliation_frame.head(6)"
+        "with devinspect.check() as c:\n"
+        "    model(batch[\"ids\"]).sum().item()\n"
+        "c.report.totals"
     ),
 ]
 

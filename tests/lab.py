@@ -59,6 +59,8 @@ class Lab:
         (settings / "apputils-extension").mkdir(parents=True, exist_ok=True)
         (settings / "apputils-extension" / "themes.jupyterlab-settings").write_text(json.dumps({"theme": THEMES[theme]}))
         # No "what's new" or kernel-choice dialogs: a test sees only what it opens.
+        (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text(
+            json.dumps({"fetchNews": "false", "checkForUpdates": False}))
         (settings / "notebook-extension").mkdir(parents=True, exist_ok=True)
         (settings / "notebook-extension" / "panel.jupyterlab-settings").write_text(
             json.dumps({"autoStartDefaultKernel": True}))
@@ -203,3 +205,64 @@ COLOURS_JS = """
   return {fg: parse(getComputedStyle(el).color), bg: bg || [255, 255, 255]};
 }
 """
+
+
+JS_CELL_COUNT = """(index) => {
+  const cell = window.jupyterapp.shell.currentWidget.content.widgets[index];
+  return cell.model.executionCount;
+}"""
+JS_IDLE = "() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'"
+JS_CELL_TEXT = """(index) => {
+  const cell = window.jupyterapp.shell.currentWidget.content.widgets[index];
+  const out = cell.node.querySelector('.jp-Cell-outputWrapper');
+  return out ? out.innerText : '';
+}"""
+JS_CELL_HAS_ERROR = """(index) => {
+  const cell = window.jupyterapp.shell.currentWidget.content.widgets[index];
+  return cell.model.outputs.toJSON().some(o => o.output_type === 'error');
+}"""
+# Elements wider than their box: the notebook's cells, the buttons in their outputs, and the
+# content of HTML widgets (a table row whose columns do not fit shows here, clipped or not).
+JS_OVERFLOWS = """() => {
+  const bad = [];
+  const selector = '.jp-Notebook .jp-Cell, .jp-OutputArea-output button, .jp-OutputArea-output .widget-html-content';
+  for (const el of document.querySelectorAll(selector)) {
+    if (el.offsetParent === null) continue;  // hidden
+    if (el.scrollWidth > el.clientWidth + 1) {
+      bad.push((el.className || el.tagName) + ': ' + el.scrollWidth + ' > ' + el.clientWidth + ' ' +
+               (el.innerText || '').slice(0, 40));
+    }
+  }
+  return bad;
+}"""
+
+
+def run_cell(page, index: int, timeout_ms: int = 120_000) -> None:
+    """Run one cell through JupyterLab's command and wait until it has run (a new count, kernel idle)."""
+    before = page.evaluate(JS_CELL_COUNT, index)
+    page.evaluate(JS_RUN_CELL, index)
+    page.wait_for_function(f"(i) => ({JS_CELL_COUNT})(i) !== {json.dumps(before)} && ({JS_IDLE})()", arg=index,
+                           timeout=timeout_ms)
+
+
+def cell_text(page, index: int) -> str:
+    return page.evaluate(JS_CELL_TEXT, index)
+
+
+def cell(page, index: int):
+    return page.locator(".jp-Notebook .jp-Cell").nth(index)
+
+
+def wait_idle(page, timeout_ms: int = 60_000) -> None:
+    page.wait_for_function(JS_IDLE, timeout=timeout_ms)
+
+
+#: The JupyterLab server of a browser test, once per theme: (theme, server, tmp_path).
+@pytest.fixture(params=sorted(THEMES))
+def lab(request, tmp_path):
+    require_browser()
+    server = Lab(tmp_path, request.param).start()
+    try:
+        yield request.param, server, tmp_path
+    finally:
+        server.stop()

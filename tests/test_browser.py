@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import COLOURS_JS, THEMES, Lab, contrast, launch, open_notebook, require_browser, run_all
+from lab import COLOURS_JS, contrast, launch, open_notebook, run_all
+from lab import lab  # noqa: F401 - the JupyterLab fixture, one per theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -23,16 +24,6 @@ CELLS = [
 ]
 
 
-@pytest.fixture(params=sorted(THEMES))
-def lab(request, tmp_path):
-    require_browser()
-    server = Lab(tmp_path, request.param).start()
-    try:
-        yield request.param, server, tmp_path
-    finally:
-        server.stop()
-
-
 def test_devices_table_is_readable_in_jupyterlab(lab):
     from playwright.sync_api import sync_playwright
 
@@ -44,15 +35,15 @@ def test_devices_table_is_readable_in_jupyterlab(lab):
         try:
             open_notebook(page, url)
             run_all(page, len(CELLS))
-            table = page.wait_for_selector(".jp-OutputArea-output .devinspect table", timeout=30_000)
-            table.scroll_into_view_if_needed()
+            # The explorer (the widget, not its static fallback): its rows and its findings.
+            explorer = ".jp-OutputArea-output:has(.jupyter-widgets button:has-text('Apply fix'))"
+            page.wait_for_selector(f"{explorer} code:has-text('model[0].weight')", timeout=30_000)
             page.screenshot(path=str(shot), full_page=True)
-            text = table.inner_text()
-            assert "model[0].weight" in text and "sim:0" in text
-            findings = page.inner_text(".jp-OutputArea-output .devinspect")
-            assert "has parameters/buffers on" in findings
-            for selector in (".devinspect td code", ".devinspect td", ".devinspect th", ".devinspect li"):
-                colours = page.eval_on_selector(selector, COLOURS_JS)
+            text = page.inner_text(explorer)
+            assert "model[0].weight" in text and "sim:0" in text and "rows 1–5 of 5" in text
+            assert "has parameters/buffers on" in text
+            for selector in ("code", ".widget-html span", "button.jupyter-button", ".lm-TabBar-tab"):
+                colours = page.eval_on_selector(f"{explorer} {selector}", COLOURS_JS)
                 ratio = contrast(colours["fg"], colours["bg"])
                 assert ratio >= 4.5, f"{selector} contrast {ratio:.1f} in {theme} theme (screenshot: {shot})"
             check_gpumem_dashboard(page, theme, shot)

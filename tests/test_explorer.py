@@ -96,6 +96,7 @@ def test_apply_fix_next_to_a_finding_and_the_view_refreshes(explorer, ip):
     apply = mixed.children[1].children[0]
     apply.click()
     assert {p.device.type for p in ip.user_ns["model"].parameters()} == {"sim"}
+    assert explorer.status.value.startswith("✔ moved model to sim:0")  # said where it stays, in bytes
     assert all("has parameters/buffers on" not in b.children[0].value for b in explorer.findings.children)
 
 
@@ -124,3 +125,14 @@ def test_grid_selection_is_plain_data():
     assert len(rows) == 0 and number == 0 and pages == 1
     state = GridState().sorted_by("size")
     assert state.descending is False and state.sorted_by("name").sort == "name"
+
+
+def test_names_devices_and_shapes_sort_as_people_count():
+    from devinspect import scan
+
+    ns = {"pool": [torch.zeros(i + 1) for i in range(12)]}
+    frame = table_frame(scan(ns).select().records)
+    names = list(select(frame, GridState(sort="name", descending=False))["name"])
+    assert names[:3] == ["pool[0]", "pool[1]", "pool[2]"] and names[-1] == "pool[11]"
+    shapes = list(select(frame, GridState(sort="shape", descending=False))["shape_text"])
+    assert shapes[:2] == ["[1]", "[2]"] and shapes[-1] == "[12]"

@@ -25,17 +25,29 @@ from ..render.text import summary_line
 from ..render.units import human_bytes
 from .fix_panel import FixButton
 
-#: Widths of the table's columns (the header's sort buttons have the same).
-WIDTHS = {"name": "24em", "kind": "7.5em", "device": "6em", "dtype": "6.5em", "shape": "8em", "size": "7.5em"}
-_CELL = "display:inline-block;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;vertical-align:middle;" \
-        "padding:0 6px;box-sizing:border-box"
+#: Widths of the table's columns (the header's sort buttons have the same): the short columns fit
+#: their header and its sort mark; the name takes what is left and is cut with "…" (full text on hover).
+WIDTHS = {"kind": "6.4em", "device": "5.4em", "dtype": "5.2em", "shape": "5.6em", "size": "5.2em"}
+_MOVE_WIDTH = "7.2em"
+_NAME_FLEX = "1 1 0"
+_CELL = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis;padding:0 4px;box-sizing:border-box;line-height:1.9"
+#: A row is a grid, not a flex box: a widget's HTML sits in a flex item that cannot shrink below its
+#: content's min-content width, and a ``minmax(6em, 1fr)`` track keeps a long name out of that width,
+#: so the name is cut with "…" instead of pushing the other columns out of line.
+_ROW_COLUMNS = " ".join(["minmax(6em, 1fr)", *WIDTHS.values()])
 _NO_CHOICE = "Move to…"
 
 
-def _cell(text: str, width: str, *, code: bool = False, right: bool = False) -> str:
+def _cell(text: str, *, code: bool = False, right: bool = False, title: str | None = None) -> str:
     body = f"<code>{escape(text)}</code>" if code else escape(text)
     align = "text-align:right;" if right else ""
-    return f'<span style="{_CELL};{align}width:{width}" title="{escape(text, quote=True)}">{body}</span>'
+    return f'<span style="{_CELL};{align}" title="{escape(title or text, quote=True)}">{body}</span>'
+
+
+def _one_line(html: str, title: str) -> str:
+    """``html`` on one line cut with "…" at the widget's width, whatever the text's length."""
+    return (f'<div style="display:grid;grid-template-columns:minmax(0, 1fr)">'
+            f'<span style="{_CELL};padding:0" title="{escape(title, quote=True)}">{html}</span></div>')
 
 
 class DevicesExplorer:
@@ -66,12 +78,12 @@ class DevicesExplorer:
         self.view = view
         self.frame = table_frame(view.records)
         self.nodes = module_tree(view.result)
-        self.summary.value = f"<b>devinspect</b>: {escape(summary_line(view))}"
+        self.summary.value = f'<span style="line-height:1.4"><b>devinspect</b>: {escape(summary_line(view))}</span>'
         self._show_findings()
         kinds = sorted({r.kind for r in view.records}, key=KINDS.index)
-        self.kind.options = [("every kind", None)] + [(k, k) for k in kinds]
+        self.kind.options = [("every kind", "")] + [(k, k) for k in kinds]
         present = sorted({r.device for r in view.records})
-        self.device.options = [("every device", None)] + [(d, d) for d in present]
+        self.device.options = [("every device", "")] + [(d, d) for d in present]
         self.tabs.set_title(0, f"Tensors ({len(view.records):,})")
         self.tabs.set_title(1, f"Modules ({len(self.nodes):,})")
         if not self._open and self.nodes:
@@ -96,9 +108,11 @@ class DevicesExplorer:
         for f in self.view.findings:
             text = (f'<div style="margin:2px 0">{SEVERITY_MARK.get(f.severity, "-")} <b>{escape(f.severity)}</b> '
                     f"{escape(f.message)}</div>")
-            parts = [w.HTML(text + (fix_html(f.fix) if f.fix else ""), layout=w.Layout(width="100%"))]
+            body = f'<div style="line-height:1.4">{text}{fix_html(f.fix) if f.fix else ""}</div>'
+            parts = [w.HTML(body, layout=w.Layout(width="100%"))]
             if f.fix is not None and f.fix.action is not None:
-                parts.append(FixButton(f.fix, self.namespace, shell=self.shell, after=lambda r: self.refresh()).box)
+                # The result goes to the explorer's status line: this row goes when the view is read again.
+                parts.append(FixButton(f.fix, self.namespace, shell=self.shell, after=self.act).box)
             rows.append(w.VBox(parts, layout=w.Layout(border_bottom="1px solid var(--jp-border-color2, #ddd)",
                                                       padding="2px 0")))
         self.findings.children = rows
@@ -109,25 +123,29 @@ class DevicesExplorer:
         w = self._w
         self.filter = w.Text(placeholder="filter: name, or device:sim:0 kind:parameter dtype:float16",
                              layout=w.Layout(width="28em"), continuous_update=False)
-        self.device = w.Dropdown(options=[("every device", None)], layout=w.Layout(width="11em"))
-        self.kind = w.Dropdown(options=[("every kind", None)], layout=w.Layout(width="12em"))
+        self.device = w.Dropdown(options=[("every device", "")], value="", layout=w.Layout(width="11em"))
+        self.kind = w.Dropdown(options=[("every kind", "")], value="", layout=w.Layout(width="12em"))
         self.filter.observe(lambda c: self.set(text=c["new"]), "value")
-        self.device.observe(lambda c: self.set(device=c["new"]), "value")
-        self.kind.observe(lambda c: self.set(kind=c["new"]), "value")
+        self.device.observe(lambda c: self.set(device=c["new"] or None), "value")
+        self.kind.observe(lambda c: self.set(kind=c["new"] or None), "value")
         controls = w.HBox([self.filter, self.device, self.kind], layout=w.Layout(flex_flow="row wrap"))
         self.headers = {}
         for label, _column in COLUMNS:
-            button = w.Button(description=label, layout=w.Layout(width=WIDTHS[label], flex="0 0 auto"),
-                              tooltip=f"sort by {label}")
+            width = WIDTHS.get(label)
+            # No margins: each header lines up with its column of cells below.
+            layout = (w.Layout(width=width, flex="0 0 auto", padding="0 4px", margin="0") if width
+                      else w.Layout(flex=_NAME_FLEX, min_width="6em", padding="0 4px", margin="0"))
+            button = w.Button(description=label, layout=layout, tooltip=f"sort by {label}")
             button.on_click(lambda _b, label=label: self.sort_by(label))
             self.headers[label] = button
-        header = w.HBox(list(self.headers.values()), layout=w.Layout(overflow="hidden"))
+        self.headers_spacer = w.HTML(layout=w.Layout(width=_MOVE_WIDTH, flex="0 0 auto", margin="0"))
+        header = w.HBox([*self.headers.values(), self.headers_spacer], layout=w.Layout(width="100%"))
         self.rows = []
         for _ in range(page_size):
-            cells = w.HTML(layout=w.Layout(flex="1 1 auto", overflow="hidden"))
-            move = w.Dropdown(options=[_NO_CHOICE], layout=w.Layout(width="9em", flex="0 0 auto"))
+            cells = w.HTML(layout=w.Layout(flex="1 1 0", min_width="0", overflow="hidden", margin="0"))
+            move = w.Dropdown(options=[_NO_CHOICE], layout=w.Layout(width=_MOVE_WIDTH, flex="0 0 auto", margin="0"))
             move.observe(lambda c, move=move: self._move_row(move, c), "value")
-            self.rows.append(w.HBox([cells, move], layout=w.Layout(align_items="center", overflow="hidden")))
+            self.rows.append(w.HBox([cells, move], layout=w.Layout(align_items="center", width="100%")))
         self.prev = w.Button(description="", icon="chevron-left", tooltip="previous page",
                              layout=w.Layout(width="3em"))
         self.next = w.Button(description="", icon="chevron-right", tooltip="next page", layout=w.Layout(width="3em"))
@@ -177,10 +195,11 @@ class DevicesExplorer:
             record = records[int(row["index"])]
             self._page_records.append(record)
             cells, move = widget.children
-            cells.value = (_cell(record.name, WIDTHS["name"], code=True) + _cell(record.kind, WIDTHS["kind"])
-                           + _cell(record.device, WIDTHS["device"]) + _cell(row["dtype"], WIDTHS["dtype"])
-                           + _cell(row["shape_text"], WIDTHS["shape"]) + _cell(row["size"], WIDTHS["size"], right=True)
-                           + _cell(row["note"], "14em"))
+            note = f"{record.name}  ({row['note']})" if row["note"] else record.name
+            cells.value = (f'<div style="display:grid;grid-template-columns:{_ROW_COLUMNS}">'
+                           + _cell(record.name, code=True, title=note) + _cell(record.kind) + _cell(record.device)
+                           + _cell(row["dtype"]) + _cell(row["shape_text"]) + _cell(row["size"], right=True)
+                           + "</div>")
             target = self._movable(record)
             move.target = target
             move.disabled = target is None
@@ -239,13 +258,14 @@ class DevicesExplorer:
         mark = "⚠ " if node.mixed else ""
         border = "border-left:3px solid var(--jp-warn-color1, #e69500);padding-left:4px;" if node.mixed else ""
         size = f"needs {human_bytes(node.bytes)}" if node.devices == ("meta",) else human_bytes(node.bytes)
+        text = f"{node.type_name} · {mark}{devices} · {size} · {node.parameters:,} parameters"
         label = w.HTML(
-            f'<span style="{border}white-space:nowrap"><code>{escape(node.path)}</code> '
-            f"{escape(node.type_name)} · {mark}<b>{escape(devices)}</b> · {escape(size)} · "
-            f"{node.parameters:,} parameters</span>",
-            layout=w.Layout(flex="1 1 auto", overflow="hidden"))
+            f'<div style="{border}">' + _one_line(
+                f"<code>{escape(node.path)}</code> {escape(node.type_name)} · {mark}<b>{escape(devices)}</b> · "
+                f"{escape(size)} · {node.parameters:,} parameters", f"{node.path} {text}") + "</div>",
+            layout=w.Layout(flex="1 1 0", min_width="0", overflow="hidden"))
         move = w.Dropdown(options=[_NO_CHOICE] + [d for d in self.devices if (d,) != node.devices],
-                          layout=w.Layout(width="9em", flex="0 0 auto"),
+                          layout=w.Layout(width=_MOVE_WIDTH, flex="0 0 auto"),
                           disabled=not fixes.is_path(node.path))
         move.target = node.path
         move.observe(lambda c, move=move: self._move_row(move, c), "value")

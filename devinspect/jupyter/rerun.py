@@ -30,13 +30,15 @@ function render({ model, el }) {
       model.send({ event: "no-notebook" });
       return;
     }
-    const target = cell.querySelector(".jp-InputPrompt") || cell;
-    target.dispatchEvent(new MouseEvent("mousedown", { bubbles: true, cancelable: true, button: 0 }));
-    target.dispatchEvent(new MouseEvent("mouseup", { bubbles: true, cancelable: true, button: 0 }));
-    notebook.focus();
+    // A click on the cell's prompt makes it the active cell and focuses the notebook; the
+    // run-cell keystroke then goes to the focused element, where the notebook's shortcut listens.
+    const prompt = cell.querySelector(".jp-InputPrompt") || cell;
+    prompt.dispatchEvent(new MouseEvent("mousedown", { bubbles: true, cancelable: true, button: 0 }));
+    prompt.dispatchEvent(new MouseEvent("mouseup", { bubbles: true, cancelable: true, button: 0 }));
+    const focused = notebook.contains(document.activeElement) ? document.activeElement : notebook;
     const keys = { key: "Enter", code: "Enter", keyCode: 13, which: 13, bubbles: true, cancelable: true };
     const mac = navigator.platform.toUpperCase().includes("MAC");
-    cell.dispatchEvent(new KeyboardEvent("keydown", mac ? { ...keys, metaKey: true } : { ...keys, ctrlKey: true }));
+    focused.dispatchEvent(new KeyboardEvent("keydown", mac ? { ...keys, metaKey: true } : { ...keys, ctrlKey: true }));
     model.send({ event: "rerun" });
   });
   el.appendChild(button);

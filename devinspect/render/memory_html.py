@@ -51,7 +51,7 @@ def reconciliation_table(d: DeviceMemory) -> str:
     if not rows:
         return ""
     out = ['<table style="border-collapse:collapse"><thead><tr>',
-           f'<th style="{_CELL}">where the memory is</th><th style="{_NUM}">bytes</th>',
+           f'<th style="{_CELL};white-space:nowrap">where the memory is</th><th style="{_NUM}">bytes</th>',
            f'<th style="{_CELL}">source</th><th style="{_CELL}">how</th></tr></thead><tbody>']
     for r in rows:
         # A wrapped label continues under its own first word (a hanging indent), not flush left.

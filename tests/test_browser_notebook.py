@@ -1,0 +1,217 @@
+"""The notebook experience in a real JupyterLab (headless Chromium): every control does what it
+says in the kernel, and the outputs fit and read well at 1024 px with the file browser open and
+at 1600 px, in the light and the dark theme."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from lab import (
+    COLOURS_JS,
+    JS_CELL_HAS_ERROR,
+    JS_OVERFLOWS,
+    cell,
+    cell_text,
+    contrast,
+    launch,
+    open_notebook,
+    run_cell,
+    wait_idle,
+)
+from lab import lab  # noqa: F401 - the JupyterLab fixture, one per theme
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SETUP = """import torch
+from torch import nn
+from devinspect import testing
+dev = testing.enable()
+model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), nn.ReLU()), nn.Linear(4, 2)).to(dev)
+model[2] = nn.Linear(4, 2)  # a new head, on the CPU: the model is split
+x = torch.randn(3, 4)
+head = nn.Linear(4, 2).to(dev)
+z = torch.randn(2, 4)
+pool = [torch.zeros(i + 1) for i in range(30)]"""
+
+CELLS = [
+    "%load_ext devinspect",  # 0
+    SETUP,  # 1
+    "%devices",  # 2
+    "%%devcheck\nout = head(z)",  # 3: fails until z moves
+    "torch.ones(1000, device=dev)",  # 4: kept in Out
+    "%gpumem",  # 5
+    "%gpumem --track",  # 6
+    "grown = torch.ones(4096, device=dev)",  # 7
+    "%gpumem --untrack\n%gpumem --history",  # 8
+    "print('x on', x.device, '| model on', sorted({str(p.device) for p in model.parameters()}), "
+    "'| z on', z.device)",  # 9: what the kernel holds
+]
+PROBE = 9
+
+
+def screenshots_dir(tmp_path: Path) -> Path:
+    out = Path(os.environ.get("DEVINSPECT_SCREENSHOTS", tmp_path))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def test_every_control_acts_in_the_kernel_and_everything_fits(lab):
+    from playwright.sync_api import sync_playwright
+
+    theme, server, tmp_path = lab
+    shots = screenshots_dir(tmp_path)
+    url = server.notebook("experience.ipynb", CELLS)
+    with sync_playwright() as p:
+        browser, page = launch(p, width=1024, height=900)
+        try:
+            open_notebook(page, url)
+            page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
+            for index in range(0, 3):
+                run_cell(page, index)
+            check_explorer(page)
+            check_devcheck_apply_and_rerun(page)
+            for index in range(4, 9):
+                run_cell(page, index)
+            check_gpumem_buttons(page)
+            check_fits_and_reads(page, theme, shots, "1024-filebrowser")
+            page.set_viewport_size({"width": 1600, "height": 1000})
+            page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+            page.wait_for_timeout(500)
+            check_fits_and_reads(page, theme, shots, "1600")
+        except Exception:
+            page.screenshot(path=str(shots / f"failure-{theme}.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+
+#: Rows of the explorer's table whose columns do not start under their header's sort button
+#: (a long name pushing the other columns right), or whose last column is cut by the row's edge.
+JS_MISALIGNED_COLUMNS = """(index) => {
+  const explorer = [...document.querySelectorAll('.jp-Notebook .jp-Cell')][index];
+  const headerRow = [...explorer.querySelectorAll('.widget-hbox')].find(
+      box => [...box.children].filter(c => c.matches('button')).length === 6);
+  const lefts = [...headerRow.querySelectorAll('button')].map(b => b.getBoundingClientRect().left);
+  const bad = [];
+  for (const row of explorer.querySelectorAll('.widget-hbox')) {
+    const html = row.querySelector(':scope > .widget-html');
+    if (!html || !row.querySelector(':scope > .widget-dropdown') || html.offsetParent === null) continue;
+    const grid = html.querySelector('.widget-html-content > div');
+    if (!grid) continue;
+    const cells = [...grid.children].map(c => c.getBoundingClientRect());
+    const edge = html.getBoundingClientRect().right;
+    cells.forEach((r, i) => {
+      if (Math.abs(r.left - lefts[i]) > 2 || r.right > edge + 1) {
+        bad.push(grid.innerText.replace(/\\s+/g, ' ').slice(0, 60) + ' column ' + i);
+      }
+    });
+  }
+  return bad;
+}"""
+
+
+def probe(page) -> str:
+    run_cell(page, PROBE)
+    return cell_text(page, PROBE)
+
+
+def check_explorer(page) -> None:
+    explorer = cell(page, 2)
+    rows = explorer.locator(".widget-hbox:has(select) .widget-html")
+    explorer.locator("button.jupyter-button", has_text=re.compile(r"^name")).click()
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('name ▲')")
+    assert rows.first.inner_text().strip().startswith("head.bias")  # by name, A to Z
+    search = explorer.locator("input[type=text]")
+    search.fill("weight")
+    search.press("Enter")
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('rows 1–4 of 4')")
+    assert all("weight" in rows.nth(i).inner_text() for i in range(4))
+    search.fill("x")
+    search.press("Enter")
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('rows 1–1 of 1')")
+    # Move to ▾ on the row of x.
+    row = explorer.locator(".widget-hbox:has(select)", has=page.locator("code", has_text=re.compile(r"^x$")))
+    row.locator("select").select_option("sim:0")
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('✔ x = x.to(')")
+    assert "x on sim:0" in probe(page)
+    search.fill("")
+    search.press("Enter")
+    # Apply fix next to the split model's finding.
+    finding = explorer.locator(".widget-vbox", has_text="has parameters/buffers on").last
+    finding.locator("button", has_text="Apply fix").click()
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('✔ moved model')")
+    assert "model on ['sim:0']" in probe(page)
+    # The tree: open a node, see its children.
+    explorer.locator(".p-TabBar-tab, .lm-TabBar-tab", has_text="Modules").click()
+    explorer.locator(".widget-hbox", has_text="model[1]").locator("button").first.click()
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('model[1][0]')")
+    explorer.locator(".p-TabBar-tab, .lm-TabBar-tab", has_text="Tensors").click()
+
+
+def check_devcheck_apply_and_rerun(page) -> None:
+    run_cell(page, 3)
+    assert page.evaluate(JS_CELL_HAS_ERROR, 3)
+    checked = cell(page, 3)
+    text = checked.inner_text()
+    assert "device mismatch in F.linear" in text and text.count('z = z.to("sim:0")') == 1  # the fix, once
+    checked.locator("button", has_text="Apply fix").click()
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][3].innerText.includes('✔ z = z.to(')")
+    count = page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets[3].model.executionCount")
+    checked.locator("button", has_text="Re-run cell").click()
+    # The notebook ran the cell again: a new count, and its old failure and error state are gone.
+    page.wait_for_function(
+        f"() => window.jupyterapp.shell.currentWidget.content.widgets[3].model.executionCount !== {count}")
+    wait_idle(page)
+    assert not page.evaluate(JS_CELL_HAS_ERROR, 3)
+    assert "device mismatch" not in cell(page, 3).inner_text()
+    assert "z on sim:0" in probe(page)
+
+
+def check_gpumem_buttons(page) -> None:
+    dashboard = cell(page, 5)
+    status = dashboard.locator(".widget-html").filter(has_text=re.compile("^[✔–✖]"))
+
+    def click(label: str, expect: str) -> None:
+        dashboard.locator("button", has_text=label).first.click()
+        page.wait_for_function(
+            f"() => [...document.querySelectorAll('.jp-Cell')][5].innerText.includes({expect!r})", timeout=30_000)
+
+    click("Release history", "released Out[")
+    click("gc.collect()", "gc.collect() found")
+    click("Reset peaks", "peaks reset")
+    click("empty_cache", "nothing to release")
+    assert status.count() >= 1
+    dashboard.locator("button", has_text="Refresh").click()
+    page.wait_for_function(
+        "() => ![...document.querySelectorAll('.jp-Cell')][5].innerText.includes('nothing to release')")
+    history = cell(page, 8)
+    assert "memory per cell" in history.inner_text()
+    assert history.locator("img.devinspect-plot-light, img.devinspect-plot-dark").count() == 2
+
+
+def check_fits_and_reads(page, theme: str, shots: Path, size: str) -> None:
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(shots / f"notebook-{size}-{theme}.png"), full_page=True)
+    for index in (2, 3, 5):
+        cell(page, index).screenshot(path=str(shots / f"cell{index}-{size}-{theme}.png"))
+    overflowing = page.evaluate(JS_OVERFLOWS)
+    assert overflowing == [], f"{size} {theme}: {overflowing}"
+    misaligned = page.evaluate(JS_MISALIGNED_COLUMNS, 2)
+    assert misaligned == [], f"{size} {theme}: {misaligned}"
+    for selector in (".jp-Cell .widget-html code", ".jp-Cell .widget-html span", ".jp-Cell button.jupyter-button",
+                     ".jp-Cell .widget-html td", ".jp-Cell .widget-label", ".jp-Cell .devinspect td"):
+        for element in page.query_selector_all(selector)[:12]:
+            if not element.is_visible():
+                continue
+            colours = element.evaluate(COLOURS_JS)
+            ratio = contrast(colours["fg"], colours["bg"])
+            assert ratio >= 4.5, f"{selector} contrast {ratio:.1f} in {theme} at {size}"
+    # The dark theme gets the dark rendering of the plot, the light theme the light one.
+    shown = page.eval_on_selector_all("img[class^=devinspect-plot]",
+                                      "els => els.filter(e => getComputedStyle(e).display !== 'none')"
+                                      ".map(e => e.className)")
+    assert shown == [f"devinspect-plot-{theme}"], shown
