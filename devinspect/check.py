@@ -39,17 +39,16 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import fixes, locations
+from . import locations
 from . import tensorbase as tb
+from .diagnosis import Failure, diagnose, first_line, op_name, tensor_inputs
 from .model import (
     SEVERITY_ORDER,
     CheckReport,
     Finding,
     Fix,
-    Move,
     LineStats,
     Mismatch,
-    Operand,
     SourceLine,
     device_is_accelerator,
 )
@@ -499,7 +498,7 @@ class DeviceCheckMode(TorchFunctionMode):
             return
         try:
             with torch._C.DisableTorchFunction():
-                tensors = list(_tensor_inputs(args, kwargs))
+                tensors = list(tensor_inputs(args, kwargs))
                 devices = sorted({str(tb.device(t)) for t in tensors
                                   if not (tb.device(t).type == "cpu" and tb.dim(t) == 0)})
             if len(devices) < 2:
@@ -507,11 +506,13 @@ class DeviceCheckMode(TorchFunctionMode):
             self._seen_errors.add(id(exc))
             try:
                 with torch._C.DisableTorchFunction():
-                    self.mismatch = _Diagnosis(self, func, tensors, devices, exc).build()
+                    failure = Failure(self.namespace, sys._getframe(), self.is_cell_frame, self._source,
+                                      self._created.get)
+                    self.mismatch = diagnose(failure, op_name(func), tensors, devices, exc)
             except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
                 self.internal_errors += 1
                 self.mismatch = Mismatch(
-                    op=_op_name(func), error=_first_line(exc), devices=tuple(devices), operands=(), cell_line=None,
+                    op=op_name(func), error=first_line(exc), devices=tuple(devices), operands=(), cell_line=None,
                     user_frame=None, module_path=None, target_device=None, fix=None,
                 )
         except Exception:  # noqa: BLE001
@@ -540,7 +541,7 @@ class DeviceCheckMode(TorchFunctionMode):
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
         return CheckReport(
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
-            error=_first_line(error) if error is not None else None, elapsed_s=elapsed_s,
+            error=first_line(error) if error is not None else None, elapsed_s=elapsed_s,
         )
 
 
@@ -587,308 +588,6 @@ def _fingerprint(value: Any) -> tuple[type, Any] | None:
             else:
                 return None
         return (list, tuple(flat)) if flat else None
-    return None
-
-
-def _tensor_inputs(args: tuple, kwargs: dict) -> Iterator[Any]:
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, _T):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, _T):
-                    yield item
-
-
-def _first_line(exc: BaseException | None) -> str:
-    if exc is None:
-        return ""
-    try:
-        text = BaseException.__str__(exc).strip().splitlines()
-    except Exception:
-        text = []
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _op_name(func: Any) -> str:
-    name = getattr(func, "__name__", repr(func))
-    qual = getattr(func, "__qualname__", name)
-    module = getattr(func, "__module__", "") or ""
-    if qual.startswith(("TensorBase.", "Tensor.", "_TensorBase.")):
-        return f"Tensor.{name}"
-    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
-        return f"F.{name}"
-    if qual.startswith("_VariableFunctionsClass.") or module == "torch":
-        return f"torch.{name}"
-    return f"{module}.{name}" if module else name
-
-
-class _Diagnosis:
-    """Names the operands of a failed op and chooses the fix. Runs only after an error."""
-
-    def __init__(self, mode: DeviceCheckMode, func: Any, tensors: list, devices: list[str], exc: BaseException):
-        self.mode, self.func, self.tensors, self.devices, self.exc = mode, func, tensors, devices, exc
-
-    def build(self) -> Mismatch:
-        from .scan import NameIndex, module_paths
-
-        frames = locations.user_frames(sys._getframe(1))
-        inner = frames[0] if frames else None
-        cell = next((f for f in frames if self.mode.is_cell_frame(f)), None)
-        namespace = self.mode.namespace
-        self.index = NameIndex(namespace)
-        modules = module_paths(namespace)
-        module_path = _innermost_module_path(modules)
-        operands = [self._operand(t, inner, modules) for t in self.tensors]
-        self.created = {id(o): self.mode._created.get(t) for o, t in zip(operands, self.tensors)}
-        target = self._target_device(operands)
-        fix = self._fix(operands, target, inner) if target else None
-        return Mismatch(
-            op=_op_name(self.func),
-            error=_first_line(self.exc),
-            devices=tuple(self.devices),
-            operands=tuple(operands),
-            cell_line=self.mode._source(cell) if cell is not None else None,
-            user_frame=self.mode._source(inner) if inner is not None and inner is not cell else None,
-            module_path=module_path,
-            target_device=target,
-            fix=fix,
-        )
-
-    def _operand(self, t: Any, frame: Any, modules: dict[int, str]) -> Operand:
-        device, dtype = str(tb.device(t)), str(tb.dtype(t)).removeprefix("torch.")
-        shape = tuple(int(s) for s in tb.shape(t))
-        created = self.mode._created.get(t)
-        detail = ""
-        if created is not None:
-            where, factory, given = created
-            detail = f"created at {where.label} by torch.{factory}" + ("" if given else " without device=")
-        found = self.index.lookup(t)
-        if found is not None:
-            record, is_view = found
-            if is_view:
-                detail = "; ".join(filter(None, [f"a view of {record.name}", detail]))
-            return Operand(record.name, self.index.source(record), device, dtype, shape, detail)
-        if frame is not None:
-            local = _local_name(frame, t, modules)
-            if local is not None:
-                name, source = local
-                return Operand(name, source, device, dtype, shape, detail or f"in {frame.f_code.co_name}")
-        inside = next((locations.package_of(f.f_code.co_filename) for f in _frames(sys._getframe(1))
-                       if not locations.is_user_code(f.f_code) and not locations.is_own_file(f.f_code.co_filename)), "")
-        return Operand(None, "created" if created else "unknown", device, dtype, shape,
-                       detail or (f"made inside {inside}" if inside else "a temporary"))
-
-    def _target_device(self, operands: list[Operand]) -> str | None:
-        # One rule with %devices: an accelerator wins over the CPU; between accelerators,
-        # the device of the model whose parameter is an operand (most of its bytes).
-        devices = [o.device for o in operands]
-        accelerators = {d for d in devices if device_is_accelerator(d)}
-        if len(accelerators) > 1:
-            for o in operands:
-                module = self._module_of(o)
-                if module is not None:
-                    return fixes.target_device(module.devices)
-        return fixes.target_device(devices)
-
-    def _module_of(self, o: Operand) -> Any:
-        from .findings import _root_module
-
-        if o.name is None or o.source not in ("parameter", "buffer", "gradient", "attribute"):
-            return None
-        return _root_module(self.index.result, o.name)
-
-    def _fix(self, operands: list[Operand], target: str, frame: Any) -> Fix | None:
-        result = self.index.result
-        parts: list[Fix] = []
-        moved_modules: set[str] = set()
-        misplaced = [o for o in operands if o.device != target]
-
-        def move_model(module: Any) -> None:
-            if module.name not in moved_modules:
-                moved_modules.add(module.name)
-                parts.append(self._move_module(result, module, target))
-
-        for o in misplaced:
-            module = self._module_of(o)
-            if module is not None and o.source in ("parameter", "buffer", "gradient"):
-                move_model(module)  # a model in the wrong place moves whole, to the one target
-                continue
-            fix = self._operand_fix(o, target, frame, operands, module)
-            if fix is not None:
-                parts.append(fix)
-            elif o.source in ("created", "unknown", "local"):
-                # A temporary made inside library code: a split model it met explains it.
-                for other in operands:
-                    split = self._module_of(other)
-                    if split is not None and len([d for d in split.devices if d != "meta"]) > 1:
-                        move_model(split)
-        # A model split between the host and an accelerator fails at its next part whatever
-        # moves now: it moves whole, as %devices says (a split across accelerators may be
-        # deliberate model parallelism, and moves only when its own part is misplaced).
-        for o in operands:
-            split = self._module_of(o)
-            if split is not None and split.name not in moved_modules and not split.deliberate_split:
-                real = [d for d in split.devices if d != "meta"]
-                if len(real) > 1 and any(not device_is_accelerator(d) for d in real):
-                    move_model(split)
-                    parts.insert(0, parts.pop())  # the model first: the larger change
-        # Inputs named on the user's line that are elsewhere move too: the next one would fail
-        # next, and after a split model moves they would fail at its first layer.
-        named = {p.action.name for p in parts if isinstance(p.action, Move)}
-        parts.extend(f for f in self._user_inputs([frame, self._cell_or(frame)], target)
-                     if not (isinstance(f.action, Move) and f.action.name in named))
-        if not parts:
-            names = ", ".join(o.name or o.detail for o in misplaced)
-            return Fix(summary=f"put {names} on {target}",
-                       note=f"{names} is made inside library code from your inputs: move the inputs you pass in "
-                            f"to {target}")
-        return fixes.combine(parts)
-
-    def _cell_or(self, frame: Any) -> Any:
-        """The checked cell's frame (the user's own line that called everything), else ``frame``."""
-        return next((f for f in locations.user_frames(sys._getframe(1)) if self.mode.is_cell_frame(f)), frame)
-
-    def _move_module(self, result: Any, module: Any, target: str) -> Fix:
-        from .findings import move_fix
-
-        swap_flag = bool(result.options.get("swap_flag"))
-        if module.held_parameters and any(not fixes.moves_in_place(d, target, swap_flag) for d in module.devices):
-            # The failing call's frames hold the graph that saved them; they become the traceback.
-            names = tuple(r.name for r in result.records if r.kind == "tensor" and r.requires_grad and not r.is_leaf
-                          and fixes.assignment(r.name, f"{r.name}.detach()"))
-            return fixes.move_module(module.name, target, release=names, release_traceback=True,
-                                     optimizers=_optimizers_of(result, module.name))
-        return move_fix(result, module, target)
-
-    def _operand_fix(self, o: Operand, target: str, frame: Any, operands: list[Operand], module: Any) -> Fix | None:
-        result = self.index.result
-        record = next((r for r in result.records if r.name == o.name), None) if o.name else None
-        if o.source == "namespace" and record is not None:
-            grads = {r.param for r in result.records if r.kind == "gradient"}
-            return fixes.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
-                                     is_leaf=record.is_leaf, is_parameter=record.type_name == "Parameter",
-                                     has_grad=record.name in grads, swap_flag=bool(result.options.get("swap_flag")))
-        if o.source == "optimizer_state" and o.name:
-            return fixes.optimizer_state(o.name.split(".state[", 1)[0])
-        if o.source == "attribute" and module is not None:
-            u = next((u for m in result.modules for u in m.unregistered if o.name and (
-                o.name == u.name or o.name.startswith(u.name + "[") or o.name.startswith(u.name + "."))), None)
-            if u is not None:
-                return fixes.register_buffer(u, target)
-        if o.source == "local" and o.name and frame is not None and locations.is_user_code(frame.f_code):
-            return self._local_fix(o, target, frame, operands)
-        return None
-
-    def _local_fix(self, o: Operand, target: str, frame: Any, operands: list[Operand]) -> Fix | None:
-        """A local of the user's own function: edit their line (never rebind a variable from outside)."""
-        local = o.name.split(".")[0] if o.name else ""
-        anchor = next((x.name for x in operands if x.device == target and x.source == "local" and x.name
-                       and fixes.is_identifier(x.name)), None)
-        if anchor is None:
-            anchor = next((k for k, v in frame.f_locals.items()
-                           if k != "self" and isinstance(v, _T) and str(tb.device(v)) == target), None)
-        device_expr = f"{anchor}.device" if anchor else fixes.device_literal(target)
-        edit = None
-        created = self.created.get(id(o))
-        if created is not None and not created[2]:
-            line, factory, _given = created
-            edit = fixes.factory_device_edit(line, factory, device_expr)
-        if edit is None:
-            edit = fixes.wrap_name_edit(self.mode._source(frame), local, device_expr)
-        if edit is None:
-            return None
-        return Fix(summary=f"create {local} on the device of the other inputs, in {edit.context or 'your code'}",
-                   edits=(edit,))
-
-    def _user_inputs(self, frames: list[Any], target: str) -> list[Fix]:
-        """Namespace tensors named on the user's lines (the innermost one and the cell's) that are
-        not on ``target``: an input passed into code that failed further in."""
-        import ast
-
-        wanted: set[str] = set()  # the expressions on those lines, compared by their parsed form
-        for frame in {id(f): f for f in frames if f is not None}.values():
-            try:
-                tree = ast.parse(self.mode._source(frame).text)
-            except SyntaxError:
-                continue
-            for node in ast.walk(tree):
-                if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
-                    wanted.add(ast.dump(node, annotate_fields=False, include_attributes=False))
-        result = self.index.result
-        grads = {r.param for r in result.records if r.kind == "gradient"}
-        out = []
-        for r in result.records:
-            loose = r.kind == "tensor" or (r.kind == "parameter" and r.owner is None)
-            if not loose or r.alias_of is not None or r.device == target:
-                continue
-            if _named_in(r.name, wanted):
-                out.append(fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad,
-                                             is_leaf=r.is_leaf, is_parameter=r.type_name == "Parameter",
-                                             has_grad=r.name in grads,
-                                             swap_flag=bool(result.options.get("swap_flag"))))
-        return out
-
-
-def _named_in(name: str, wanted: set[str]) -> bool:
-    """Whether ``name`` (or a container it is in: ``batch`` for ``batch["ids"]``) is among ``wanted``."""
-    import ast
-
-    try:
-        node = ast.parse(name, mode="eval").body
-    except SyntaxError:
-        return False
-    while True:
-        if ast.dump(node, annotate_fields=False, include_attributes=False) in wanted:
-            return True
-        if isinstance(node, (ast.Attribute, ast.Subscript)):
-            node = node.value
-        else:
-            return False
-
-
-def _frames(frame: Any) -> Iterator[Any]:
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
-
-
-def _optimizers_of(result: Any, module: str) -> tuple[str, ...]:
-    from .findings import _optimizers_with_state_under
-
-    return _optimizers_with_state_under(result, module)
-
-
-def _innermost_module_path(modules: dict[int, str]) -> str | None:
-    """Path of the innermost module whose method is on the stack (``model.fc1``)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        owner = frame.f_locals.get("self") if frame.f_code.co_name in ("forward", "_call_impl") else None
-        if owner is not None and id(owner) in modules:
-            return modules[id(owner)]
-        frame = frame.f_back
-    return None
-
-
-def _local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] | None:
-    from .scan import instance_dict
-
-    local_vars = frame.f_locals
-    for key, value in local_vars.items():
-        if value is t and key != "self":
-            return key, "local"
-    owner = local_vars.get("self")
-    if owner is not None and issubclass(type(owner), torch.nn.Module):
-        d = instance_dict(owner)
-        path = modules.get(id(owner))
-        prefix = path if path is not None else "self"
-        for group, source in (("_parameters", "parameter"), ("_buffers", "buffer")):
-            for key, value in (d.get(group) or {}).items():
-                if value is t:
-                    return f"{prefix}.{key}", source
-        for key, value in d.items():
-            if value is t:
-                return f"{prefix}.{key}", "attribute"
     return None
 
 
