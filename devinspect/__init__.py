@@ -16,6 +16,8 @@ From plain Python::
         train_step()
     c.report
 
+    devinspect.explain()            # the last error: a device mismatch, or out of memory
+
 Importing this package imports torch (never initialising CUDA) but not IPython,
 pandas or ipywidgets; those load on first use.
 """
@@ -25,12 +27,13 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["scan", "find", "check", "release_history", "release_traceback", "load_ipython_extension",
+__all__ = ["scan", "find", "check", "explain", "release_history", "release_traceback", "load_ipython_extension",
            "unload_ipython_extension", "__version__"]
 
 # Bound here, not lazily: importing the submodule ``devinspect.scan`` would otherwise
 # replace the function of the same name on the package.
 from .check import check
+from .explain import explain
 from .findings import find
 from .scan import scan
 

@@ -21,6 +21,7 @@ import torch
 
 from . import fixes
 from .model import (
+    EmptyCache,
     Move,
     MoveOptimizerState,
     RebuildOptimizer,
@@ -626,6 +627,8 @@ def apply_fix(namespace: MutableMapping[str, Any], action: Any, *, displayhook: 
             return release_graphs(namespace, action.names, action.traceback)
         if isinstance(action, ReleaseHistory):
             return release_history(namespace, displayhook, hidden)
+        if isinstance(action, EmptyCache):
+            return empty_cache()
         if isinstance(action, Steps) and action.actions:
             return _steps(namespace, action.actions, displayhook, hidden)
     except Exception as exc:  # noqa: BLE001 - an action never raises into the user's session
@@ -685,11 +688,13 @@ def empty_cache() -> ActionResult:
     if not before:
         return ActionResult(False, f"nothing to release: {_no_allocator_reason()}")
     expected = sum(d.releasable_bytes or 0 for d in before)
+    from .memory import accelerator_call
+
     try:
         if any(d.kind == "cuda" for d in before):
             torch.cuda.empty_cache()
         else:
-            torch.accelerator.empty_cache()
+            accelerator_call(before[0].kind, "empty_cache")
     except Exception as exc:  # noqa: BLE001
         return ActionResult(False, f"empty_cache() failed: {type(exc).__name__}: {exc}")
     after = {d.device: d for d in _ready_devices()}
@@ -698,14 +703,15 @@ def empty_cache() -> ActionResult:
         now = after.get(d.device)
         if now is not None and d.reserved_bytes is not None and now.reserved_bytes is not None:
             released += d.reserved_bytes - now.reserved_bytes
-            changes.append(_change(f"{d.device} reserved", d.reserved_bytes, now.reserved_bytes))
+            if now.reserved_bytes != d.reserved_bytes or len(before) == 1:
+                changes.append(_change(f"{d.device} reserved", d.reserved_bytes, now.reserved_bytes))
     return ActionResult(True, f"empty_cache() released {human_bytes(released)} (expected {human_bytes(expected)}): "
                         + "; ".join(changes), released)
 
 
 def reset_peak_stats() -> ActionResult:
     """Reset the allocator's peak counters (and, on Linux, this process's peak resident memory)."""
-    from .memory import read_process, reset_process_peak
+    from .memory import accelerator_call, read_process, reset_process_peak
 
     changes, lowered = [], 0
     before = _ready_devices()
@@ -714,13 +720,15 @@ def reset_peak_stats() -> ActionResult:
             if d.kind == "cuda":
                 torch.cuda.reset_peak_memory_stats(d.torch_index)
             else:
-                torch.accelerator.reset_peak_memory_stats(d.torch_index)
+                accelerator_call(d.kind, "reset_peak_memory_stats", d.torch_index)
         except Exception as exc:  # noqa: BLE001
             return ActionResult(False, f"could not reset the peaks of {d.device}: {type(exc).__name__}: {exc}")
     after = {x.device: x for x in _ready_devices()}
     for d in before:
         now = after[d.device]
         lowered += (d.peak_allocated_bytes or 0) - (now.peak_allocated_bytes or 0)
+        if not d.peak_reserved_bytes and not d.peak_allocated_bytes and len(before) > 1:
+            continue  # a device nothing ever used: nothing to say
         changes.append(_change(f"{d.device} peak allocated", d.peak_allocated_bytes, now.peak_allocated_bytes))
         changes.append(_change("peak reserved", d.peak_reserved_bytes, now.peak_reserved_bytes))
     peak_before = read_process().get("peak_rss")

@@ -155,6 +155,7 @@ class _Diagnosis:
         parts: list[Fix] = []
         moved_modules: set[str] = set()
         misplaced = [o for o in operands if o.device != target]
+        derived: list[Fix] = []
 
         def move_model(module: Any) -> None:
             if module.name not in moved_modules:
@@ -168,6 +169,8 @@ class _Diagnosis:
                 continue
             fix = self._operand_fix(o, target, frame, operands, module)
             if fix is not None:
+                if o.source == "local" and fix.edits and self.created.get(id(o)) is None:
+                    derived.append(fix)  # a local computed from the inputs, not made on the wrong device
                 parts.append(fix)
             elif o.source in ("created", "unknown", "local"):
                 # A temporary made inside library code: a split model it met explains it.
@@ -188,8 +191,13 @@ class _Diagnosis:
         # Inputs named on the user's line that are elsewhere move too: the next one would fail
         # next, and after a split model moves they would fail at its first layer.
         named = {p.action.name for p in parts if isinstance(p.action, Move)}
-        parts.extend(f for f in self._user_inputs([frame, self._cell_or(frame)], target)
-                     if not (isinstance(f.action, Move) and f.action.name in named))
+        inputs = [f for f in self._user_inputs([frame, self._cell_or(frame)], target)
+                  if not (isinstance(f.action, Move) and f.action.name in named)]
+        if inputs and derived:
+            # A local computed from inputs that sit on the wrong device moves with them: moving
+            # the inputs is the fix (an edit is for a tensor the function makes on the wrong device).
+            parts = [p for p in parts if not any(p is d for d in derived)]
+        parts.extend(inputs)
         if not parts:
             names = ", ".join(o.name or o.detail for o in misplaced)
             return Fix(summary=f"put {names} on {target}",

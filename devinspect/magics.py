@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import ast
 import difflib
 import dis
 import re
-import shlex
 import sys
 import time
 import weakref
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from traitlets import Bool, CaselessStrEnum, Int
 
@@ -22,7 +20,7 @@ from .model import KINDS
 from .render.table import DEFAULT_MAX_ROWS, SORTS
 
 #: The magics each loaded instance registers, so unloading removes exactly these.
-_MAGIC_NAMES = {"line": ("devices", "gpumem"), "cell": ("devcheck",)}
+_MAGIC_NAMES = {"line": ("devices", "gpumem", "devcheck"), "cell": ("devcheck",)}
 #: How each magic is typed (a cell magic takes two %).
 _MAGIC_PREFIX = {"devcheck": "%%"}
 #: One instance per shell; loading again is a no-op.
@@ -43,12 +41,15 @@ class DevInspect(Magics):
     )
     max_depth = Int(8, help="How deep %devices follows containers and plain objects below a name.").tag(config=True)
     max_items = Int(200_000, help="Items %devices looks at in one container.").tag(config=True)
+    explain_errors = Bool(True, help="After a cell fails with a device mismatch or runs out of device memory, "
+                                     "explain it under the traceback (names, memory, the fix).").tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any):
         super().__init__(shell=shell, **kwargs)
         self._tracker: Any = None  # MemoryTracker once %gpumem --track ran
         self._watchers: list[Any] = []  # running %gpumem --watch refreshers
         self._last_dashboard: Any = lambda: None  # weak reference to the newest %gpumem dashboard
+        self._reported_error = 0  # id of the error a %%devcheck report already explained
 
     @magic_arguments()
     @argument("names", nargs="*", help="Only these variables (a dotted name such as model.encoder keeps what lies below it).")
@@ -63,6 +64,8 @@ class DevInspect(Magics):
     @argument("-o", "--output", action="store_true",
               help="Return the result object (as %%timeit -o does; %%devices always returns it).")
     @argument("-v", "--variable", metavar="NAME", help="Also store the result in the variable NAME.")
+    @argument("--why", metavar="NAME",
+              help="Show what keeps this tensor alive (a name as %%devices lists it, or <unnamed N> from --all).")
     @line_magic
     def devices(self, line: str = "") -> Any:
         """List every tensor in the session with its device, dtype, shape and bytes, and what looks wrong.
@@ -81,8 +84,11 @@ class DevInspect(Magics):
             %devices --findings            # only what looks wrong
             r = %devices                   # keep the result: r.frame, r.findings
             %devices -v r                  # the same, stored in r
+            %devices --why h               # what keeps h (and its memory) alive
         """
         args = self._parse(self.devices, line)
+        if args.why is not None:
+            return self._why(args)
         if args.max_rows is not None and args.max_rows < 0:
             raise UsageError(f"%devices: -n takes a number of rows, 0 or more (0 shows all), not {args.max_rows}")
         from .model import Display, Selection
@@ -115,6 +121,32 @@ class DevInspect(Magics):
         if args.variable:
             namespace[args.variable] = view
         return self._show(view, args.output, scan_view)
+
+    def _why(self, args: Any) -> Any:
+        """``%devices --why NAME``: the reference paths that keep that tensor alive."""
+        from IPython.display import display
+
+        from .referrers import holders
+
+        _variable_name("%devices", args.variable)
+        if args.names or args.device or args.kind:
+            raise UsageError("%devices: --why takes one name and no other selection")
+        namespace = self.shell.user_ns
+        name = args.why.strip()
+        if len(name) > 1 and name[0] == name[-1] and name[0] in "'\"":
+            name = name[1:-1]  # %devices --why 'Out[3]'
+        shell = self.shell
+        try:
+            found = holders(namespace, name, exclude=self._ipython_names(),
+                            plumbing=(shell.user_ns_hidden, shell.displayhook, getattr(shell.displayhook, "__dict__", None)))
+        except LookupError as exc:
+            raise UsageError(f"%devices --why: {_with_suggestion(str(exc), [name], namespace)}") from None
+        if args.variable:
+            namespace[args.variable] = found
+        if args.output and _caller_displays_result(_calling_frame()):
+            return found
+        display(found)
+        return found if args.output else None
 
     def _show(self, view: Any, output: bool, rescan: Any = None) -> Any:
         """Display ``view`` once, wherever the magic stands in the cell, and return it where the
@@ -167,8 +199,10 @@ class DevInspect(Magics):
     @argument("-v", "--variable", metavar="NAME", help="Store the report in the variable NAME.")
     @argument("-q", "--quiet", action="store_true", help="Show the report only when something was found.")
     @argument("--strict", action="store_true", help="Raise DeviceCheckError when something was found (for tests).")
-    @cell_magic
-    def devcheck(self, line: str, cell: str) -> Any:
+    @argument("--last", action="store_true",
+              help="As a line magic (%%devcheck --last): explain the last error, a device mismatch or out of memory.")
+    @line_cell_magic
+    def devcheck(self, line: str, cell: str | None = None) -> Any:
         """Run the cell once under a device check: name the variables behind a device
         mismatch, and count host↔device copies and host syncs per source line.
 
@@ -192,9 +226,17 @@ class DevInspect(Magics):
 
             %%devcheck -v report --quiet
             train_one_epoch()
+
+            %devcheck --last           # explain the error the last cell raised
         """
         __tracebackhide__ = True  # noqa: F841 - the user's traceback starts in their cell, not here
-        run = _CheckedCell(self.shell, self._devcheck_args(line), line, cell)
+        args = self._devcheck_args(line)
+        if cell is None:
+            return self._explain_last(args)
+        if args.last:
+            raise UsageError("%%devcheck: --last explains the last error and takes no cell; "
+                             "use %devcheck --last on a line of its own")
+        run = _CheckedCell(self.shell, args, line, cell)
         if run.needs_await and _event_loop_running():
             # Only reached when the cell was not rewritten by await_devcheck_cells (a direct call).
             raise UsageError("%%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
@@ -211,6 +253,63 @@ class DevInspect(Magics):
         __tracebackhide__ = True  # noqa: F841
         run = _CheckedCell(self.shell, self._devcheck_args(line), line, cell)
         return await run.run_async()
+
+    def _explain_last(self, args: Any) -> Any:
+        """``%devcheck --last``: the explanation of the last error, as shown after a failed cell."""
+        if not args.last:
+            raise UsageError("%devcheck checks a cell: put %%devcheck on the cell's first line "
+                             "(or %devcheck --last to explain the last error)")
+        from .explain import explanation_of
+
+        error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if error is None:
+            raise UsageError("%devcheck --last: no error to explain (no cell has failed, or its traceback "
+                             "was released)")
+        explanation = explanation_of(error, self.shell.user_ns, exclude=self._ipython_names())
+        if args.variable:
+            self.shell.user_ns[args.variable] = explanation
+        if args.output and _caller_displays_result(_calling_frame()):
+            return explanation  # IPython shows it, once
+        self._show_explanation(explanation, rerun=None)
+        return explanation if args.output else None
+
+    def _explain_after_cell(self, result: Any = None) -> None:
+        """After a failed cell: explain a device mismatch or an out-of-memory error under its
+        traceback. Any other outcome returns at once (no mode, no hook in the cell itself)."""
+        error = getattr(result, "error_in_exec", None)
+        if error is None or not self.explain_errors:
+            return
+        if id(error) == self._reported_error:  # a %%devcheck report already said it
+            self._reported_error = 0
+            return
+        torch = sys.modules.get("torch")
+        if torch is None:  # no tensor anywhere: nothing to explain, and no import of torch to pay for
+            return
+        try:
+            from .explain import explanation_of
+
+            # Only the out-of-memory scan needs IPython's own names (a walk of the namespace).
+            exclude = self._ipython_names() if isinstance(error, torch.OutOfMemoryError) else ()
+            explanation = explanation_of(error, self.shell.user_ns, exclude=exclude)
+            if explanation:
+                raw = getattr(getattr(result, "info", None), "raw_cell", None)
+                self._show_explanation(explanation, rerun=raw)
+        except Exception as exc:  # noqa: BLE001 - explaining must never add an error of its own
+            print(f"devinspect: could not explain the error ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+    def _show_explanation(self, explanation: Any, rerun: str | None) -> None:
+        from IPython.display import display
+
+        shell = self.shell
+        display(explanation)
+        if getattr(shell, "kernel", None) is not None and any(f.action is not None for f in explanation.fixes):
+            # A widget frontend: the fixes as buttons (then a re-run of the failed cell).
+            try:
+                from .jupyter.fix_panel import explanation_panel
+            except ImportError:  # no ipywidgets: the static output is complete
+                return
+            display(explanation_panel(explanation, shell.user_ns,
+                                      (lambda: shell.run_cell(rerun)) if rerun else None, shell=shell))
 
     def _devcheck_args(self, line: str) -> Any:
         args = self._parse(self.devcheck, line)
@@ -419,6 +518,7 @@ class DevInspect(Magics):
         self._set_event("pre_run_cell", self._before_cell_track, False)
         self._set_event("post_run_cell", self._after_cell_track, False)
         self._set_event("post_run_cell", self._after_cell_watch, False)
+        self._set_event("post_run_cell", self._explain_after_cell, False)
 
 
 def _only_device(snapshot: Any, text: str) -> Any:
@@ -596,6 +696,10 @@ class _CheckedCell:
         self.mode.__exit__(None, None, None)
         try:
             self.report = self.mode.report(error, elapsed)
+            if error is not None and self.report.mismatch is not None:
+                instance = _instances.get(id(self.shell))
+                if instance is not None:
+                    instance._reported_error = id(error)  # explained here: not again after the cell
             if self.args.variable:
                 self.shell.user_ns[self.args.variable] = self.report
             if not self.args.output and (not self.args.quiet or self.report.has_findings):
@@ -759,6 +863,7 @@ def load(shell: Any) -> None:
 
     instance._forget_error = _error_forgetter(shell)
     actions.error_holders.append(instance._forget_error)
+    shell.events.register("post_run_cell", instance._explain_after_cell)
     _instances[id(shell)] = instance
 
 

@@ -60,7 +60,11 @@ def tally_tensors(namespace: Mapping[str, Any], exclude: Iterable[str] = ()) -> 
     """Tensor storage per device: named, held by history, and alive but unnamed (gc walk)."""
     from .scan import scan
 
-    result = scan(namespace, include_hidden=True, all_objects=True, exclude=exclude)
+    return tallies_of(scan(namespace, include_hidden=True, all_objects=True, exclude=exclude))
+
+
+def tallies_of(result: Any) -> dict[str, TensorTally]:
+    """:func:`tally_tensors` of a scan made with ``include_hidden=True, all_objects=True``."""
     counts: dict[str, list[int]] = {}
     for r in result.records:
         if r.alias_of is not None:
@@ -147,6 +151,26 @@ def read_cuda() -> dict[str, Any]:
     return out
 
 
+def accelerator_call(kind: str, name: str, *args: Any) -> Any:
+    """``torch.accelerator.<name>(*args)``, or, where that API cannot answer (a device backend
+    written in Python has no C++ allocator for it to ask), the function of the same name on
+    the device's own module (``torch.<kind>.<name>``), as ``torch.cuda`` and ``torch.xpu``
+    name them. The accelerator API's error is raised when neither answers.
+    """
+    accelerator = getattr(torch, "accelerator", None)
+    fallback = getattr(getattr(torch, kind, None), _DEVICE_MODULE_NAMES.get(name, name), None)
+    try:
+        return getattr(accelerator, name)(*args)
+    except Exception:
+        if not callable(fallback):
+            raise
+    return fallback(*args)
+
+
+#: The device module's name for a torch.accelerator memory call, where the two differ.
+_DEVICE_MODULE_NAMES = {"get_memory_info": "mem_get_info"}
+
+
 def read_accelerator() -> dict[str, Any] | None:
     """A non-CUDA accelerator (XPU, MPS, a PrivateUse1 backend) through ``torch.accelerator``."""
     accelerator = getattr(torch, "accelerator", None)
@@ -180,13 +204,13 @@ def read_accelerator() -> dict[str, Any] | None:
             except Exception:  # noqa: BLE001
                 pass
         try:
-            dev["memory_stats"] = {k: int(v) for k, v in accelerator.memory_stats(i).items()}
+            dev["memory_stats"] = {k: int(v) for k, v in accelerator_call(current.type, "memory_stats", i).items()}
         except Exception as exc:  # noqa: BLE001
             dev["error"] = _reason(exc)
         try:
-            dev["mem_get_info"] = [int(v) for v in accelerator.get_memory_info(i)]
-        except Exception:  # noqa: BLE001
-            pass
+            dev["mem_get_info"] = [int(v) for v in accelerator_call(current.type, "get_memory_info", i)]
+        except Exception as exc:  # noqa: BLE001
+            dev["mem_get_info_error"] = _reason(exc)
         out["devices"].append(dev)
     return out
 
@@ -463,6 +487,8 @@ def _accelerator_devices(accelerator: Mapping[str, Any], tallies: Mapping[str, T
             fields.update(state="ready", status="initialised", **_allocator_fields(raw.get("memory_stats") or {}))
         if raw.get("mem_get_info"):
             fields["driver_free_bytes"], fields["driver_total_bytes"] = raw["mem_get_info"]
+        elif raw.get("mem_get_info_error") and "Allocator for" not in raw["mem_get_info_error"]:
+            fields["driver_status"] = f"unavailable: {in_words(raw['mem_get_info_error'])}"
         else:
             fields["driver_status"] = "unavailable: the backend reports no device memory information"
         out.append(DeviceMemory(**fields))
@@ -598,6 +624,8 @@ class MemoryTracker:
         for device in list(before) + [d for d in after if d not in before]:
             b = before.get(device, (None, None, None, None))
             a = after.get(device, (None, None, None, None))
+            if device != "cpu" and not any(b) and not any(a):
+                continue  # a device nothing has used: no row
             peak_reserved = a[3] if device != "cpu" else None
             peak_allocated = a[2] if device != "cpu" or self._can_reset_rss_peak else None
             devices.append(CellDevice(device, b[0], a[0], b[1], a[1], peak_allocated, peak_reserved))
@@ -612,6 +640,11 @@ class MemoryTracker:
         if torch.cuda._is_compiled() and torch.cuda.is_initialized():
             for i in range(torch.cuda.device_count()):
                 torch.cuda.reset_peak_memory_stats(i)
+        for kind, i in _other_accelerators():
+            try:
+                accelerator_call(kind, "reset_peak_memory_stats", i)
+            except Exception:  # noqa: BLE001 - a device without peak counters records no peak
+                pass
         if self._can_reset_rss_peak:
             self._can_reset_rss_peak = reset_process_peak()
 
@@ -629,8 +662,23 @@ def reset_process_peak() -> bool:
         return False
 
 
+def _other_accelerators() -> list[tuple[str, int]]:
+    """(kind, index) of each device of an initialised accelerator other than CUDA (never initialising one)."""
+    accelerator = getattr(torch, "accelerator", None)
+    try:
+        current = accelerator.current_accelerator() if accelerator is not None else None
+        if current is None or current.type == "cuda":
+            return []
+        is_initialized = getattr(getattr(torch, current.type, None), "is_initialized", None)
+        if callable(is_initialized) and not is_initialized():
+            return []
+        return [(current.type, i) for i in range(int(accelerator.device_count()))]
+    except Exception:  # noqa: BLE001
+        return []
+
+
 def _counters() -> dict[str, tuple[int | None, ...]]:
-    """(allocated, reserved, peak allocated, peak reserved) per initialised CUDA device; RSS for the CPU."""
+    """(allocated, reserved, peak allocated, peak reserved) per initialised accelerator device; RSS for the CPU."""
     out: dict[str, tuple[int | None, ...]] = {}
     if torch.cuda._is_compiled() and torch.cuda.is_initialized():
         for i in range(torch.cuda.device_count()):
@@ -639,6 +687,15 @@ def _counters() -> dict[str, tuple[int | None, ...]]:
                 _stat(s, "allocated_bytes.all.current"), _stat(s, "reserved_bytes.all.current"),
                 _stat(s, "allocated_bytes.all.peak"), _stat(s, "reserved_bytes.all.peak"),
             )
+    for kind, i in _other_accelerators():
+        try:
+            s = accelerator_call(kind, "memory_stats", i)
+        except Exception:  # noqa: BLE001 - no allocator figures: the device is left out
+            continue
+        out[f"{kind}:{i}"] = (
+            _stat(s, "allocated_bytes.all.current"), _stat(s, "reserved_bytes.all.current"),
+            _stat(s, "allocated_bytes.all.peak"), _stat(s, "reserved_bytes.all.peak"),
+        )
     try:
         with open("/proc/self/status") as f:
             status = f.read()

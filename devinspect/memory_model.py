@@ -8,7 +8,7 @@ fields, so it can be checked from readings recorded on another machine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ def _driver_rows(d: DeviceMemory) -> list[ReconRow]:
             rows.append(ReconRow("other processes and the driver", used - d.process_bytes, "derived",
                                  "used − this process (per-process figures of others unavailable)"))
     elif d.reserved_bytes is not None:
-        rows.append(ReconRow("outside PyTorch's allocator: context, libraries, other processes",
+        rows.append(ReconRow("outside the allocator (context, others)",
                              used - d.reserved_bytes, "derived",
                              f"used − reserved ({d.driver_status or 'per-process use unavailable'})"))
     rows.append(ReconRow("used (driver)", used, "measured" if measured_used else "derived",
@@ -235,8 +235,6 @@ def _whole(column: str) -> bool:
 def nullable(frame: pd.DataFrame) -> pd.DataFrame:
     """One missing value everywhere (``pd.NA``): whole numbers as ``Int64``, text as ``string``,
     so a value that could not be measured never shows as ``None`` in one column and ``NaN`` in the next."""
-    import pandas as pd
-
     for column in frame.columns:
         values = [v for v in frame[column] if v is not None and not (isinstance(v, float) and v != v)]
         if values and all(isinstance(v, bool) for v in values):

@@ -297,6 +297,11 @@ class ReleaseHistory:
 
 
 @dataclass(frozen=True, slots=True)
+class EmptyCache:
+    """Return the allocator's cached, unused segments to the driver (``empty_cache()``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ReleaseGraphs:
     """Detach the namespace tensors ``names`` (their values stay; their autograd graphs go)
     and, with ``traceback``, the last error's frames: what keeps parameters from moving."""
@@ -312,7 +317,8 @@ class Steps:
     actions: tuple[Any, ...]
 
 
-Action = Move | RegisterBuffer | MoveOptimizerState | RebuildOptimizer | ReleaseHistory | ReleaseGraphs | Steps
+Action = (Move | RegisterBuffer | MoveOptimizerState | RebuildOptimizer | ReleaseHistory | EmptyCache | ReleaseGraphs
+          | Steps)
 
 
 @dataclass(frozen=True, slots=True)

@@ -333,21 +333,44 @@ def scan(
         history = [(n, v) for n, v in items if _HISTORY_RE.match(n) and n not in wanted]
     else:
         user, history = _root_items(items, excluded, include_hidden)
+    walker = _Walker(options)
+    _walk_paused(walker, items, roots is not None, user, history, all_objects)
+    return _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth)
+
+
+def find_tensor(namespace: Mapping[str, Any], name: str, *, exclude: Iterable[str] = ()) -> Any:
+    """The live tensor ``%devices`` lists as ``name`` (``model.fc.weight``, ``Out[3]``,
+    ``sys.last_traceback:forward.h``, ``<unnamed 2>`` as ``--all`` numbers it); LookupError
+    when no such name is listed now. Found by the same read-only walk as the scan."""
+    options = ScanOptions(include_hidden=True, all_objects=name.startswith("<unnamed"))
+    items = namespace_items(namespace)
+    user, history = _root_items(items, set(exclude) | _PLUMBING, True)
+    walker = _Walker(options)
+    walker.wanted = name
+    _walk_paused(walker, items, False, user, history, options.all_objects)
+    found, walker.found = walker.found, None
+    if found is None:
+        raise LookupError(f"no tensor named {name!r} (a name as %devices lists it)")
+    return found
+
+
+def _walk_paused(walker: _Walker, items: list[tuple[str, Any]], restricted: bool, user: list[tuple[str, Any]],
+                 history: list[tuple[str, Any]], all_objects: bool) -> None:
+    """:func:`_walk` with the cyclic garbage collector paused.
+
+    The walk allocates one record per tensor; letting the collector run meanwhile
+    re-traverses the whole heap many times for nothing (it doubles the cost of a
+    100,000-tensor walk). It is paused, never triggered, and restored.
+    """
     # Out first, so history entries are named Out[12] rather than _12.
     history.sort(key=lambda item: (item[0] not in ("Out", "_oh"), item[0]))
-
-    walker = _Walker(options)
-    # The walk allocates one record per tensor; letting the cyclic collector run
-    # meanwhile re-traverses the whole heap many times for nothing (it doubles the
-    # cost of a 100,000-tensor walk). It is paused, never triggered, and restored.
     collector_was_on = gc.isenabled()
     gc.disable()
     try:
-        _walk(walker, items, roots is not None, user, history, all_objects)
+        _walk(walker, items, restricted, user, history, all_objects)
     finally:
         if collector_was_on:
             gc.enable()
-    return _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth)
 
 
 def _root_items(items: list[tuple[str, Any]], excluded: set[str] | frozenset[str],
@@ -715,6 +738,9 @@ class _Walker:
         self._out_of_budget = False
         self._held: list[str] = []
         self.module_types: list[tuple[str, str]] = []
+        #: find_tensor's name: the one object this walk keeps a reference to, when it is met.
+        self.wanted: str | None = None
+        self.found: Any = None
 
     # -- roots --------------------------------------------------------------
 
@@ -853,6 +879,8 @@ class _Walker:
         facts: tuple | None = None,
     ) -> None:
         tid = id(t)
+        if name == self.wanted:
+            self.found = t
         if facts is None:
             facts = tensor_facts(t)
         device, dtype, shape, nbytes, storage_bytes, key, layout, facts_note = facts

@@ -24,6 +24,7 @@ is_leaf = _TB.__dict__["is_leaf"].__get__
 retains_grad = _TB.__dict__["retains_grad"].__get__
 grad = _TB.__dict__["_grad"].__get__
 grad_fn = _TB.__dict__["grad_fn"].__get__
+base = _TB.__dict__["_base"].__get__
 dim = _TB.dim
 storage = _TB.untyped_storage
 use_count = _TB._use_count

@@ -16,20 +16,39 @@ Use it to test device-agnostic code without a GPU::
     model(torch.randn(2, 8))            # RuntimeError: Expected all tensors to be
                                         # on the same device, ... sim:0 and cpu!
 
+Memory: each simulated device keeps a caching allocator's books
+(:mod:`devinspect.sim_allocator`): allocated, reserved and peak bytes, allocation and
+segment counts, by CUDA's rules. ``enable(memory="8GiB")`` gives each device that
+capacity, beyond which an allocation raises ``torch.OutOfMemoryError`` with CUDA's
+message; ``torch.sim.empty_cache()`` returns the cached segments. A backend written in
+Python cannot answer ``torch.accelerator.memory_stats()`` (PyTorch asks its C++
+allocator), so the device module answers instead, under the names ``torch.cuda`` uses:
+``torch.sim.memory_stats(i)``, ``memory_allocated``, ``memory_reserved``,
+``max_memory_allocated``, ``reset_peak_memory_stats``, ``mem_get_info`` and
+``empty_cache``. That is the one hook devinspect reads memory through where
+``torch.accelerator`` cannot (:func:`devinspect.memory.accelerator_call`).
+
 Limits: the PrivateUse1 slot is global and can be named only once per process, so
 ``enable()`` fails when another PrivateUse1 backend is loaded. ``torch.compile``
-does not target the simulated device. Arithmetic runs on the CPU at CPU speed.
+does not target the simulated device. Arithmetic runs on the CPU at CPU speed; an
+op's result is computed before its memory is booked, so an op that runs out of
+simulated memory used host memory for a moment.
 """
 
 from __future__ import annotations
 
+import math
 import threading
+import weakref
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
 
+from . import tensorbase as tb
 from .locations import tidy_traceback
+from .render.units import parse_bytes
+from .sim_allocator import Allocator, Block
 
 #: Name of the simulated device type.
 DEVICE_TYPE = "sim"
@@ -45,6 +64,111 @@ _CROSS_DEVICE_OPS = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_an
 
 class SimulatedDeviceError(RuntimeError):
     """The simulated device cannot be set up in this process."""
+
+
+class _Books:
+    """Which host storages back a simulated device's tensors, and their allocator blocks.
+
+    A storage is booked when the first tensor on the device uses it and freed when the
+    last such tensor's data is gone (a finalizer on the host tensor each wrapper holds,
+    never on the user's tensor). Frees that arrive while the allocator is busy (the
+    garbage collector can run anywhere) wait for it.
+    """
+
+    def __init__(self, allocator: Allocator):
+        self.allocator = allocator
+        self.storages: dict[int, list[Any]] = {}  # storage key -> [blocks, users, booked bytes]
+        self._busy = False
+        self._waiting: list[int] = []
+
+    def reserve(self, nbytes: int) -> Block | None:
+        """Book ``nbytes`` before the host memory is taken (raises torch.OutOfMemoryError)."""
+        return self._malloc(nbytes) if nbytes else None
+
+    def track(self, data: torch.Tensor, block: Block | None = None) -> None:
+        with torch._C.DisableTorchFunction():
+            storage = tb.storage(data)
+            key, nbytes = storage._cdata, storage.nbytes()
+        entry = self.storages.get(key)
+        if entry is None:
+            if block is None and nbytes:
+                block = self._malloc(nbytes)
+            entry = self.storages[key] = [[block] if block is not None else [], 0, nbytes]
+        elif block is not None:
+            self._free(block)  # booked ahead for a storage already on the books
+        if nbytes > entry[2]:  # grown in place (resize_)
+            entry[0].append(self._malloc(nbytes - entry[2]))
+            entry[2] = nbytes
+        entry[1] += 1
+        weakref.finalize(data, self._release, key)
+
+    def _release(self, key: int) -> None:
+        if self._busy:
+            self._waiting.append(key)
+            return
+        entry = self.storages.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self.storages[key]
+            for block in entry[0]:
+                self._free(block)
+
+    def _malloc(self, nbytes: int) -> Block:
+        self._busy = True
+        try:
+            return self.allocator.malloc(nbytes)
+        finally:
+            self._busy = False
+            self._drain()
+
+    def _free(self, block: Block) -> None:
+        self._busy = True
+        try:
+            self.allocator.free(block)
+        finally:
+            self._busy = False
+            self._drain()
+
+    def _drain(self) -> None:
+        while self._waiting:
+            self._release(self._waiting.pop())
+
+
+def _parse_capacity(memory: Any) -> int | None:
+    if memory is None:
+        return None
+    try:
+        capacity = parse_bytes(memory)
+    except ValueError as exc:
+        raise ValueError(f"testing.enable(memory=...): {exc}") from None
+    if capacity <= 0:
+        raise ValueError(f"testing.enable(memory=...): a capacity must be more than 0 bytes, not {memory!r}")
+    return capacity
+
+
+_books = [_Books(Allocator(f"{DEVICE_TYPE}:{i}")) for i in range(DEVICE_COUNT)]
+_UNCHANGED: Any = object()
+
+
+def _index(device: Any) -> int:
+    if device is None:
+        return torch.sim.current_device()  # type: ignore[attr-defined]
+    if isinstance(device, int):
+        index = device
+    else:
+        d = torch.device(device)
+        if d.type != "sim":
+            raise ValueError(f"{d} is not a simulated device")
+        index = d.index if d.index is not None else torch.sim.current_device()  # type: ignore[attr-defined]
+    if not 0 <= index < len(_books):
+        raise ValueError(f"there are {len(_books)} simulated devices; index {index} is out of range")
+    return index
+
+
+def _allocator(device: Any = None) -> Allocator:
+    return _books[_index(device)].allocator
 
 
 class _BackendModule:
@@ -76,6 +200,43 @@ class _BackendModule:
 
     def synchronize(self, device: Any = None) -> None:
         pass
+
+    # The memory calls, named as torch.cuda names them (see the module's docstring).
+
+    def memory_stats(self, device: Any = None) -> dict[str, int]:
+        return _allocator(device).memory_stats()
+
+    def memory_allocated(self, device: Any = None) -> int:
+        return _allocator(device).allocated
+
+    def memory_reserved(self, device: Any = None) -> int:
+        return _allocator(device).reserved
+
+    def max_memory_allocated(self, device: Any = None) -> int:
+        return _allocator(device).peak_allocated
+
+    def max_memory_reserved(self, device: Any = None) -> int:
+        return _allocator(device).peak_reserved
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        _allocator(device).reset_peaks()
+
+    def empty_cache(self) -> None:
+        for books in _books:
+            books._busy = True
+            try:
+                books.allocator.empty_cache()
+            finally:
+                books._busy = False
+                books._drain()
+
+    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        """(free, total) bytes, as ``torch.cuda.mem_get_info``."""
+        allocator = _allocator(device)
+        if allocator.capacity is None:
+            raise RuntimeError("the simulated device has no capacity (devinspect.testing.enable(memory='8GiB') "
+                               "sets one)")
+        return allocator.free_bytes() or 0, allocator.capacity
 
 
 class SimTensor(torch.Tensor):
@@ -110,7 +271,7 @@ class SimTensor(torch.Tensor):
 
     @staticmethod
     def __tensor_unflatten__(inner: dict, ctx: torch.device, outer_size: Any, outer_stride: Any) -> SimTensor:
-        return SimTensor(inner["_data"], ctx)
+        return _wrap(inner["_data"], ctx)
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
@@ -190,7 +351,7 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     if func is torch.ops.aten._local_scalar_dense.default or not on:
         return out
     device = on[0]
-    return tree_map(lambda x: SimTensor(x, device) if type(x) is torch.Tensor else x, out)
+    return tree_map(lambda x: _wrap(x, device) if type(x) is torch.Tensor else x, out)
 
 
 def _mismatch(first: str, second: str) -> RuntimeError:
@@ -207,6 +368,25 @@ def _two_devices(devices: set[torch.device]) -> tuple[str, str]:
     return (sim[0], others[0]) if sim else (names[0], names[1])
 
 
+def _wrap(data: torch.Tensor, device: torch.device, block: Block | None = None) -> SimTensor:
+    """``data`` as a tensor on the simulated ``device``, its memory booked there."""
+    _books[device.index or 0].track(data, block)
+    return SimTensor(data, device)
+
+
+def _reserve(device: torch.device, nbytes: int) -> Block | None:
+    return _books[device.index or 0].reserve(nbytes)
+
+
+def _storage_bytes(size: Any, stride: Any, dtype: torch.dtype | None) -> int:
+    itemsize = (dtype or torch.get_default_dtype()).itemsize
+    if any(int(s) == 0 for s in size):
+        return 0
+    if stride is None:
+        return math.prod(int(s) for s in size) * itemsize
+    return (1 + sum((int(s) - 1) * int(st) for s, st in zip(size, stride))) * itemsize
+
+
 def _data_of(t: Any) -> Any:
     return t._data if type(t) is SimTensor else t
 
@@ -214,9 +394,11 @@ def _data_of(t: Any) -> Any:
 def _to_copy(src: torch.Tensor, *, device: Any = None, **kwargs: Any) -> torch.Tensor:
     target = torch.device(device) if device is not None else src.device
     plain = _data_of(src)
-    out = torch.ops.aten._to_copy.default(plain, **kwargs)
     if target.type == DEVICE_TYPE:
-        return SimTensor(out, _with_index(target))
+        target = _with_index(target)
+        block = _reserve(target, _storage_bytes(plain.shape, None, kwargs.get("dtype") or plain.dtype))
+        return _wrap(torch.ops.aten._to_copy.default(plain, **kwargs), target, block)
+    out = torch.ops.aten._to_copy.default(plain, **kwargs)
     if target.type != "cpu":
         return out.to(target)
     return out
@@ -228,11 +410,15 @@ def _with_index(device: torch.device) -> torch.device:
 
 def _register_kernels() -> None:
     def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        target = _with_index(torch.device(device))
+        block = _reserve(target, _storage_bytes(size, None, dtype))  # before the host memory is taken
         data = torch.empty(size, dtype=dtype, memory_format=memory_format or torch.contiguous_format)
-        return SimTensor(data, _with_index(torch.device(device)))
+        return _wrap(data, target, block)
 
     def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-        return SimTensor(torch.empty_strided(size, stride, dtype=dtype), _with_index(torch.device(device)))
+        target = _with_index(torch.device(device))
+        block = _reserve(target, _storage_bytes(size, stride, dtype))
+        return _wrap(torch.empty_strided(size, stride, dtype=dtype), target, block)
 
     def copy_from(src, dst, non_blocking=False):
         # Reached without __torch_dispatch__ when torch.tensor(data, device=...) fills
@@ -243,17 +429,37 @@ def _register_kernels() -> None:
     def copy_from_and_resize(src, dst):
         data = _data_of(dst)
         data.resize_(src.shape)
+        _books[dst.device.index or 0].track(data)  # books any growth of the storage
         data.copy_(_data_of(src))
         return dst
 
-    torch.library.impl("aten::empty.memory_format", "privateuseone")(empty_memory_format)
-    torch.library.impl("aten::empty_strided", "privateuseone")(empty_strided)
-    torch.library.impl("aten::_copy_from", "privateuseone")(copy_from)
-    torch.library.impl("aten::_copy_from_and_resize", "privateuseone")(copy_from_and_resize)
+    for op, kernel in (("aten::empty.memory_format", empty_memory_format), ("aten::empty_strided", empty_strided),
+                       ("aten::_copy_from", copy_from), ("aten::_copy_from_and_resize", copy_from_and_resize)):
+        torch.library.impl(op, "privateuseone")(_kernel(kernel))
 
 
-def enable() -> torch.device:
+def _kernel(kernel: Any) -> Any:
+    """A kernel whose errors (running out of simulated memory) show no frame of this module,
+    as a GPU's kernels raise from C++."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return kernel(*args, **kwargs)
+        except Exception as exc:
+            tidy_traceback(exc)
+            raise
+
+    run.__name__ = kernel.__name__
+    return run
+
+
+def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
     """Register the simulated device (once per process) and return ``sim:0``.
+
+    ``memory`` is each simulated device's capacity: ``"8GiB"``, ``"512MiB"``, a number of
+    bytes, or None for no limit (the default). Left out, the capacity stays as it is, so
+    ``enable()`` in library code never lifts a limit a notebook set.
 
     Backward passes then run on the calling thread
     (``torch.autograd.set_multithreading_enabled(False)``): autograd's per-device
@@ -264,6 +470,7 @@ def enable() -> torch.device:
     owns the slot.
     """
     global _enabled
+    capacity = _parse_capacity(memory) if memory is not _UNCHANGED else None  # a wrong size fails before anything
     with _lock:
         if not _enabled:
             current = torch._C._get_privateuse1_backend_name()
@@ -278,6 +485,9 @@ def enable() -> torch.device:
             _register_kernels()
             torch.autograd.set_multithreading_enabled(False)
             _enabled = True
+        if memory is not _UNCHANGED:
+            for books in _books:
+                books.allocator.capacity = capacity
     return torch.device(DEVICE_TYPE, 0)
 
 

@@ -133,6 +133,61 @@ cells = [
         "snap = %gpumem -o --no-tensors\n"
         "snap.frame[[\"device\", \"state\", \"allocated_bytes\", \"reserved_bytes\", \"process_bytes\"]]"
     ),
+    new_markdown_cell(
+        "## After the fact: errors explained\n\n"
+        "Cells fail without `%%devcheck` too. Once loaded, devinspect reads the traceback of every cell "
+        "that fails with a device mismatch or an out-of-memory error and explains it under the "
+        "traceback: the tensors by your names, the fix, and in JupyterLab **Apply fix**. A cell that "
+        "succeeds, or fails for another reason, costs a few microseconds and shows nothing. "
+        "(`%config DevInspect.explain_errors = False` turns it off; `%devcheck --last` or "
+        "`devinspect.explain()` explains the last error on demand.)"
+    ),
+    failing(
+        "features = torch.randn(4, 32)   # torch.randn makes it on the CPU\n"
+        "scores = model.head(features)"
+    ),
+    new_markdown_cell("The fix, as printed:"),
+    new_code_cell(
+        "features = features.to(device)\n"
+        "scores = model.head(features)\n"
+        "scores.shape"
+    ),
+    new_markdown_cell(
+        "### Out of memory: what was alive\n\n"
+        "The simulated device has no limit until you give it one: `testing.enable(memory=\"256MiB\")` makes "
+        "it run out as a small card would, with CUDA's error and CUDA's allocator rules (on a GPU "
+        "the cell below asks for more than the card has)."
+    ),
+    new_code_cell(
+        "if device.type == \"cuda\":\n"
+        "    capacity = torch.cuda.mem_get_info()[1]\n"
+        "else:\n"
+        "    testing.enable(memory=\"256MiB\")\n"
+        "    capacity = 256 << 20\n"
+        "cache = [torch.randn(1024, 1024, device=device) for _ in range(16)]   # 64 MiB, kept by a name\n\n"
+        "def step(x):\n"
+        "    hidden = x @ x.T                                   # 4 MiB more\n"
+        "    return hidden.repeat(capacity // hidden.nbytes, 1)  # as much as the whole device"
+    ),
+    failing("out = step(cache[0])"),
+    new_markdown_cell(
+        "What failed, what was alive, and what the last error's traceback still holds: after an "
+        "exception in a notebook its frames keep their tensors (`hidden` above) until the next "
+        "error. **Release history** lets them go, with the tensors only `Out` holds. "
+        "`%devices --why` shows every path that keeps a tensor alive, here `cache[0]` is also the "
+        "traceback's `x`:"
+    ),
+    new_code_cell("%devices --why cache[0]"),
+    new_code_cell(
+        "import devinspect\n"
+        "devinspect.release_history()"
+    ),
+    new_code_cell(
+        "del cache\n"
+        "if device.type != \"cuda\":\n"
+        "    testing.enable(memory=None)   # no limit again\n"
+        "%gpumem --no-tensors"
+    ),
     new_markdown_cell("The same core works from plain Python, without IPython:"),
     new_code_cell(
         "import devinspect\n"

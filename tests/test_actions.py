@@ -8,7 +8,7 @@ from torch import nn
 import devinspect
 from devinspect import actions
 from devinspect.jupyter.fix_panel import FixButton, findings_panel, fix_panel
-from devinspect.model import Fix, Move, MoveOptimizerState, RegisterBuffer, ReleaseGraphs
+from devinspect.model import Fix, Move, RegisterBuffer, ReleaseGraphs
 
 
 def state_of(module):
@@ -258,10 +258,26 @@ def test_apply_fix_next_to_each_devices_finding(sim):
 # -- memory actions --------------------------------------------------------------
 
 
-def test_empty_cache_and_reset_without_an_allocator_say_why():
+def test_empty_cache_and_reset_without_an_accelerator_say_why():
+    import subprocess
+    import sys
+
+    code = ("import torch; from devinspect import actions; r = actions.empty_cache(); "
+            "print(r.ok, r.nbytes, r.message); print(torch.cuda.is_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("False 0 nothing to release:") and out.splitlines()[1] == "False"
+
+
+def test_empty_cache_returns_the_simulated_devices_cached_segments_and_says_how_much(sim):
+    kept = torch.ones(1000, device=sim)  # keeps its small segment in use
+    gone = torch.ones(3 << 20, device=sim)  # 12 MiB: a segment of its own (large requests round to 2 MiB)
+    reserved = torch.sim.memory_reserved(0)
+    del gone
+    assert torch.sim.memory_reserved(0) == reserved  # cached, as on a GPU
     result = actions.empty_cache()
-    assert not result.ok and result.message.startswith("nothing to release:") and result.nbytes == 0
-    assert torch.cuda.is_initialized() is False
+    assert result.ok and result.nbytes == 12 << 20
+    assert "released 12.0 MiB (expected 12.0 MiB)" in result.message
+    assert torch.sim.memory_reserved(0) == reserved - (12 << 20) and kept.device == sim
 
 
 def test_collect_garbage_reports_the_tensor_bytes_it_freed():

@@ -183,11 +183,11 @@ def check_gpumem_buttons(page) -> None:
     click("Release history", "released Out[")
     click("gc.collect()", "gc.collect() found")
     click("Reset peaks", "peaks reset")
-    click("empty_cache", "nothing to release")
+    click("empty_cache", "empty_cache() released")
     assert status.count() >= 1
     dashboard.locator("button", has_text="Refresh").click()
     page.wait_for_function(
-        "() => ![...document.querySelectorAll('.jp-Cell')][5].innerText.includes('nothing to release')")
+        "() => ![...document.querySelectorAll('.jp-Cell')][5].innerText.includes('empty_cache() released')")
     history = cell(page, 8)
     assert "memory per cell" in history.inner_text()
     assert history.locator("img.devinspect-plot-light, img.devinspect-plot-dark").count() == 2

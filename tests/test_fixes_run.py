@@ -1,7 +1,7 @@
 """Every fix devinspect prints runs as printed and leaves the problem gone (the fix corpus).
 
-For each case of ``fix_cases.py`` and each place its fix comes from (``%%devcheck`` or a
-``%devices`` finding): run the setup cell, see the failing cell fail, take the fix
+For each case of ``fix_cases.py`` and each place its fix comes from (``%%devcheck``, the
+explanation of the plain cell's error after the fact, or a ``%devices`` finding): run the setup cell, see the failing cell fail, take the fix
 exactly as printed (its code as a cell; its source edits applied to the setup cell,
 which runs again), run the failing cell again (it must work), and check that
 ``%devices`` shows no error finding. Then the same with the Apply fix button. On a
@@ -22,7 +22,9 @@ ASSERTING = {"stale-optimizer-after-model-cell-ran-again", "memory-held-by-outpu
 def params(device: str) -> list:
     out = []
     for case in CASES:
-        for source in case.sources:
+        # A device error %%devcheck explains is explained after the fact as well, from its traceback.
+        sources = case.sources + (("explained",) if "devcheck" in case.sources else ())
+        for source in sources:
             # A fix that is only an edit to the user's code has no button to click.
             for how in ("printed", "button") if "action" in case.expect else ("printed",):
                 marks = [pytest.mark.cuda] if device.startswith("cuda") else []
@@ -79,6 +81,14 @@ class Session:
             mismatch = self.ip.user_ns["devcheck_report"].mismatch
             assert mismatch is not None and mismatch.fix is not None, "no mismatch explained"
             return mismatch.fix
+        if source == "explained":
+            import devinspect
+
+            self.failing(must="fail")
+            explanation = devinspect.explain(namespace=self.ip.user_ns)  # the error the plain cell raised
+            assert explanation.mismatch is not None, f"not explained: {explanation}"
+            assert explanation.mismatch.fix is not None, f"no fix: {explanation}"
+            return explanation.mismatch.fix
         self.failing(must="fail")
         view = self.ip.run_line_magic("devices", "-f")
         found = [f for f in view.findings if f.code == source]

@@ -12,8 +12,6 @@ modes left open, and device-mismatch errors.
 
 from __future__ import annotations
 
-import gc
-
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -217,8 +215,6 @@ def test_every_kind_of_failure_fails_a_checked_cell(ip, sim):
 
 
 def test_errors_handled_inside_the_cell_or_in_other_threads_do_not_fail_it(ip, sim):
-    import threading
-
     with capture_output():
         result = ip.run_cell("%%devcheck\nget_ipython().run_cell('raise ValueError(1)')\nx = 1", store_history=True)
     assert result.success and ip.user_ns["x"] == 1

@@ -1,4 +1,5 @@
-"""Apply fix buttons: for a %%devcheck mismatch and next to each %devices finding.
+"""Apply fix buttons: for a %%devcheck mismatch, an error explained after the fact, and next
+to each %devices finding.
 
 Composed from stock ipywidgets. Every click goes through :func:`devinspect.actions.apply_fix`
 (all or nothing, never raising); what happened, in bytes, or why nothing did, is
@@ -10,7 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Callable, Iterable, MutableMapping
 
-from ..model import Finding, Fix
+from ..model import EmptyCache, Finding, Fix, ReleaseHistory
 
 
 class FixButton:
@@ -127,4 +128,25 @@ def findings_panel(findings: Iterable[Finding], namespace: MutableMapping[str, A
                                                                              align_items="center")))
     if not rows:
         return None
+    return widgets.VBox(rows)
+
+
+#: Button labels of the out-of-memory fixes, by action.
+_ACTION_LABELS = {ReleaseHistory: ("Release history", "history"), EmptyCache: ("empty_cache", "recycle")}
+
+
+def explanation_panel(explanation: Any, namespace: MutableMapping[str, Any], rerun: Callable[[], Any] | None = None,
+                      shell: Any = None) -> Any:
+    """The buttons under an explained error: Apply fix and Re-run cell for a device mismatch;
+    Release history and empty_cache for an out-of-memory error, each saying what it did in bytes."""
+    import ipywidgets as widgets
+
+    if explanation.mismatch is not None and explanation.mismatch.fix is not None:
+        return fix_panel(explanation.mismatch.fix, namespace, rerun, shell=shell)
+    rows = []
+    for fix in explanation.fixes:
+        label, icon = _ACTION_LABELS.get(type(fix.action), ("Apply fix", "wrench"))
+        button = FixButton(fix, namespace, label=label, shell=shell)
+        button.button.icon = icon
+        rows.append(button.box)
     return widgets.VBox(rows)

@@ -1,0 +1,92 @@
+"""What explaining errors after the fact costs cells that need no explanation.
+
+Once loaded, devinspect adds an input transformer and one ``post_run_cell`` callback
+that looks at the cell's error. A real IPython shell runs the same cells in blocks,
+with the extension unloaded and loaded alternately, and the fastest block's time per
+cell is printed side by side (the minimum: an error cell's time is mostly IPython's own
+traceback formatting, several milliseconds that vary more between blocks than the
+callback costs):
+
+* a clean cell (``x = sum(range(100))``): the target is under 50 us added;
+* an unrelated Python error (``raise ValueError``): returns on the error's type;
+* an unrelated torch error (a shape mismatch, a RuntimeError like a device
+  mismatch): the failing call is read from the traceback, then nothing is shown.
+
+The callback alone is then timed on each kind of result, without the shell around it.
+
+Run: ``python benchmarks/explain_overhead.py [--cells 300] [--repeat 7]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import timeit
+
+import torch  # noqa: F401 - imported by the cells; loaded here so no block pays for it
+
+CELLS = {
+    "clean cell": "x = sum(range(100))",
+    "unrelated Python error": "raise ValueError('not ours')",
+    "unrelated torch error": "torch.ones(2, 3) @ torch.ones(2, 3)",
+}
+
+
+def per_cell(shell, cell: str, cells: int) -> float:
+    from IPython.utils.io import capture_output
+
+    with capture_output():  # tracebacks are printed: keep the terminal out of the timing
+        start = time.perf_counter()
+        for _ in range(cells):
+            shell.run_cell(cell, store_history=True)
+        return (time.perf_counter() - start) / cells
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", type=int, default=300)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+
+    from IPython.testing.globalipapp import get_ipython
+
+    import devinspect
+
+    shell = get_ipython()
+    shell.run_cell("import torch")
+    print(f"torch {torch.__version__}, devinspect {devinspect.__version__}; "
+          f"{args.cells} cells x {args.repeat} alternating blocks, fastest block per cell")
+    print(f"{'cell':<24}{'without':>12}{'with':>12}{'added':>12}{'ratio':>8}")
+    for label, cell in CELLS.items():
+        per_cell(shell, cell, 20)  # warm up both paths
+        shell.run_line_magic("load_ext", "devinspect")
+        per_cell(shell, cell, 20)
+        shell.run_line_magic("unload_ext", "devinspect")
+        without, with_ = [], []
+        for _ in range(args.repeat):
+            without.append(per_cell(shell, cell, args.cells))
+            shell.run_line_magic("load_ext", "devinspect")
+            with_.append(per_cell(shell, cell, args.cells))
+            shell.run_line_magic("unload_ext", "devinspect")
+        w, d = min(without), min(with_)
+        target = "   (target < 50 us)" if label == "clean cell" else ""
+        print(f"{label:<24}{w * 1e6:>9.1f} us{d * 1e6:>9.1f} us{(d - w) * 1e6:>+9.1f} us{d / w:>7.2f}x{target}")
+
+    print("\n== the post_run_cell callback alone ==")
+    shell.run_line_magic("load_ext", "devinspect")
+    from devinspect.magics import _instances
+
+    callback = _instances[id(shell)]._explain_after_cell
+    for label, cell in CELLS.items():
+        from IPython.utils.io import capture_output
+
+        with capture_output():
+            result = shell.run_cell(cell, store_history=True)
+        number = 2000 if result.error_in_exec is None or isinstance(result.error_in_exec, ValueError) else 200
+        seconds = min(timeit.repeat(lambda: callback(result), number=number, repeat=args.repeat)) / number
+        print(f"{label:<24}{seconds * 1e6:>9.2f} us")
+    shell.run_line_magic("unload_ext", "devinspect")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Static HTML of an explained error, in the style of the %%devcheck report."""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..explain_model import Explanation, OutOfMemory
+from .check_html import mismatch_html
+from .explain_text import DEVCHECK_HINT, figures_line, held_text, others_text, unwound_text, what_text
+from .html import _CELL, _NUM, fix_html
+from .units import human_bytes
+
+_NOWRAP = _CELL + ";white-space:nowrap"
+
+
+def out_of_memory_html(m: OutOfMemory) -> str:
+    asked = (f"tried to allocate {escape(human_bytes(m.requested_bytes))}" if m.requested_bytes is not None
+             else "an allocation failed")
+    out = [f'<p style="margin:4px 0">✖ <b>out of memory on {escape(m.device or "an unknown device")}</b>: {asked}</p>',
+           f'<p style="margin:2px 0">when it failed: {escape(figures_line(m.at_failure))}<br>'
+           f'now: {escape(figures_line(m.now) + unwound_text(m))}</p>']
+    if m.largest:
+        out.append(f'<p style="margin:2px 0">largest live tensors on {escape(m.device or "")}:</p>'
+                   '<table style="border-collapse:collapse;margin:2px 0"><tbody>')
+        for t in m.largest:
+            out.append(f'<tr><td style="{_NOWRAP}"><code>{escape(t.name)}</code></td>'
+                       f'<td style="{_NUM}">{escape(human_bytes(t.nbytes))}</td>'
+                       f'<td style="{_NOWRAP}">{escape(what_text(t))}</td>'
+                       f'<td style="{_CELL}">{escape(t.holder)}</td></tr>')
+        if m.others:
+            out.append(f'<tr><td colspan="4" style="{_CELL}">{escape(others_text(m))}</td></tr>')
+        out.append("</tbody></table>")
+    if held_text(m):
+        out.append(f'<p style="margin:2px 0">held only by {escape(held_text(m))}</p>')
+    if m.releasable_bytes is not None:
+        out.append(f'<p style="margin:2px 0">empty_cache() would release {escape(human_bytes(m.releasable_bytes))} '
+                   "of cached segments now</p>")
+    out.extend(fix_html(fix) for fix in m.fixes)
+    return "".join(out)
+
+
+def render_explanation(e: Explanation) -> str:
+    out = ['<div class="devinspect">']
+    if e.mismatch is not None:
+        out.append(mismatch_html(e.mismatch))
+        out.append(f'<p style="margin:2px 0">({escape(DEVCHECK_HINT)})</p>')
+    elif e.out_of_memory is not None:
+        out.append(out_of_memory_html(e.out_of_memory))
+    else:
+        out.append(f'<p style="margin:2px 0"><b>devinspect</b>: {escape(e.error)}: {escape(e.note)}</p>')
+    out.append("</div>")
+    return "".join(out)

@@ -1,0 +1,78 @@
+"""Plain-text rendering of an explained error (a device mismatch, or out of memory)."""
+
+from __future__ import annotations
+
+from ..explain_model import Explanation, HeldTensor, MemoryFigures, OutOfMemory
+from .check_text import mismatch_lines
+from .text import fix_block
+from .units import human_bytes, shape_text
+
+#: What a mismatch explanation ends with: the check that sees more.
+DEVCHECK_HINT = "run the cell again under %%devcheck for the copies and syncs of each line"
+
+
+def figures_line(m: MemoryFigures) -> str:
+    """``allocated 6.0 GiB · reserved 7.5 GiB · free 120.0 MiB of 8.0 GiB``: what is known."""
+    parts = [f"{label} {human_bytes(value)}" for label, value in (
+        ("allocated", m.allocated_bytes), ("reserved", m.reserved_bytes), ("free", m.free_bytes)) if value is not None]
+    text = " · ".join(parts) or "not known"
+    return text + (f" of {human_bytes(m.total_bytes)}" if m.total_bytes is not None else "")
+
+
+def unwound_text(m: OutOfMemory) -> str:
+    """What the failed step's temporaries held: freed as the error unwound its frames."""
+    before, after = m.at_failure.allocated_bytes, m.now.allocated_bytes
+    if before is None or after is None or before - after <= m.at_failure.rounding_bytes:
+        return ""  # no change the message's rounded figure can show
+    return f" ({human_bytes(before - after)} freed as the error unwound the frames that held it)"
+
+
+def what_text(t: HeldTensor) -> str:
+    """``float32[1024, 1024]``; ``16 × float32[1024, 1024]`` for a list's items."""
+    kind = f"{t.dtype}{shape_text(t.shape)}" if t.dtype != "mixed" else "tensors"
+    return f"{t.count} × {kind}" if t.count > 1 else kind
+
+
+def others_text(m: OutOfMemory) -> str:
+    return f"and {m.others} smaller tensor{'s' if m.others != 1 else ''}, {human_bytes(m.others_bytes)}"
+
+
+def held_text(m: OutOfMemory) -> str:
+    held = [f"the last error's traceback {human_bytes(m.traceback_bytes)}" if m.traceback_bytes else "",
+            f"the output history {human_bytes(m.history_bytes)}" if m.history_bytes else ""]
+    return " and ".join(h for h in held if h)
+
+
+def out_of_memory_lines(m: OutOfMemory) -> list[str]:
+    asked = (f"tried to allocate {human_bytes(m.requested_bytes)}" if m.requested_bytes is not None
+             else "an allocation failed")
+    lines = [f"out of memory on {m.device or 'an unknown device'}: {asked}",
+             f"  when it failed: {figures_line(m.at_failure)}",
+             f"  now:            {figures_line(m.now)}{unwound_text(m)}"]
+    if m.largest:
+        lines.append(f"  largest live tensors on {m.device}:")
+        width = max(len(t.name) for t in m.largest)
+        for t in m.largest:
+            lines.append(f"    {t.name:<{width}}  {human_bytes(t.nbytes):>10}  {what_text(t)}  "
+                         f"[{t.holder}]")
+        if m.others:
+            lines.append(f"    {others_text(m)}")
+    if held_text(m):
+        lines.append(f"  held only by {held_text(m)}")
+    if m.releasable_bytes is not None:
+        lines.append(f"  empty_cache() would release {human_bytes(m.releasable_bytes)} of cached segments now")
+    for fix in m.fixes:
+        lines.extend(fix_block(fix, "  "))
+    return lines
+
+
+def render_explanation(e: Explanation) -> str:
+    if e.mismatch is not None:
+        lines = ["devinspect: " + mismatch_lines(e.mismatch)[0], *mismatch_lines(e.mismatch)[1:],
+                 f"  ({DEVCHECK_HINT})"]
+    elif e.out_of_memory is not None:
+        body = out_of_memory_lines(e.out_of_memory)
+        lines = ["devinspect: " + body[0], *body[1:]]
+    else:
+        lines = [f"devinspect: {e.error}: {e.note}"]
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""Rendering what keeps a tensor alive (``%devices --why``): text and static HTML."""
+
+from __future__ import annotations
+
+from html import escape
+
+from ..referrers import Holders, Reference
+from .html import _CELL
+from .text import plural
+from .units import human_bytes, shape_text
+
+_NOWRAP = _CELL + ";white-space:nowrap"
+
+
+def headline(h: Holders) -> str:
+    size = f"{human_bytes(h.nbytes)} on {h.device}, {h.dtype}{shape_text(h.shape)}"
+    if not h.references:
+        return f"{h.name} ({size}): no path from your names, the output history or the last error reaches it"
+    return f"{h.name} ({size}) is kept alive by {plural(len(h.references), 'reference')}"
+
+
+def _how(r: Reference) -> str:
+    return "; ".join(part for part in (r.root, r.via, r.note) if part)
+
+
+def footer(h: Holders) -> list[str]:
+    out = []
+    if h.unreached:
+        out.append(f"also referred to directly by objects no name reaches: {', '.join(h.unreached)}")
+    if not h.complete:
+        out.append("the search stopped at its bounds (depth, objects or time): there may be more")
+    return out
+
+
+def render_text(h: Holders) -> str:
+    lines = ["devinspect: " + headline(h)]
+    width = max((len(r.path) for r in h.references), default=0)
+    lines.extend(f"  {r.path:<{width}}  {_how(r)}" for r in h.references)
+    lines.extend(f"  ({line})" for line in footer(h))
+    return "\n".join(lines)
+
+
+def render_html(h: Holders) -> str:
+    out = [f'<div class="devinspect"><p style="margin:4px 0"><b>devinspect</b>: {escape(headline(h))}</p>']
+    if h.references:
+        out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>'
+                   f'<th style="{_NOWRAP}">reference</th><th style="{_NOWRAP}">from</th>'
+                   f'<th style="{_NOWRAP}">through</th><th style="{_CELL}"></th></tr></thead><tbody>')
+        for r in h.references:
+            out.append(f'<tr><td style="{_NOWRAP}"><code>{escape(r.path)}</code></td>'
+                       f'<td style="{_NOWRAP}">{escape(r.root)}</td><td style="{_NOWRAP}">{escape(r.via)}</td>'
+                       f'<td style="{_CELL}">{escape(r.note)}</td></tr>')
+        out.append("</tbody></table>")
+    out.extend(f'<p style="margin:2px 0">({escape(line)})</p>' for line in footer(h))
+    out.append("</div>")
+    return "".join(out)

@@ -1,0 +1,417 @@
+"""Errors explained after the fact: a device mismatch in any cell, running out of device
+memory, and what keeps a tensor alive (%devices --why)."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import nbformat
+import pytest
+import torch
+from conftest import run
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+import devinspect
+from devinspect import testing
+
+SETUP = """import torch
+from torch import nn
+from devinspect import testing
+dev = testing.enable()
+model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).to(dev)
+x = torch.randn(4, 8)
+"""
+
+
+@pytest.fixture
+def capped(sim):
+    """The simulated devices with 64 MiB each, uncapped again afterwards; no earlier error's
+    traceback holds any of it."""
+    devinspect.release_traceback()
+    testing.enable(memory="64MiB")
+    torch.sim.empty_cache()
+    yield sim
+    devinspect.release_traceback()
+    testing.enable(memory=None)
+
+
+# -- a device mismatch, in any cell -------------------------------------------------------
+
+
+def test_a_plain_failing_cell_is_explained_under_its_traceback(ip, sim):
+    run(ip, SETUP)
+    result, text, html, captured = run(ip, "y = model(x)")
+    assert type(result.error_in_exec) is RuntimeError
+    assert "device mismatch in F.linear (cpu, sim:0)" in text
+    assert "x                            cpu" in text and "model[0].weight" in text
+    assert 'x = x.to("sim:0")' in text and "%%devcheck" in text
+    assert "device mismatch in <code>F.linear</code>" in html
+
+
+def test_the_printed_fix_runs_as_printed_and_the_cell_then_works(ip, sim):
+    run(ip, SETUP)
+    run(ip, "y = model(x)")
+    explanation = devinspect.explain(namespace=ip.user_ns)
+    fix = explanation.mismatch.fix
+    assert run(ip, fix.code)[0].success
+    assert run(ip, "y = model(x)")[0].success
+
+
+def test_apply_fix_under_an_explained_error_moves_the_input(ip, sim):
+    from devinspect.jupyter.fix_panel import explanation_panel
+
+    run(ip, SETUP)
+    run(ip, "y = model(x)")
+    panel = explanation_panel(devinspect.explain(namespace=ip.user_ns), ip.user_ns, shell=ip)
+    panel.apply.button.click()
+    assert panel.apply.status.value.startswith("✔ x = x.to(")
+    assert ip.user_ns["x"].device == sim and run(ip, "y = model(x)")[0].success
+
+
+def test_in_a_kernel_the_fix_is_a_button(ip, sim):
+    ip.kernel = object()  # a widget frontend
+    try:
+        run(ip, SETUP)
+        _, _, _, captured = run(ip, "y = model(x)")
+    finally:
+        del ip.kernel
+    assert any("application/vnd.jupyter.widget-view+json" in o.data for o in captured.outputs)
+
+
+def test_clean_cells_and_other_errors_show_nothing(ip, sim):
+    run(ip, SETUP)
+    _, text, _, captured = run(ip, "z = model(x.to(dev))")
+    assert captured.outputs == [] and "devinspect" not in text + captured.stdout + captured.stderr
+    for code in ("torch.ones(2) @ torch.ones(3)", "raise ValueError('not about devices')", "{}['missing']",
+                 "model(torch.ones(3, 5, device=dev))"):
+        result, text, _, captured = run(ip, code)
+        assert result.error_in_exec is not None
+        assert captured.outputs == [] and "devinspect" not in text + captured.stdout + captured.stderr, code
+
+
+def test_nothing_watches_a_cell_while_it_runs(ip, sim):
+    run(ip, "import sys, torch\nseen = (torch._C._len_torch_function_stack(), sys.gettrace(), sys.getprofile())")
+    assert ip.user_ns["seen"] == (0, None, None)
+
+
+def test_explaining_can_be_turned_off(ip, sim):
+    run(ip, SETUP)
+    try:
+        run(ip, "%config DevInspect.explain_errors = False")
+        _, text, _, captured = run(ip, "y = model(x)")
+        assert "device mismatch" not in text and captured.outputs == []
+    finally:
+        run(ip, "%config DevInspect.explain_errors = True")
+
+
+def test_a_checked_cell_is_explained_once_by_its_report(ip, sim):
+    run(ip, SETUP)
+    _, text, _, _ = run(ip, "%%devcheck\ny = model(x)")
+    assert text.count("device mismatch in F.linear") == 1 and "devcheck:" in text
+
+
+def test_an_error_in_the_users_function_names_its_locals(ip, sim):
+    run(ip, SETUP + "w = torch.randn(8, 8, device=dev)\n"
+                    "def project(a):\n    scaled = a * 2\n    return scaled @ w\n")
+    _, text, _, _ = run(ip, "out = project(x)")
+    assert "device mismatch in Tensor.__matmul__" in text and "raised in Cell In[" in text
+    assert "scaled" in text and "[local]" in text and 'x = x.to("sim:0")' in text
+
+
+def test_devcheck_last_explains_the_last_error(ip, sim):
+    run(ip, SETUP)
+    run(ip, "y = model(x)")
+    _, text, _, _ = run(ip, "%devcheck --last")
+    assert "device mismatch in F.linear" in text
+    result, _, _, _ = run(ip, "%devcheck --last -v why_it_failed")
+    assert ip.user_ns["why_it_failed"].kind == "device mismatch"
+    result, text, _, _ = run(ip, "e = %devcheck --last -o")
+    assert ip.user_ns["e"].mismatch.op == "F.linear"
+
+
+def test_devcheck_last_without_an_error_or_with_a_cell_says_so(ip, monkeypatch):
+    for name in ("last_value", "last_exc"):
+        monkeypatch.setattr(sys, name, None, raising=False)
+    result, text, _, _ = run(ip, "%devcheck --last")
+    assert type(result.error_in_exec).__name__ == "UsageError"
+    assert "no error to explain" in str(result.error_in_exec)
+    result, _, _, _ = run(ip, "%devcheck")
+    assert "put %%devcheck on the cell's first line" in str(result.error_in_exec)
+    result, _, _, _ = run(ip, "%%devcheck --last\nx = 1")
+    assert "takes no cell" in str(result.error_in_exec)
+
+
+def test_explain_from_plain_python(sim):
+    ns = {"torch": torch, "sim": sim}
+    exec("model = torch.nn.Linear(4, 2).to(sim)\ninputs = torch.randn(3, 4)", ns)
+    try:
+        exec("model(inputs)", ns)
+    except RuntimeError as exc:
+        explanation = devinspect.explain(exc, ns)
+    assert explanation.kind == "device mismatch"
+    assert [o.name for o in explanation.mismatch.operands if o.device == "cpu"] == ["inputs"]
+    assert explanation.mismatch.fix.code == 'inputs = inputs.to("sim:0")'
+    try:
+        raise KeyError("elsewhere")
+    except KeyError as exc:
+        other = devinspect.explain(exc)
+    assert not other and "not a device mismatch" in repr(other)
+
+
+def test_a_local_of_a_function_is_fixed_in_its_source(sim):
+    model = torch.nn.Linear(4, 2).to(sim)
+    inputs = torch.randn(3, 4)
+    try:
+        model(inputs)
+    except RuntimeError as exc:
+        explanation = devinspect.explain(exc)  # the caller's globals: inputs is a local here
+    (edit,) = explanation.mismatch.fix.edits
+    assert (edit.old, edit.new) == ("model(inputs)", 'model(inputs.to("sim:0"))')
+    assert edit.where.file == __file__
+
+
+def test_explain_without_any_error_raises(monkeypatch):
+    for name in ("last_value", "last_exc"):
+        monkeypatch.setattr(sys, name, None, raising=False)
+    with pytest.raises(LookupError, match="no error to explain"):
+        devinspect.explain()
+
+
+def test_the_traceback_is_read_not_run(ip, sim):
+    """Properties and __getattr__ of the objects on the failing line are never called."""
+    run(ip, SETUP + "calls = []\n"
+                    "class Batch:\n"
+                    "    def __init__(self, t):\n        self.t = t\n"
+                    "    @property\n    def inputs(self):\n        calls.append('property')\n        return self.t\n"
+                    "    def __getattr__(self, name):\n        calls.append(name)\n        raise AttributeError(name)\n"
+                    "batch = Batch(x)\n")
+    _, text, _, _ = run(ip, "y = model(batch.t)")
+    assert "device mismatch in F.linear" in text
+    run(ip, "y = model(batch.inputs)")  # the property ran once, in the cell itself
+    assert ip.user_ns["calls"] == ["property"]
+
+
+# -- out of memory ----------------------------------------------------------------------------
+
+OOM_SETUP = """import torch
+from devinspect import testing
+dev = testing.device()
+keep = torch.ones(4, 1024, 1024, device=dev)  # 16 MiB, named
+def step(x):
+    h = x.repeat(2, 1, 1)  # 32 MiB, held by the traceback's frame once it fails
+    return torch.empty(64, 1024, 1024, device=dev)  # 256 MiB: more than the device has
+"""
+
+
+def test_an_out_of_memory_error_is_explained_with_the_largest_tensors(ip, capped):
+    run(ip, OOM_SETUP)
+    result, text, _, _ = run(ip, "out = step(keep)")
+    assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
+    assert "out of memory on sim:0: tried to allocate 256.0 MiB" in text
+    assert "when it failed: allocated 48.0 MiB" in text and "of 64.0 MiB" in text
+    lines = text.splitlines()
+    largest = lines.index("  largest live tensors on sim:0:")
+    assert lines[largest + 1].split()[:4] == ["h", "in", "step", "32.0"]
+    assert lines[largest + 2].split()[:3] == ["keep", "16.0", "MiB"]
+    assert "held only by the last error's traceback 32.0 MiB" in text
+    assert "devinspect.release_history()" in text and "torch.sim.empty_cache()" in text
+
+
+def test_the_printed_release_runs_as_printed_where_only_the_extension_is_loaded(ip, capped):
+    run(ip, OOM_SETUP)
+    run(ip, "out = step(keep)")
+    assert "devinspect" not in ip.user_ns  # %load_ext does not bind the name
+    release = devinspect.explain(namespace=ip.user_ns).out_of_memory.fixes[0]
+    assert release.code == "import devinspect\ndevinspect.release_history()"
+    before = torch.sim.memory_allocated(0)
+    result, text, _, _ = run(ip, release.code)
+    assert result.error_in_exec is None and before - torch.sim.memory_allocated(0) == 32 << 20
+    assert "released" in text and "32.0 MiB" in text
+
+
+def test_release_history_frees_what_the_explanation_says(ip, capped):
+    from devinspect.jupyter.fix_panel import explanation_panel
+
+    run(ip, OOM_SETUP)
+    run(ip, "out = step(keep)")
+    explanation = devinspect.explain(namespace=ip.user_ns)
+    held = explanation.out_of_memory.traceback_bytes
+    assert held == 32 << 20
+    before = torch.sim.memory_allocated(0)
+    panel = explanation_panel(explanation, ip.user_ns, shell=ip)
+    release, empty = [box.children[0] for box in panel.children]
+    assert release.description == "Release history" and empty.description == "empty_cache"
+    release.click()
+    assert before - torch.sim.memory_allocated(0) == held  # what it said, freed
+    assert "32.0 MiB" in panel.children[0].children[2].value
+    empty.click()
+    assert panel.children[1].children[2].value.startswith("✔ empty_cache() released")
+    # Only segments in use are left (keep's, and a small one of earlier tests' tensors).
+    assert torch.sim.memory_reserved(0) - torch.sim.memory_allocated(0) < 2 << 20
+    assert run(ip, "out = step(keep[:1])")[0].error_in_exec is not None  # still too big, as it should be
+
+
+def test_out_of_memory_from_plain_python_and_its_printed_fixes(capped):
+    keep = torch.ones(4, 1024, 1024, device=capped)
+    try:
+        torch.empty(64, 1024, 1024, device=capped)
+    except torch.OutOfMemoryError as exc:
+        explanation = devinspect.explain(exc, {"keep": keep})
+    m = explanation.out_of_memory
+    assert explanation.kind == "out of memory" and m.device == "sim:0" and m.requested_bytes == 256 << 20
+    assert m.at_failure.total_bytes == 64 << 20 and m.now.allocated_bytes == torch.sim.memory_allocated(0)
+    assert m.largest[0].name == "keep" and m.largest[0].holder == "namespace"
+    # Nothing held by history here; the namespace has no torch, so the fix imports it.
+    assert [f.code for f in m.fixes] == ["import torch\ntorch.sim.empty_cache()"]
+    exec(m.fixes[0].code, {"keep": keep})  # runs as printed
+
+
+def test_cuda_and_other_backends_messages_are_read():
+    from devinspect.out_of_memory import failed_device, figures_in
+
+    cuda = ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacity of 79.15 GiB of which "
+            "13.44 MiB is free. Process 1234 has 79.13 GiB memory in use. Of the allocated memory 78.56 GiB is "
+            "allocated by PyTorch, and 123.45 MiB is reserved by PyTorch but unallocated.")
+    assert failed_device(cuda) == "cuda:1"
+    f = figures_in(cuda)
+    assert f.total_bytes == int(79.15 * (1 << 30)) and f.free_bytes == int(13.44 * (1 << 20))
+    assert f.reserved_bytes == f.allocated_bytes + int(123.45 * (1 << 20))
+    mps = ("MPS backend out of memory (MPS allocated: 1.20 GB, other allocations: 2.00 GB, max allowed: 18.13 GB). "
+           "Tried to allocate 256.00 MB on private pool.")
+    assert failed_device(mps) == "mps:0" and figures_in(mps).total_bytes == int(18.13 * (1 << 30))
+    xpu = ("XPU out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.11 GiB total capacity; 12.30 GiB already "
+           "allocated; 13.20 GiB reserved in total by PyTorch)")
+    assert failed_device(xpu) == "xpu:0" and figures_in(xpu).reserved_bytes == int(13.2 * (1 << 30))
+
+
+# -- who holds a tensor -------------------------------------------------------------------------
+
+
+def test_why_names_a_closure_out_a_traceback_and_an_autograd_graph(ip, sim):
+    run(ip, "import torch\nfrom devinspect import testing\n"
+            "h = torch.ones(1000, device=testing.device())\n"
+            "def make():\n    kept = h\n    return lambda: kept\n"
+            "f = make()\n"
+            "w = torch.randn(1000, device=testing.device(), requires_grad=True)\n"
+            "loss = (w * h).sum()\n"
+            "def boom(a):\n    local = a + 1\n    raise ValueError('boom')\n")
+    run(ip, "h")  # shown: Out keeps it
+    run(ip, "boom(h)")
+    found = ip.run_line_magic("devices", "--why h -o")
+    paths = {r.path: r for r in found.references}
+    assert "h" in paths and paths["h"].root == "namespace"
+    assert paths["f.__closure__[0].cell_contents"].via == "closure"
+    assert any(p.startswith("Out[") for p in paths) and any(r.root == "output history" for r in found.references)
+    assert paths["a"].root == "last error's traceback" and "a local of boom" in paths["a"].note
+    graph = [r for r in found.references if r.via == "autograd graph"]
+    assert [r.path for r in graph] == ["loss.grad_fn.next_functions[0][0]._saved_other"]
+    assert found.complete
+    # Each path can be typed: it reaches the tensor itself.
+    assert eval(graph[0].path, ip.user_ns) is ip.user_ns["h"]
+
+
+def test_why_finds_a_traceback_local_and_an_unnamed_tensor(ip, sim):
+    run(ip, "import torch\nfrom devinspect import testing\n"
+            "def boom():\n    local = torch.ones(10, device=testing.device())\n    raise ValueError('x')\n")
+    run(ip, "boom()")
+    found = ip.run_line_magic("devices", "--why sys.last_traceback:boom.local -o")
+    assert [(r.path, r.root) for r in found.references] == [("local", "last error's traceback")]
+    run(ip, "import gc\nclass Node:\n    pass\nn = Node(); n.me = n; n.t = torch.ones(3); gc.disable(); del n")
+    try:
+        listed = ip.run_line_magic("devices", "--all -o")
+        unnamed = next(r.name for r in listed.records if r.kind == "unnamed" and r.shape == (3,))
+        found = ip.run_line_magic("devices", f"--why '{unnamed}' -o")
+        assert found.references == () and "Node" in found.unreached or "dict" in found.unreached
+        assert "no path from your names" in repr(found)
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+def test_why_mistakes_are_one_line(ip):
+    run(ip, "import torch\nhidden_state = torch.ones(2)")
+    for line, message in (("--why hiden_state", "did you mean 'hidden_state'?"),
+                          ("--why hidden_state -d cpu", "--why takes one name and no other selection"),
+                          ("--why", "expected one argument")):
+        result, _, _, _ = run(ip, f"%devices {line}")
+        assert type(result.error_in_exec).__name__ == "UsageError" and message in str(result.error_in_exec), line
+
+
+def test_why_runs_no_user_code(ip, sim):
+    run(ip, "import torch\ncalls = []\nt = torch.ones(3)\n"
+            "class Sneaky:\n"
+            "    def __init__(self):\n        self.t = t\n"
+            "    @property\n    def other(self):\n        calls.append('property')\n        return t\n"
+            "    def __getattr__(self, name):\n        calls.append(name)\n        raise AttributeError(name)\n"
+            "    def __eq__(self, other):\n        calls.append('eq')\n        return False\n"
+            "    __hash__ = object.__hash__\n"
+            "s = Sneaky()\nd = {s: t}\n")
+    found = ip.run_line_magic("devices", "--why t -o")
+    assert {r.path for r in found.references} >= {"t", "s.t", "d[…]"}
+    assert ip.user_ns["calls"] == []
+
+
+def test_why_is_bounded_and_says_when_it_stopped(ip, monkeypatch):
+    from devinspect import referrers
+
+    run(ip, "import torch\nt = torch.ones(1)\nhay = [[[i] for i in range(1000)] for _ in range(100)]\nhay.append(t)")
+    found = ip.run_line_magic("devices", "--why t -o")
+    assert found.complete and "hay[100]" in {r.path for r in found.references}
+    monkeypatch.setattr(referrers, "MAX_OBJECTS", 1000)
+    found = ip.run_line_magic("devices", "--why t -o")
+    assert not found.complete and "the search stopped at its bounds" in repr(found)
+
+
+# -- in a real kernel -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_in_a_real_kernel_failing_cells_are_explained_and_others_are_not():
+    cells = [
+        "%load_ext devinspect",
+        SETUP,
+        "y = model(x)",  # 2: a device mismatch
+        "torch.ones(2) @ torch.ones(3)",  # 3: an unrelated error
+        "testing.enable(memory='64MiB')\nkeep = torch.ones(4, 1024, 1024, device=dev)",
+        "torch.empty(64, 1024, 1024, device=dev)",  # 5: out of memory
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    for cell in nb.cells[2:]:
+        cell.metadata["tags"] = ["raises-exception"]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+
+    def texts(i: int) -> str:
+        return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in nb.cells[i].outputs)
+
+    mismatch = nb.cells[2].outputs
+    assert [o.output_type for o in mismatch][0] == "error"  # the traceback first, the explanation under it
+    assert "device mismatch in F.linear" in texts(2) and 'x = x.to("sim:0")' in texts(2)
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in mismatch)
+    assert [o.output_type for o in nb.cells[3].outputs] == ["error"]  # nothing added
+    assert "out of memory on sim:0: tried to allocate 256.0 MiB" in texts(5) and "keep" in texts(5)
+
+
+@pytest.mark.slow
+def test_run_all_still_stops_at_an_explained_error():
+    cells = ["%load_ext devinspect", SETUP, "y = model(x)", "after = 'ran'"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    with pytest.raises(CellExecutionError):
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    assert nb.cells[3].outputs == [] and "device mismatch" in str(nb.cells[2].outputs)
+
+
+def test_a_lists_items_are_one_row_of_the_largest_tensors(capped):
+    parts = [torch.ones(1024, 1024, device=capped) for _ in range(6)]  # 6 x 4 MiB
+    pair = [torch.ones(256, 1024, device=capped) for _ in range(2)]  # 2 x 1 MiB: too few to group
+    big = torch.ones(2, 1024, 1024, device=capped)  # 8 MiB
+    try:
+        torch.empty(64, 1024, 1024, device=capped)
+    except torch.OutOfMemoryError as exc:
+        explanation = devinspect.explain(exc, {"parts": parts, "pair": pair, "big": big})
+    rows = [(t.name, t.nbytes, t.count) for t in explanation.out_of_memory.largest]
+    assert rows == [("parts[0…5]", 24 << 20, 6), ("big", 8 << 20, 1), ("pair[0]", 1 << 20, 1), ("pair[1]", 1 << 20, 1)]
+    assert "parts[0…5]    24.0 MiB  6 × float32[1024, 1024]" in repr(explanation)
+    # The message rounds its figures: a difference smaller than that rounding is not "freed".
+    assert "freed as the error unwound" not in repr(explanation)
