@@ -66,6 +66,9 @@ class DevInspect(Magics):
     @argument("-v", "--variable", metavar="NAME", help="Also store the result in the variable NAME.")
     @argument("--why", metavar="NAME",
               help="Show what keeps this tensor alive (a name as %%devices lists it, or <unnamed N> from --all).")
+    @argument("--ranks", action="store_true",
+              help="Every rank of a distributed job side by side: through the ipyparallel client in the "
+                   "namespace, or torch.distributed when this process is in an initialised group.")
     @line_magic
     def devices(self, line: str = "") -> Any:
         """List every tensor in the session with its device, dtype, shape and bytes, and what looks wrong.
@@ -85,8 +88,13 @@ class DevInspect(Magics):
             r = %devices                   # keep the result: r.frame, r.findings
             %devices -v r                  # the same, stored in r
             %devices --why h               # what keeps h (and its memory) alive
+            %devices --ranks               # every rank of a distributed job
         """
         args = self._parse(self.devices, line)
+        if args.ranks:
+            if args.names or args.device or args.kind or args.why or args.findings or args.all_objects:
+                raise UsageError("%devices: --ranks shows whole ranks; it takes no names or other selection")
+            return self._ranks("%devices", args, "devices")
         if args.why is not None:
             return self._why(args)
         if args.max_rows is not None and args.max_rows < 0:
@@ -121,6 +129,43 @@ class DevInspect(Magics):
         if args.variable:
             namespace[args.variable] = view
         return self._show(view, args.output, scan_view)
+
+    def _ranks(self, magic: str, args: Any, focus: str) -> Any:
+        """``--ranks``: the per-rank report, over ipyparallel or torch.distributed."""
+        from IPython.display import display
+
+        from .distributed import DistributedError, from_view, gather
+
+        _variable_name(magic, args.variable)
+        namespace = self.shell.user_ns
+        try:
+            view = _engines_view(namespace)
+            if view is not None:
+                report = from_view(view, focus=focus)
+            else:
+                dist = getattr(sys.modules.get("torch"), "distributed", None)
+                if dist is None or not (dist.is_available() and dist.is_initialized()):
+                    raise UsageError(f"{magic}: --ranks needs an ipyparallel client in the namespace "
+                                     "(rc = ipyparallel.Client()) or an initialised torch.distributed group here")
+                report = gather(namespace, exclude=self._ipython_names(), focus=focus)
+        except DistributedError as exc:
+            raise UsageError(f"{magic} --ranks: {exc}") from None
+        if report is None:  # a rank other than the one that collects: it shows nothing
+            return None
+        if args.variable:
+            namespace[args.variable] = report
+        if _caller_displays_result(_calling_frame()) and args.output:
+            return report
+        widget = None
+        if getattr(self.shell, "kernel", None) is not None:
+            try:
+                from .jupyter.ranks_widget import ranks_widget
+
+                widget = ranks_widget(report)
+            except ImportError:  # no ipywidgets: the static report is complete
+                widget = None
+        display(_with_fallback(widget, report) if widget is not None else report, raw=widget is not None)
+        return report if args.output else None
 
     def _why(self, args: Any) -> Any:
         """``%devices --why NAME``: the reference paths that keep that tensor alive."""
@@ -185,12 +230,7 @@ class DevInspect(Magics):
             raise UsageError(f"{name}: {exc} in {line!r}") from None
 
     def _ipython_names(self) -> list[str]:
-        """IPython's own variables, unless the user rebound them. History names are kept:
-        the scan measures what they hold."""
-        from .scan import is_history_name
-
-        namespace, hidden = self.shell.user_ns, self.shell.user_ns_hidden
-        return [n for n, v in hidden.items() if namespace.get(n, v) is v and not is_history_name(n)]
+        return shell_names(self.shell)
 
     @magic_arguments()
     @argument("-o", "--output", nargs="?", const=True, default=None, metavar="NAME",
@@ -337,6 +377,8 @@ class DevInspect(Magics):
     @argument("-o", "--output", action="store_true",
               help="Return the snapshot (or the history), as %%timeit -o does: snap = %%gpumem -o")
     @argument("-v", "--variable", metavar="NAME", help="Also store the snapshot (or the history) in NAME.")
+    @argument("--ranks", action="store_true",
+              help="The memory of every rank of a distributed job side by side (see %%devices --ranks).")
     @line_magic
     def gpumem(self, line: str = "") -> Any:
         """Accelerator memory per device: allocated, reserved and the driver's view, reconciled.
@@ -359,6 +401,10 @@ class DevInspect(Magics):
         """
         args = self._parse(self.gpumem, line)
         _variable_name("%gpumem", args.variable)
+        if args.ranks:
+            if args.device or args.watch is not None or args.track or args.untrack or args.history or args.stop:
+                raise UsageError("%gpumem: --ranks shows every rank once; it takes no -d, --watch, --track or --history")
+            return self._ranks("%gpumem", args, "memory")
         if args.track and args.untrack:
             raise UsageError("%gpumem: --track and --untrack contradict each other")
         if args.watch is not None and not 0.2 <= args.watch <= 3600:
@@ -519,6 +565,37 @@ class DevInspect(Magics):
         self._set_event("post_run_cell", self._after_cell_track, False)
         self._set_event("post_run_cell", self._after_cell_watch, False)
         self._set_event("post_run_cell", self._explain_after_cell, False)
+
+
+def _engines_view(namespace: Any) -> Any:
+    """The ipyparallel view to ask: a DirectView the user made, else every engine of a
+    Client. Recognised by type alone (nothing of the user's runs)."""
+    client = None
+    for value in list(namespace.values()):
+        kind = type(value)
+        if not kind.__module__.startswith("ipyparallel"):
+            continue
+        if kind.__name__ == "DirectView":
+            return value
+        if kind.__name__ == "Client" and client is None:
+            client = value
+    if client is None:
+        return None
+    from .distributed import DistributedError
+
+    try:
+        return client[:]
+    except Exception as exc:  # noqa: BLE001 - no engines registered yet, a closed client
+        raise DistributedError(f"the ipyparallel client has no engines to ask ({type(exc).__name__}: {exc})") from None
+
+
+def shell_names(shell: Any) -> list[str]:
+    """IPython's own variables, unless the user rebound them. History names are kept:
+    the scan measures what they hold."""
+    from .scan import is_history_name
+
+    namespace, hidden = shell.user_ns, shell.user_ns_hidden
+    return [n for n, v in hidden.items() if namespace.get(n, v) is v and not is_history_name(n)]
 
 
 def _only_device(snapshot: Any, text: str) -> Any:
