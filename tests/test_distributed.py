@@ -191,3 +191,34 @@ def test_an_engine_that_fails_or_does_not_answer_is_its_row(engines):
     assert rows[1].error == "engine 1 did not answer within 2 s"
     assert "rank 1: engine 1 did not answer within 2 s" in repr(report)
     hung.get(timeout=30)
+
+
+def test_the_widget_opens_on_the_outlier_and_shows_any_ranks_tensors():
+    from devinspect.distributed.rank_summary import TopTensor
+    from devinspect.jupyter.ranks_widget import ranks_widget
+
+    ranks = [RankSummary(rank=r, world_size=3, devices=(DeviceUse("sim:0", 1, 100, 512 * (10 if r == 2 else 1)),),
+                         top=(TopTensor(f"x{r}", "tensor", "sim:0", "float32", (4,), 100),)) for r in range(3)]
+    widget = ranks_widget(dd.make_report(ranks))
+    head, table, findings, pick, top = widget.children
+    assert pick.value == 2 and "x2" in top.value and "rank 2 holds 5.0 KiB" in findings.value
+    pick.value = 0
+    assert "x0" in top.value and "x2" not in top.value
+    assert "<table" in table.value and head.value.startswith("<b>devinspect: 3 ranks of 3</b>")
+
+
+def test_ranks_magic_gathers_when_the_notebook_is_a_rank(ip):
+    import torch.distributed as dist
+    from ranks import free_port
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        run(ip, "import torch\nweights = torch.zeros(1000)")
+        result, text, _, _ = run(ip, "%gpumem --ranks")
+        assert result.error_in_exec is None and text.startswith("devinspect: 1 rank of 1 over gloo")
+        report = ip.run_line_magic("devices", "--ranks -o")
+        assert report.summaries[0].top[0].name == "weights"
+        assert not any(t.name.startswith(("_i", "In", "Out")) for t in report.summaries[0].top)
+    finally:
+        dist.destroy_process_group()
+        ip.user_ns.pop("weights", None)

@@ -70,7 +70,8 @@ def report_text(report: RankReport) -> str:
     transports = sorted({s.transport for s in report.summaries if s.transport})
     missing = report.world_size - n if report.world_size > n else 0
     head = (f"devinspect: {n} rank{'s' if n != 1 else ''} of {report.world_size}"
-            f"{' over ' + ', '.join(transports) if transports else ''}, {hosts} host{'s' if hosts != 1 else ''}"
+            f"{' over ' + ', '.join(transports) if transports else ''}"
+            + (f", {hosts} host{'s' if hosts != 1 else ''}" if hosts else "")
             + (f"; {missing} did not report" if missing else ""))
     header, rows = rank_rows(report)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
