@@ -222,3 +222,22 @@ def test_ranks_magic_gathers_when_the_notebook_is_a_rank(ip):
     finally:
         dist.destroy_process_group()
         ip.user_ns.pop("weights", None)
+
+
+def test_in_a_kernel_the_ranks_report_is_a_widget_with_a_static_fallback():
+    import nbformat
+    from nbclient import NotebookClient
+    from ranks import free_port
+
+    cells = ["%load_ext devinspect",
+             "import torch, torch.distributed as dist\n"
+             f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)\n"
+             "weights = torch.zeros(1000)",
+             "%devices --ranks",
+             "dist.destroy_process_group()"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    bundle = next(o["data"] for o in nb.cells[2].outputs if o.get("output_type") == "display_data")
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"].startswith("devinspect: 1 rank of 1 over gloo")
+    assert "<table" in bundle["text/html"] and "weights" in bundle["text/plain"]
