@@ -41,6 +41,7 @@ from .scan import (
     instance_dict,
     namespace_items,
     slot_values,
+    tensor_facts,
     type_name,
 )
 
@@ -107,16 +108,15 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
         target = find_tensor(namespace, name, exclude=exclude)
         search = _Search(target)
         complete = search.run(_roots(namespace, set(exclude) | _PLUMBING))
-        storage_bytes = tb.storage(target).nbytes()
+        device, dtype, shape, _, storage_bytes, _, _, _ = tensor_facts(target)
         found = {id(o) for o in search.reached}
         found |= {id(p) for p in plumbing if p is not None}
         unreached = tuple(sorted({type_name(type(r)) for r in gc.get_referrers(target)
                                   if id(r) not in found and not _is_search_own(r, search)}))
-        shape = tuple(int(s) for s in tb.shape(target))
         order = {"namespace": 0, "output history": 1, "last error's traceback": 2}
         references = sorted(search.references, key=lambda r: (order.get(r.root, 3), r.via != "", len(r.path)))
-        result = Holders(name, str(tb.device(target)), str(tb.dtype(target)).removeprefix("torch."), shape,
-                         storage_bytes, tuple(references), complete, unreached,
+        shape = tuple(int(n) for n in shape) if shape is not None else ()
+        result = Holders(name, device, dtype, shape, storage_bytes or 0, tuple(references), complete, unreached,
                          time.perf_counter() - start)
     del target, search
     return result
@@ -353,11 +353,10 @@ def _saved_data(saved: Any) -> Any:
 
 
 def _storage_key(t: Any) -> tuple[str, int] | None:
+    """The memory ``t`` lives in, as the scan identifies it (views share it); None where
+    there is none to share (meta, fake, empty)."""
     try:
-        storage = tb.storage(t)
-        pointer = storage.data_ptr()
-        if not pointer or not storage.nbytes():
-            return None
-        return str(tb.device(t)), pointer
-    except Exception:  # noqa: BLE001 - sparse, nested, meta: identity only
+        device, _, _, _, storage_bytes, key, _, _ = tensor_facts(t)
+    except Exception:  # noqa: BLE001 - a tensor whose memory cannot be read: identity only
         return None
+    return (device, key) if key is not None and storage_bytes else None
