@@ -98,13 +98,13 @@ def _importing(namespace: Mapping[str, Any], module: str) -> str:
 
 def figures_in(message: str) -> MemoryFigures:
     """The memory figures an out-of-memory message states (those of the moment it failed)."""
-    found = {field: next((n for p in patterns if (n := _size(p, message)) is not None), None)
-             for field, patterns in _FIGURES.items()}
+    written = {field: _sized(patterns, message) for field, patterns in _FIGURES.items()}
+    found = {field: w[0] if w else None for field, w in written.items()}
     unallocated = _size(_UNALLOCATED, message)
     if found["reserved_bytes"] is None and unallocated is not None and found["allocated_bytes"] is not None:
         found["reserved_bytes"] = found["allocated_bytes"] + unallocated
-    allocated = next((m for p in _FIGURES["allocated_bytes"] if (m := p.search(message))), None)
-    return MemoryFigures(**found, rounding_bytes=_rounding(allocated.group(1)) if allocated else 0)
+    allocated = written["allocated_bytes"]
+    return MemoryFigures(**found, rounding_bytes=_rounding(allocated[1]) if allocated else 0)
 
 
 def failed_device(message: str) -> str | None:
@@ -117,22 +117,33 @@ def failed_device(message: str) -> str | None:
 
 
 def _size(pattern: re.Pattern[str], message: str) -> int | None:
-    m = pattern.search(message)
-    if m is None:
-        return None
-    try:
-        # MPS writes MB and GB for binary units, as PyTorch's other messages write MiB and GiB.
-        return parse_bytes(re.sub(r"([KMGTP])B$", r"\1iB", m.group(1).strip()))
-    except ValueError:
-        return None
+    found = _sized((pattern,), message)
+    return found[0] if found else None
+
+
+def _sized(patterns: Iterable[re.Pattern[str]], message: str) -> tuple[int, str] | None:
+    """The first size one of ``patterns`` finds in ``message``: its bytes, and how it was written."""
+    for pattern in patterns:
+        m = pattern.search(message)
+        if m is None:
+            continue
+        try:
+            return parse_bytes(_binary_units(m.group(1).strip())), m.group(1).strip()
+        except ValueError:
+            continue
+    return None
+
+
+def _binary_units(written: str) -> str:
+    """MPS writes MB and GB for binary units, as PyTorch's other messages write MiB and GiB."""
+    return re.sub(r"([KMGTP])B$", r"\1iB", written)
 
 
 def _rounding(written: str) -> int:
     """Half a unit of the last digit of a size as a message writes it ("68.1 MiB": 0.05 MiB)."""
-    number = re.match(r"[\d.]+", written.strip()).group(0)
+    number = re.match(r"[\d.]+", written).group(0)
     decimals = len(number.partition(".")[2])
-    unit = written.strip()[len(number):].strip()
-    unit = re.sub(r"([KMGTP])B$", r"\1iB", unit)  # MPS's MB and GB, as in _size
+    unit = _binary_units(written[len(number):].strip())
     try:
         return parse_bytes(f"{0.5 * 10 ** -decimals:.{decimals + 1}f} {unit}")
     except ValueError:

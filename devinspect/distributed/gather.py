@@ -57,17 +57,13 @@ def gather(namespace: Mapping[str, Any] | None = None, group: Any = None, dst: i
     if received is None:
         return None
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(size))
-    return make_report([_read(data, ranks[i], size) for i, data in enumerate(received)], margin=margin,
+    return make_report([read_payload(data, ranks[i], size) for i, data in enumerate(received)], margin=margin,
                        sent_bytes=[len(d) if isinstance(d, bytes) else 0 for d in received], elapsed_s=elapsed,
                        focus=focus)
 
 
 def read_payload(data: Any, rank: int, world_size: int) -> RankSummary:
     """One rank's pickled summary, or a summary that says why it cannot be read."""
-    return _read(data, rank, world_size)
-
-
-def _read(data: Any, rank: int, world_size: int) -> RankSummary:
     try:
         wire = pickle.loads(data)
         if not isinstance(wire, dict):

@@ -115,15 +115,23 @@ class RankSummary:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def accelerators(self) -> tuple[DeviceUse, ...]:
+        return tuple(d for d in self.devices if d.device != "cpu")
+
+    def accelerator_total(self, figure: str) -> int | None:
+        """``figure`` (``"allocated_bytes"``, …) summed over the accelerators that report it; None if none does."""
+        known = [getattr(d, figure) for d in self.accelerators if getattr(d, figure) is not None]
+        return sum(known) if known else None
+
+    @property
     def accelerator_bytes(self) -> int:
         """What this rank holds on its accelerators: the allocator's figure, else its tensors'."""
-        on = [d for d in self.devices if d.device.split(":")[0] != "cpu"]
-        return sum(d.allocated_bytes if d.allocated_bytes is not None else d.tensor_bytes for d in on)
+        return sum(d.allocated_bytes if d.allocated_bytes is not None else d.tensor_bytes for d in self.accelerators)
 
     @property
     def held_bytes(self) -> int:
         """The figure ranks are compared by: accelerator memory, or tensor bytes on a CPU-only rank."""
-        return self.accelerator_bytes if any(d.device != "cpu" for d in self.devices) else self.tensor_bytes
+        return self.accelerator_bytes if self.accelerators else self.tensor_bytes
 
     def to_wire(self) -> dict[str, Any]:
         """Plain values only (dicts, lists, str, int, float, None): safe to pickle across versions."""
@@ -164,7 +172,6 @@ def summary(namespace: Mapping[str, Any] | None = None, *, top: int = TOP, timeo
             error = f"timed out: {spent:.2f} s after the {step}, over the {timeout:g} s allowed; the rest is left out"
             break
     parts.pop("_result", None)
-    parts.pop("_snapshot", None)
     return RankSummary(**identity, **parts, elapsed_s=time.perf_counter() - started, error=error)
 
 

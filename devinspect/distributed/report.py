@@ -46,14 +46,13 @@ class RankReport:
 
         rows = []
         for s in self.summaries:
-            accelerators = [d for d in s.devices if d.device != "cpu"]
             rows.append({
                 "rank": s.rank, "hostname": s.hostname, "local_rank": s.local_rank, "pid": s.pid or None,
                 "devices": ", ".join(d.device for d in s.devices), "tensors": s.tensors,
                 "tensor_bytes": s.tensor_bytes, "held_bytes": s.held_bytes,
-                "allocated_bytes": _total(d.allocated_bytes for d in accelerators),
-                "reserved_bytes": _total(d.reserved_bytes for d in accelerators),
-                "process_bytes": _total(d.process_bytes for d in accelerators),
+                "allocated_bytes": s.accelerator_total("allocated_bytes"),
+                "reserved_bytes": s.accelerator_total("reserved_bytes"),
+                "process_bytes": s.accelerator_total("process_bytes"),
                 "findings": len(s.findings), "parameters": s.parameter_count, "dtensors": len(s.dtensors),
                 "transport": s.transport, "devinspect_version": s.devinspect_version, "elapsed_s": s.elapsed_s,
                 "error": s.error,
@@ -102,7 +101,3 @@ def make_report(summaries: Iterable[RankSummary], *, margin: float = SKEW_MARGIN
     return RankReport(tuple(ordered), cross_rank_findings(ordered, margin), margin, tuple(sent_bytes), elapsed_s,
                       focus)
 
-
-def _total(values: Iterable[Any]) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None

@@ -23,11 +23,10 @@ def rank_rows(report: RankReport) -> tuple[list[str], list[list[str]]]:
     header += ["findings", "status"]
     rows = []
     for s in report.summaries:
-        accelerators = [d for d in s.devices if d.device != "cpu"]
 
-        def total(attr: str) -> str:
-            values = [getattr(d, attr) for d in accelerators if getattr(d, attr) is not None]
-            return human_bytes(sum(values)) if values else "–"
+        def total(figure: str) -> str:
+            n = s.accelerator_total(figure)
+            return human_bytes(n) if n is not None else "–"
 
         figures = ([total("allocated_bytes"), total("reserved_bytes"), total("process_bytes"), str(s.tensors),
                     human_bytes(s.tensor_bytes)] if memory
