@@ -74,9 +74,9 @@ def main() -> None:
 
     print("\n== the post_run_cell callback alone ==")
     shell.run_line_magic("load_ext", "devinspect")
-    from devinspect.magics import _instances
+    from devinspect.ipython.extension import _loaded
 
-    callback = _instances[id(shell)]._explain_after_cell
+    callback = _loaded[id(shell)].devcheck._explain_after_cell
     for label, cell in CELLS.items():
         from IPython.utils.io import capture_output
 

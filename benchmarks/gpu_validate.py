@@ -44,7 +44,8 @@ def main() -> int:
         return 0
 
     from devinspect import actions
-    from devinspect.memory import build, read, snapshot, tally_tensors
+    from devinspect.collect.memory import build, snapshot, tally_tensors
+    from devinspect.collect.memory_readings import read
 
     torch.zeros(1, device="cuda:0")  # initialise CUDA here, explicitly
     torch.cuda.synchronize()

@@ -43,7 +43,7 @@ def main() -> None:
 
     from IPython.testing.globalipapp import get_ipython
 
-    from devinspect import memory
+    from devinspect.collect import memory
 
     shell = get_ipython()
     shell.run_line_magic("load_ext", "devinspect")

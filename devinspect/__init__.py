@@ -26,23 +26,21 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from . import render  # noqa: F401 - registers how every result draws itself
+from .diagnose.explain import explain
+from .diagnose.findings import find, scan
+from .observe.check import check
+from .version import __version__
+
 __all__ = ["scan", "find", "check", "explain", "release_history", "release_traceback", "load_ipython_extension",
            "unload_ipython_extension", "__version__"]
-
-# Bound here, not lazily: importing the submodule ``devinspect.scan`` would otherwise
-# replace the function of the same name on the package.
-from .check import check
-from .explain import explain
-from .findings import find
-from .scan import scan
 
 
 def release_history() -> Any:
     """Drop IPython's output-history entries (``Out``, ``_``, ``__``, ``___``, ``_N``) and the last
     traceback that keep accelerator tensors alive, clearing every copy IPython keeps, never a
     value you assigned. Returns an :class:`~devinspect.actions.ActionResult` (bytes released)."""
-    from .magics import release_history_here
+    from .ipython.extension import release_history_here
 
     return release_history_here()
 
@@ -58,13 +56,13 @@ def release_traceback() -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register the devinspect magics (``%load_ext devinspect``). Loading twice is harmless."""
-    from .magics import load
+    from .ipython.extension import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Remove everything :func:`load_ipython_extension` registered."""
-    from .magics import unload
+    from .ipython.extension import unload
 
     unload(ipython)

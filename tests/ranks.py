@@ -85,7 +85,7 @@ def _dtensor(rank: int, world_size: int) -> tuple[dict, dict]:
 def _one_fails(rank: int, world_size: int) -> tuple[dict, dict]:
     ns = {"x": torch.zeros(10)}
     if rank == 1:
-        import devinspect.distributed.rank_summary as rank_summary
+        import devinspect.diagnose.rank_summary as rank_summary
 
         def broken(*args):
             raise OSError("the driver did not answer")
@@ -100,9 +100,9 @@ def _one_times_out(rank: int, world_size: int) -> tuple[dict, dict]:
 
 def _versions(rank: int, world_size: int) -> tuple[dict, dict]:
     if rank == 1:
-        import devinspect
+        import devinspect.version
 
-        devinspect.__version__ = "0.0.9"
+        devinspect.version.__version__ = "0.0.9"
     return {"x": torch.zeros(10)}, {}
 
 

@@ -8,7 +8,7 @@ from torch import nn
 import devinspect
 from devinspect import actions
 from devinspect.jupyter.fix_panel import FixButton, findings_panel, fix_panel
-from devinspect.model import Fix, Move, RegisterBuffer, ReleaseGraphs
+from devinspect.model.fixes import Fix, Move, RegisterBuffer, ReleaseGraphs
 
 
 def state_of(module):

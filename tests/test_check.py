@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import devinspect
-from devinspect.check import DeviceCheckError
-from devinspect.model import Move, MoveOptimizerState, RegisterBuffer
+from devinspect.observe.check import DeviceCheckError
+from devinspect.model.fixes import Move, MoveOptimizerState, RegisterBuffer
 
 
 def line_of(fn, needle):

@@ -111,8 +111,9 @@ def test_frames_have_one_missing_value(ip):
 def test_widget_text_is_escaped(sim):
     from devinspect.jupyter.fix_panel import FixButton
     from devinspect.jupyter.memory_dashboard import MemoryDashboard
-    from devinspect.memory import build, read
-    from devinspect.model import Fix, Move
+    from devinspect.collect.memory import build
+    from devinspect.collect.memory_readings import read
+    from devinspect.model.fixes import Fix, Move
 
     button = FixButton(Fix("move it", action=Move("<script>alert(1)</script>", "sim:0")), {})
     button.button.click()
@@ -128,7 +129,8 @@ def test_widget_text_is_escaped(sim):
 
 def test_status_is_cleared_on_refresh(sim):
     from devinspect.jupyter.memory_dashboard import MemoryDashboard
-    from devinspect.memory import build, read
+    from devinspect.collect.memory import build
+    from devinspect.collect.memory_readings import read
 
     dashboard = MemoryDashboard(lambda count: build(read(nvml=False)), {})
     dashboard.status.value = "✔ released 3.9 KiB"
@@ -142,7 +144,7 @@ def test_a_meta_model_shows_the_memory_it_would_need(sim):
     view = devinspect.scan({"model": model, "small": torch.zeros(1)}).select()
     text = view._repr_mimebundle_()["text/plain"]
     assert "meta needs 18.3 KiB" in text and "needs 16.0 KiB" in text
-    from devinspect.model import Display
+    from devinspect.model.scan_result import Display
 
     ordered = devinspect.scan({"model": model, "small": torch.zeros(1)}).select(display=Display(sort="bytes"))
     assert ordered._repr_mimebundle_()["text/plain"].split("\n\n")[-1].splitlines()[1].startswith("model[0].weight")

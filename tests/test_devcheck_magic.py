@@ -8,7 +8,7 @@ from conftest import run
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from devinspect.model import Move
+from devinspect.model.fixes import Move
 
 SETUP = """
 import torch
@@ -32,7 +32,7 @@ def test_mismatch_report_above_the_reraised_error(ip):
     # One traceback, after the report, starting in the user's cell, without devinspect's frames.
     out = captured.stdout
     assert out.count("Traceback (most recent call last)") == 1
-    assert f"Cell In[{number}], line 2" in out and "devinspect/check.py" not in out and "testing.py" not in out
+    assert f"Cell In[{number}], line 2" in out and "devinspect/observe/" not in out and "devinspect/testing/" not in out
     rep = ip.user_ns["rep"]
     assert rep.mismatch.fix.action == Move("x", "sim:0")
 

@@ -13,7 +13,7 @@ from ranks import run_job
 
 import devinspect
 import devinspect.distributed as dd
-from devinspect.distributed.rank_summary import DeviceUse, ParameterSignature, RankSummary
+from devinspect.model.ranks import DeviceUse, ParameterSignature, RankSummary
 
 
 def test_four_ranks_on_the_simulated_device_name_the_outlier(tmp_path):
@@ -102,7 +102,7 @@ def test_a_summary_from_another_version_is_read():
 
 def test_cross_rank_findings_on_recorded_summaries():
     """Foreign CUDA contexts (NVML per-process data), from summaries as a GPU job sends them."""
-    from devinspect.distributed.cross_rank import cross_rank_findings
+    from devinspect.diagnose.cross_rank import cross_rank_findings
 
     ranks = [RankSummary(rank=r, world_size=2, local_rank=r, pid=100 + r, own_gpu=str(r),
                          cuda_contexts=("0", "1") if r == 1 else (str(r),)) for r in range(2)]
@@ -194,7 +194,7 @@ def test_an_engine_that_fails_or_does_not_answer_is_its_row(engines):
 
 
 def test_the_widget_opens_on_the_outlier_and_shows_any_ranks_tensors():
-    from devinspect.distributed.rank_summary import TopTensor
+    from devinspect.model.ranks import TopTensor
     from devinspect.jupyter.ranks_widget import ranks_widget
 
     ranks = [RankSummary(rank=r, world_size=3, devices=(DeviceUse("sim:0", 1, 100, 512 * (10 if r == 2 else 1)),),

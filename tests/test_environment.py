@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 
-from devinspect import environment
+from devinspect.collect import environment
+from devinspect.render.environment_text import render
 
 
 def test_the_report_runs_as_a_module_as_text_and_json():
@@ -31,11 +32,11 @@ def test_gpus_are_matched_to_torch_indices_through_cuda_visible_devices(monkeypa
     monkeypatch.setattr("torch.cuda._is_compiled", lambda: True)
     monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
     monkeypatch.setattr("torch.cuda.is_initialized", lambda: False)
-    monkeypatch.setattr("devinspect.memory.read_nvml", lambda: nvml)
+    monkeypatch.setattr("devinspect.collect.memory_readings.read_nvml", lambda: nvml)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-cccc3333,GPU-aaaa")
     report = environment.gather()
     mapping = {m["torch"]: (m["driver"], m["how"]) for m in report["nvml"]["torch_to_driver"]}
     assert mapping == {"cuda:0": ("1:0", "CUDA_VISIBLE_DEVICES"), "cuda:1": ("0", "CUDA_VISIBLE_DEVICES")}
-    text = environment.render(report)
+    text = render(report)
     assert "CUDA_VISIBLE_DEVICES=MIG-cccc3333,GPU-aaaa" in text and "GPU 1: NVIDIA H100 GPU-bbbb2222" in text
     assert "(MIG enabled)" in text and "torch cuda:0 -> driver 1:0" in text and "1.0 GiB used of 80.0 GiB" in text

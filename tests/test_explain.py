@@ -269,7 +269,7 @@ def test_out_of_memory_from_plain_python_and_its_printed_fixes(capped):
 
 
 def test_cuda_and_other_backends_messages_are_read():
-    from devinspect.out_of_memory import failed_device, figures_in
+    from devinspect.diagnose.out_of_memory import failed_device, figures_in
 
     cuda = ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacity of 79.15 GiB of which "
             "13.44 MiB is free. Process 1234 has 79.13 GiB memory in use. Of the allocated memory 78.56 GiB is "
@@ -354,7 +354,7 @@ def test_why_runs_no_user_code(ip, sim):
 
 
 def test_why_is_bounded_and_says_when_it_stopped(ip, monkeypatch):
-    from devinspect import referrers
+    from devinspect.collect import referrers
 
     run(ip, "import torch\nt = torch.ones(1)\nhay = [[[i] for i in range(1000)] for _ in range(100)]\nhay.append(t)")
     found = ip.run_line_magic("devices", "--why t -o")

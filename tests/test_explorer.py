@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import run
 
-from devinspect.grid import GridState, page, select, table_frame
+from devinspect.render.grid import GridState, page, select, table_frame
 
 SETUP = """
 import torch
@@ -31,7 +31,7 @@ def explorer(ip, sim):
         bundle = captured.outputs[-1].data
         assert "application/vnd.jupyter.widget-view+json" in bundle
         assert "devinspect:" in bundle["text/plain"] and "<table" in bundle["text/html"]  # nbconvert, GitHub
-        yield ip.magics_manager.registry["DevInspect"]._last_explorer
+        yield ip.magics_manager.registry["DevicesMagics"]._last_explorer
     finally:
         del ip.kernel
 

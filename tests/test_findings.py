@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 
 import devinspect
-from devinspect.model import LoaderSummary, ModuleSummary, Move, ReleaseHistory, ScanResult
+from devinspect.model.fixes import Move, ReleaseHistory
+from devinspect.model.records import LoaderSummary, ModuleSummary
+from devinspect.diagnose.findings import find
+from devinspect.model.scan_result import ScanResult
 
 
 def codes(result):
@@ -105,10 +108,10 @@ def test_unpinned_loader_feeding_a_cuda_model():
     cuda_model = ModuleSummary("model", "Linear", 2, 24, 0, 0, 0, ("cuda:0",))
     loader = LoaderSummary("train_loader", pin_memory=False, num_workers=2, batch_size=32)
     pinned = LoaderSummary("val_loader", pin_memory=True, num_workers=2, batch_size=32)
-    result = ScanResult(records=(), modules=(cuda_model,), loaders=(loader, pinned))
+    result = ScanResult(records=(), modules=(cuda_model,), loaders=(loader, pinned), rules=find)
     f = only(result, "loader-not-pinned")
     assert f.subject == "train_loader" and f.fix.code == "train_loader.pin_memory = True"
-    cpu_only = ScanResult(records=(), modules=(ModuleSummary("m", "Linear", 2, 24, 0, 0, 0, ("cpu",)),), loaders=(loader,))
+    cpu_only = ScanResult(records=(), modules=(ModuleSummary("m", "Linear", 2, 24, 0, 0, 0, ("cpu",)),), loaders=(loader,), rules=find)
     assert cpu_only.findings == ()
 
 
@@ -220,7 +223,7 @@ def test_a_partly_materialised_model_gets_advice_not_a_move_that_raises(sim):
 def test_findings_are_computed_once_and_filters_keep_them(stale_optimizer):
     model, opt = stale_optimizer
     result = devinspect.scan({"model": model, "opt": opt})
-    from devinspect.model import Selection
+    from devinspect.model.scan_result import Selection
 
     view = result.select(Selection(kind="optimizer_state"))
     assert [f.code for f in view.findings] == ["optimizer-state-device"]

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import devinspect
-from devinspect import actions, fixes
+from devinspect import actions
+from devinspect.diagnose import fixes
 
 texts = st.text(min_size=0, max_size=12)
 

@@ -96,7 +96,7 @@ class Session:
         if len(found) == 1:
             return found[0].fix
         # One finding per tensor (an input each): the user applies each.
-        from devinspect.fixes import combine
+        from devinspect.diagnose.fixes import combine
 
         return combine([f.fix for f in found])
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from devinspect import actions
-from devinspect.memory_model import MemoryHistory, MemorySnapshot
+from devinspect.model.memory import MemoryHistory, MemorySnapshot
 
 from conftest import run
 
@@ -25,7 +25,7 @@ def kernel_ip(ip):
 
 
 def instance(shell):
-    return shell.magics_manager.registry["DevInspect"]
+    return shell.magics_manager.registry["GpumemMagics"]
 
 
 def test_gpumem_text_and_html_without_widgets(ip):
@@ -214,7 +214,7 @@ def test_empty_cache_button_shows_what_it_will_release(recorded_snapshot):
     from devinspect.jupyter.memory_dashboard import MemoryDashboard
 
     dashboard = MemoryDashboard(lambda count: recorded_snapshot, {"empty_cache": actions.empty_cache})
-    from devinspect.render.units import human_bytes
+    from devinspect.model.units import human_bytes
 
     d = recorded_snapshot.device("cuda:0")
     assert dashboard.buttons["empty_cache"].description == f"empty_cache: frees {human_bytes(d.releasable_bytes)}"
@@ -230,8 +230,8 @@ def recorded_snapshot():
     import json
     from pathlib import Path
 
-    from devinspect.memory import build
-    from devinspect.memory_model import TensorTally
+    from devinspect.collect.memory import build
+    from devinspect.model.memory import TensorTally
 
     data = json.loads((Path(__file__).parent / "fixtures" / "gpumem_cuda.json").read_text())
     return build(data["readings"], {k: TensorTally(**v) for k, v in data["tensors"].items()})

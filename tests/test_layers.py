@@ -1,63 +1,237 @@
-"""The package's layers, read from its import statements (function-local imports included):
-renderers are pure functions of the data, and only the shell layer knows IPython and widgets."""
+"""The package's layout, read from every import statement (function-level ones included).
+
+Data flows one way: collect → diagnose → model, then render and jupyter; actions are the
+only writer and ipython sits on top. A module imports only from its own package or from
+a stage below it, never another module's ``_private`` name, and stays short enough to
+read in one sitting. The checks run on the real package and, once, on a copy with a
+circle planted, to show they can fail.
+"""
 
 from __future__ import annotations
 
 import ast
+import shutil
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import devinspect
 
 PACKAGE = Path(devinspect.__file__).parent
-SHELL_PACKAGES = ("IPython", "ipywidgets", "anywidget", "ipykernel", "traitlets", "comm")
+MAX_LINES = 700
+
+#: Stages, lowest first. A module may import its own stage or a lower one; two stages of
+#: the same rank (actions and distributed; ipython and testing) never import each other.
+RANKS = {
+    "version": 0, "model": 0,
+    "collect": 1,
+    "diagnose": 2,
+    "observe": 3,
+    "actions": 4, "distributed": 4,
+    "render": 5,
+    "jupyter": 6,
+    "ipython": 7, "testing": 7,
+    "__init__": 8, "__main__": 8,
+}
+SHELL_PACKAGES = ("IPython", "ipykernel")
+WIDGET_PACKAGES = ("ipywidgets", "anywidget", "comm")
+THREADS = ("threading", "sched", "concurrent.futures")
 
 
-def imports_of(path: Path) -> set[str]:
-    """Absolute names of every module ``path`` imports, anywhere in the file."""
-    module = ".".join(("devinspect", *path.relative_to(PACKAGE).with_suffix("").parts))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parent, base] if base else parent)
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
+@dataclass
+class Layout:
+    """What the import statements of a package say."""
+
+    #: module name -> the devinspect modules it imports (anywhere in the file)
+    edges: dict[str, set[str]] = field(default_factory=dict)
+    #: module name -> every absolute name it imports (for third-party checks)
+    imported: dict[str, set[str]] = field(default_factory=dict)
+    #: (module, imported module, name) for each ``_private`` name taken from another module
+    private: list[tuple[str, str, str]] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def stage(self, module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 1 else "__init__"
+
+    def circles(self) -> list[list[str]]:
+        """Strongly connected groups of more than one module (Tarjan's algorithm, iterative)."""
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        on_stack: set[str] = set()
+        found: list[list[str]] = []
+        counter = 0
+        for root in self.edges:
+            if root in index:
+                continue
+            work = [(root, iter(sorted(self.edges[root])))]
+            index[root] = low[root] = counter
+            counter += 1
+            stack.append(root)
+            on_stack.add(root)
+            while work:
+                node, children = work[-1]
+                child = next(children, None)
+                if child is not None:
+                    if child not in self.edges:
+                        continue
+                    if child not in index:
+                        index[child] = low[child] = counter
+                        counter += 1
+                        stack.append(child)
+                        on_stack.add(child)
+                        work.append((child, iter(sorted(self.edges[child]))))
+                    elif child in on_stack:
+                        low[node] = min(low[node], index[child])
+                    continue
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        found.append(sorted(group))
+        return found
+
+    def upward(self) -> list[tuple[str, str]]:
+        """(module, imported module) pairs that point up the pipeline or across to a peer stage."""
+        out = []
+        for module, targets in self.edges.items():
+            mine = self.stage(module)
+            for target in targets:
+                theirs = self.stage(target)
+                if theirs != mine and RANKS[theirs] >= RANKS[mine]:
+                    out.append((module, target))
+        return sorted(out)
+
+    def knowing(self, *packages: str) -> set[str]:
+        """Modules that import any of ``packages``."""
+        return {m for m, names in self.imported.items()
+                if any(n == p or n.startswith(p + ".") for n in names for p in packages)}
 
 
-def modules() -> dict[str, set[str]]:
-    return {str(p.relative_to(PACKAGE)): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+def read_layout(package: Path) -> Layout:
+    def module_name(path: Path) -> str:
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    files = {module_name(p): p for p in sorted(package.rglob("*.py"))}
+    layout = Layout()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    for module, path in files.items():
+        text = path.read_text()
+        layout.lines[module] = len(text.splitlines())
+        own_package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        edges: set[str] = set()
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    imported.add(alias.name)
+                    if alias.name.split(".")[0] == package.name and resolve(alias.name):
+                        edges.add(resolve(alias.name))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = own_package.split(".")[: len(own_package.split(".")) - node.level + 1]
+                    base = ".".join([*parent, base] if base else parent)
+                imported.add(base)
+                if base.split(".")[0] != package.name:
+                    continue
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    if full in files:
+                        edges.add(full)
+                        continue
+                    target = resolve(base)
+                    if target:
+                        edges.add(target)
+                        if alias.name.startswith("_") and not alias.name.startswith("__") and target != module:
+                            layout.private.append((module, target, alias.name))
+        edges.discard(module)
+        layout.edges[module] = edges
+        layout.imported[module] = imported
+    return layout
 
 
-def names(imported: set[str], *prefixes: str) -> set[str]:
-    return {m for m in imported if any(m == p or m.startswith(p + ".") for p in prefixes)}
+LAYOUT = read_layout(PACKAGE)
 
 
-def test_the_reader_sees_relative_imports_as_absolute_names():
-    found = imports_of(PACKAGE / "render" / "memory_html.py")
-    assert "devinspect.memory_model" in found and "devinspect.render.units.human_bytes" in found
+def test_the_reader_sees_relative_and_function_level_imports():
+    edges = LAYOUT.edges
+    assert "devinspect.model.memory" in edges["devinspect.render.memory_html"]
+    # model.memory imports its display registry; collect.memory imports the scan inside a function
+    assert "devinspect.model.display" in edges["devinspect.model.memory"]
+    assert "devinspect.collect.scan" in edges["devinspect.collect.memory"]
+    assert set(RANKS) >= {LAYOUT.stage(m) for m in edges}, "a new stage needs a rank in RANKS"
+
+
+def test_no_import_circle():
+    assert LAYOUT.circles() == []
+
+
+def test_every_import_points_down_the_pipeline():
+    assert LAYOUT.upward() == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    assert LAYOUT.private == []
+
+
+def test_every_module_can_be_read_in_one_sitting():
+    assert {m: n for m, n in LAYOUT.lines.items() if n > MAX_LINES} == {}
+
+
+def test_the_model_is_plain_data():
+    # Only the standard library, and pandas (inside .frame properties), beside the model itself.
+    for module, names in LAYOUT.imported.items():
+        if LAYOUT.stage(module) == "model":
+            ours = {n for n in names if n.startswith("devinspect")}
+            assert all(n.startswith("devinspect.model") for n in ours), (module, ours)
+            foreign = {n.split(".")[0] for n in names if not n.startswith("devinspect")}
+            assert foreign <= {*sys.stdlib_module_names, "pandas"}, (module, foreign)
+
+
+def test_only_the_ipython_layer_knows_ipython_and_only_the_live_layer_knows_widgets():
+    assert {LAYOUT.stage(m) for m in LAYOUT.knowing(*SHELL_PACKAGES)} == {"ipython"}
+    assert {LAYOUT.stage(m) for m in LAYOUT.knowing(*WIDGET_PACKAGES)} == {"jupyter"}
+    # traitlets: the settings' traits (ipython) and the widgets' (jupyter)
+    assert {LAYOUT.stage(m) for m in LAYOUT.knowing("traitlets")} <= {"ipython", "jupyter"}
 
 
 def test_renderers_neither_act_nor_run_threads():
-    for name, imported in modules().items():
-        if name.startswith("render/"):
-            assert not names(imported, "devinspect.actions", "threading", "devinspect.jupyter",
-                             "devinspect.magics"), name
-
-
-def test_only_the_magics_and_the_live_layer_know_ipython_or_widgets():
-    knowing = {name for name, imported in modules().items() if names(imported, *SHELL_PACKAGES)}
-    assert knowing, "the reader found no IPython import at all"
-    assert all(name == "magics.py" or name.startswith("jupyter/") for name in knowing), sorted(knowing)
+    for module in LAYOUT.edges:
+        if LAYOUT.stage(module) == "render":
+            assert not LAYOUT.knowing(*THREADS) & {module}, module
+            assert all(LAYOUT.stage(t) in ("model", "render") for t in LAYOUT.edges[module]), module
 
 
 def test_threads_and_timers_live_in_the_live_layer():
-    # The simulated device (testing.py) serialises its allocator with a lock; nothing else holds threads.
-    running = {name for name, imported in modules().items()
-               if names(imported, "threading", "sched", "concurrent.futures")}
-    assert running <= {"testing.py"} | {n for n in running if n.startswith("jupyter/")}, sorted(running)
+    # The simulated device (testing) serialises its allocator with a lock; nothing else holds threads.
+    assert {LAYOUT.stage(m) for m in LAYOUT.knowing(*THREADS)} <= {"jupyter", "testing"}
+
+
+def test_the_checks_fail_on_a_planted_circle_upward_and_private_import(tmp_path):
+    copy = tmp_path / "devinspect"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    records = copy / "model" / "records.py"
+    records.write_text(records.read_text() + "\n\ndef _planted():\n    from ..ipython import extension  # noqa\n")
+    scan = copy / "collect" / "scan.py"
+    scan.write_text(scan.read_text() + "\n\nfrom .walk import _MODULE_INTERNALS  # noqa\n")
+    planted = read_layout(copy)
+    assert any("devinspect.model.records" in group and "devinspect.ipython.extension" in group
+               for group in planted.circles())
+    assert ("devinspect.model.records", "devinspect.ipython.extension") in planted.upward()
+    assert ("devinspect.collect.scan", "devinspect.collect.walk", "_MODULE_INTERNALS") in planted.private

@@ -7,7 +7,7 @@ import torch
 from conftest import run
 
 import devinspect
-from devinspect.model import ScanResult, ScanView
+from devinspect.model.scan_result import ScanResult, ScanView
 
 SETUP = """
 import torch
@@ -125,20 +125,26 @@ def test_help_is_the_docstring(ip):
 
 def test_load_unload_reload_leave_exactly_one_of_each(ip):
     manager = ip.magics_manager
-    instances = lambda: [c for c in ip.configurables if type(c).__name__ == "DevInspect"]  # noqa: E731
-    assert len(instances()) == 1
+    ours = ("DevInspect", "DevicesMagics", "DevcheckMagics", "GpumemMagics")
+
+    def instances(kind: str) -> list:
+        return [c for c in ip.configurables if type(c).__name__ == kind]
+
+    assert all(len(instances(kind)) == 1 for kind in ours)
     devinspect.load_ipython_extension(ip)  # a second load is a no-op
-    assert len(instances()) == 1
+    assert all(len(instances(kind)) == 1 for kind in ours)
     ip.run_line_magic("reload_ext", "devinspect")
     ip.run_line_magic("reload_ext", "devinspect")
-    assert len(instances()) == 1
-    assert manager.magics["line"]["devices"].__self__ is instances()[0]
+    assert all(len(instances(kind)) == 1 for kind in ours)
+    assert manager.magics["line"]["devices"].__self__ is instances("DevicesMagics")[0]
+    assert manager.magics["cell"]["devcheck"].__self__ is instances("DevcheckMagics")[0]
+    assert manager.magics["line"]["gpumem"].__self__ is instances("GpumemMagics")[0]
     ip.run_line_magic("unload_ext", "devinspect")
-    assert "devices" not in manager.magics["line"] and instances() == []
-    assert "DevInspect" not in manager.registry
+    assert not {"devices", "gpumem", "devcheck"} & (set(manager.magics["line"]) | set(manager.magics["cell"]))
+    assert all(instances(kind) == [] and kind not in manager.registry for kind in ours)
     devinspect.unload_ipython_extension(ip)  # unloading twice is harmless
     ip.run_line_magic("load_ext", "devinspect")
-    assert len(instances()) == 1
+    assert all(len(instances(kind)) == 1 for kind in ours)
 
 
 def test_loading_prints_nothing_and_patches_nothing():

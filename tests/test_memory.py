@@ -1,4 +1,4 @@
-"""devinspect.memory: readings, the reconciliation arithmetic, rendering, tracking."""
+"""devinspect.collect.memory: readings, the reconciliation arithmetic, rendering, tracking."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from devinspect import memory
-from devinspect.memory import build, match_driver_devices, read, snapshot
-from devinspect.memory_model import MemoryHistory, TensorTally
-from devinspect.render.units import human_bytes
+from devinspect.collect import memory_readings
+from devinspect.collect.memory import build, match_driver_devices, snapshot
+from devinspect.collect.memory_readings import read
+from devinspect.collect.memory_tracker import MemoryTracker
+from devinspect.model.memory import MemoryHistory, TensorTally
+from devinspect.model.units import human_bytes
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumem_cuda.json"
 MiB = 1 << 20
@@ -227,10 +229,10 @@ def test_snapshot_without_accelerator_shows_process_memory():
 
 def test_nvml_failure_is_a_reason_not_an_exception(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    assert memory.read_nvml() == {"error": "nvidia-ml-py is not installed (pip install 'devinspect[nvml]')"}
+    assert memory_readings.read_nvml() == {"error": "nvidia-ml-py is not installed (pip install 'devinspect[nvml]')"}
     monkeypatch.delitem(sys.modules, "pynvml")
     pytest.importorskip("pynvml")
-    result = memory.read_nvml()
+    result = memory_readings.read_nvml()
     if "error" in result:  # no driver on this machine
         assert result["error"].startswith("NVML could not start (NVMLError")
 
@@ -270,7 +272,7 @@ def test_reading_changes_nothing(monkeypatch):
 
 def test_reading_never_initialises_cuda():
     code = (
-        "import torch, devinspect.memory as m, IPython\n"
+        "import torch, devinspect.collect.memory as m, IPython\n"
         "from IPython.testing.globalipapp import get_ipython\n"
         "ip = get_ipython(); ip.run_line_magic('load_ext', 'devinspect')\n"
         "ip.run_cell('import torch; x = torch.ones(3)')\n"
@@ -293,7 +295,7 @@ def test_readings_are_plain_json():
 
 
 def test_tracker_records_before_after_and_the_peak_of_a_cell():
-    tracker = memory.MemoryTracker()
+    tracker = MemoryTracker()
     tracker.before(1, "big = torch.ones(...)")
     big = torch.ones(64 * MiB // 4)
     big += 1  # touch every page
@@ -313,7 +315,7 @@ def test_tracker_records_before_after_and_the_peak_of_a_cell():
 
 def test_history_plot_is_a_matplotlib_figure():
     pytest.importorskip("matplotlib")
-    tracker = memory.MemoryTracker()
+    tracker = MemoryTracker()
     for i in range(3):
         tracker.before(i, f"cell {i}")
         tracker.after()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import devinspect
-from devinspect.model import FRAME_COLUMNS
+from devinspect.model.records import FRAME_COLUMNS
 
 
 def by_name(result):
@@ -217,7 +217,7 @@ def test_roots_and_dotted_prefix_restrict_the_walk():
 
 def test_scan_defaults_to_the_callers_globals():
     result = devinspect.scan()
-    assert isinstance(result, devinspect.model.ScanResult)
+    assert isinstance(result, devinspect.model.scan_result.ScanResult)
 
 
 def test_depth_and_item_bounds_are_reported_not_silent():
@@ -295,7 +295,7 @@ def test_non_leaf_tensors_do_not_warn():
 @pytest.fixture
 def facts_fail_for_three_elements(monkeypatch):
     """Make reading any 3-element tensor fail, as a broken or exotic tensor would."""
-    scan_module = sys.modules["devinspect.scan"]
+    scan_module = sys.modules["devinspect.collect.walk"]
     real = scan_module.tensor_facts
 
     def broken(t):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from devinspect import testing
-from devinspect.sim_allocator import Allocator
+from devinspect.testing.allocator import Allocator
 
 MiB = 1 << 20
 

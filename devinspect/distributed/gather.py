@@ -12,9 +12,9 @@ import sys
 import time
 from typing import Any, Mapping
 
-from .cross_rank import SKEW_MARGIN
-from .report import RankReport, make_report
-from .rank_summary import TOP, RankSummary, failed_summary, summary
+from ..diagnose.cross_rank import make_report
+from ..diagnose.rank_summary import TOP, summary
+from ..model.ranks import SKEW_MARGIN, RankReport, RankSummary, failed_summary
 
 
 class DistributedError(RuntimeError):

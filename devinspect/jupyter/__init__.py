@@ -1,5 +1,5 @@
 """The live layer: ipywidgets views, dashboards, timers and threads.
 
-Only this package (and :mod:`devinspect.magics`) imports ipywidgets or IPython;
+Only this package imports ipywidgets (and, beside the IPython layer, traitlets);
 :mod:`devinspect.render` stays pure functions of the data.
 """

@@ -1,9 +1,9 @@
 """``%devices`` in Jupyter: findings with Apply fix, a tensor table and a module tree, live.
 
 Composed from stock ipywidgets (no JavaScript of ours). The table is filtered, sorted
-and paged in the kernel (:mod:`devinspect.grid`): the browser holds one page of rows,
+and paged in the kernel (:mod:`devinspect.render.grid`): the browser holds one page of rows,
 a fixed set of widgets whose values change, so 100,000 tensors cost what 25 do. The
-module tree (:mod:`devinspect.module_tree`) opens a node's children when asked, and
+module tree (:mod:`devinspect.render.module_tree`) opens a node's children when asked, and
 marks a node whose parameters span devices. Every row and node can be moved to any
 device this process has (Move to ▾), and every finding with an action has Apply fix;
 all go through :mod:`devinspect.actions` (all or nothing, reported in bytes), then
@@ -15,14 +15,15 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Callable, MutableMapping
 
-from .. import fixes
-from ..grid import COLUMNS, GridState, page, select, table_frame
-from ..model import KINDS, ScanView
-from ..module_tree import ModuleNode, module_tree
+from ..diagnose import fixes
+from ..model.records import KINDS
+from ..model.scan_result import ScanView
+from ..model.units import human_bytes
+from ..render.grid import COLUMNS, GridState, page, select, table_frame
 from ..render.html import fix_html
+from ..render.module_tree import ModuleNode, module_tree
 from ..render.table import SEVERITY_MARK
 from ..render.text import summary_line
-from ..render.units import human_bytes
 from .fix_panel import FixButton
 
 #: Widths of the table's columns (the header's sort buttons have the same): the short columns fit

@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Callable, Iterable, MutableMapping
 
-from ..model import EmptyCache, Finding, Fix, ReleaseHistory
+from ..model.fixes import EmptyCache, Finding, Fix, ReleaseHistory
 
 
 class FixButton:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..distributed.report import RankReport
+from ..model.ranks import RankReport
 from ..render.ranks_html import findings_html, ranks_table_html, top_table_html
 from ..render.ranks_text import report_text
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model import CheckReport, Mismatch, Operand
+from ..model.check_report import CheckReport, Mismatch, Operand
+from ..model.units import shape_text
 from .check_text import WORST_LINES, summary_line, transfer_text
-from .html import _CELL, _NUM, fix_html
-from .units import shape_text
+from .html import CELL, NUM, fix_html
 
-_NOWRAP = _CELL + ";white-space:nowrap"
+_NOWRAP = CELL + ";white-space:nowrap"
 _NAME = _NOWRAP + ";max-width:28em;overflow:hidden;text-overflow:ellipsis"
 
 
@@ -29,7 +29,7 @@ def _operand_row(o: Operand) -> str:
         f'<td style="{_NOWRAP}">{escape(o.device)}</td>'
         f'<td style="{_NOWRAP}">{escape(o.dtype)}{escape(shape_text(o.shape))}</td>'
         f'<td style="{_NOWRAP}">{escape(o.source)}</td>'
-        f'<td style="{_CELL}">{escape(o.detail)}</td>'
+        f'<td style="{CELL}">{escape(o.detail)}</td>'
         "</tr>"
     )
 
@@ -72,8 +72,8 @@ def render_check(report: CheckReport) -> str:
     shown = report.costliest(WORST_LINES)  # in the order the code reads
     if shown:
         out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>')
-        for title, style in (("where", _NOWRAP), ("host→device", _NUM), ("device→host", _NUM),
-                             ("device→device", _NUM), ("syncs", _NOWRAP), ("code", _NOWRAP)):
+        for title, style in (("where", _NOWRAP), ("host→device", NUM), ("device→host", NUM),
+                             ("device→device", NUM), ("syncs", _NOWRAP), ("code", _NOWRAP)):
             out.append(f'<th style="{style}">{title}</th>')
         out.append("</tr></thead><tbody>")
         for s in shown:
@@ -81,9 +81,9 @@ def render_check(report: CheckReport) -> str:
             inside = f" (in {', '.join(s.inside)})" if s.inside else ""
             cells = [
                 (escape(s.where.label), _NOWRAP),
-                (transfer_text(s.h2d_count, s.h2d_bytes), _NUM),
-                (transfer_text(s.d2h_count, s.d2h_bytes), _NUM),
-                (transfer_text(s.d2d_count, s.d2d_bytes), _NUM),
+                (transfer_text(s.h2d_count, s.h2d_bytes), NUM),
+                (transfer_text(s.d2h_count, s.d2h_bytes), NUM),
+                (transfer_text(s.d2d_count, s.d2d_bytes), NUM),
                 (escape(syncs + inside), _NOWRAP),
                 (_code(s.where.text), _NAME),
             ]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..model import CheckReport, Mismatch
+from ..model.check_report import CheckReport, Mismatch
+from ..model.units import human_bytes, shape_text
 from .table import SEVERITY_MARK
 from .text import fix_block, render_findings
-from .units import human_bytes, shape_text
 
 WORST_LINES = 10
 

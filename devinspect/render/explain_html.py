@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from html import escape
 
-from ..explain_model import Explanation, OutOfMemory
+from ..model.explanation import Explanation, OutOfMemory
+from ..model.units import human_bytes
 from .check_html import mismatch_html
 from .explain_text import DEVCHECK_HINT, figures_line, held_text, others_text, unwound_text, what_text
-from .html import _CELL, _NUM, fix_html
-from .units import human_bytes
+from .html import CELL, NUM, fix_html
 
-_NOWRAP = _CELL + ";white-space:nowrap"
+_NOWRAP = CELL + ";white-space:nowrap"
 
 
 def out_of_memory_html(m: OutOfMemory) -> str:
@@ -24,11 +24,11 @@ def out_of_memory_html(m: OutOfMemory) -> str:
                    '<table style="border-collapse:collapse;margin:2px 0"><tbody>')
         for t in m.largest:
             out.append(f'<tr><td style="{_NOWRAP}"><code>{escape(t.name)}</code></td>'
-                       f'<td style="{_NUM}">{escape(human_bytes(t.nbytes))}</td>'
+                       f'<td style="{NUM}">{escape(human_bytes(t.nbytes))}</td>'
                        f'<td style="{_NOWRAP}">{escape(what_text(t))}</td>'
-                       f'<td style="{_CELL}">{escape(t.holder)}</td></tr>')
+                       f'<td style="{CELL}">{escape(t.holder)}</td></tr>')
         if m.others:
-            out.append(f'<tr><td colspan="4" style="{_CELL}">{escape(others_text(m))}</td></tr>')
+            out.append(f'<tr><td colspan="4" style="{CELL}">{escape(others_text(m))}</td></tr>')
         out.append("</tbody></table>")
     if held_text(m):
         out.append(f'<p style="margin:2px 0">held only by {escape(held_text(m))}</p>')

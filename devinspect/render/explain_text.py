@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..explain_model import Explanation, HeldTensor, MemoryFigures, OutOfMemory
+from ..model.explanation import Explanation, HeldTensor, MemoryFigures, OutOfMemory
+from ..model.units import human_bytes, shape_text
 from .check_text import mismatch_lines
 from .text import fix_block
-from .units import human_bytes, shape_text
 
 #: What a mismatch explanation ends with: the check that sees more.
 DEVCHECK_HINT = "run the cell again under %%devcheck for the copies and syncs of each line"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from html import escape
 
-from ..referrers import Holders, Reference
-from .html import _CELL
+from ..model.holders import Holders, Reference
+from ..model.units import human_bytes, shape_text
+from .html import CELL
 from .text import plural
-from .units import human_bytes, shape_text
 
-_NOWRAP = _CELL + ";white-space:nowrap"
+_NOWRAP = CELL + ";white-space:nowrap"
 
 
 def headline(h: Holders) -> str:
@@ -45,11 +45,11 @@ def render_html(h: Holders) -> str:
     if h.references:
         out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>'
                    f'<th style="{_NOWRAP}">reference</th><th style="{_NOWRAP}">from</th>'
-                   f'<th style="{_NOWRAP}">through</th><th style="{_CELL}"></th></tr></thead><tbody>')
+                   f'<th style="{_NOWRAP}">through</th><th style="{CELL}"></th></tr></thead><tbody>')
         for r in h.references:
             out.append(f'<tr><td style="{_NOWRAP}"><code>{escape(r.path)}</code></td>'
                        f'<td style="{_NOWRAP}">{escape(r.root)}</td><td style="{_NOWRAP}">{escape(r.via)}</td>'
-                       f'<td style="{_CELL}">{escape(r.note)}</td></tr>')
+                       f'<td style="{CELL}">{escape(r.note)}</td></tr>')
         out.append("</tbody></table>")
     out.extend(f'<p style="margin:2px 0">({escape(line)})</p>' for line in footer(h))
     out.append("</div>")

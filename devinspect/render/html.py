@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model import Fix, ScanView
+from ..model.fixes import Fix
+from ..model.scan_result import ScanView
+from ..model.units import human_bytes, shape_text
 from .table import SEVERITY_MARK, note_cell, size_cell, visible_rows
 from .text import summary_line
-from .units import human_bytes, shape_text
 
-_CELL = "padding:1px 8px;text-align:left;vertical-align:top"
-_NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums;white-space:nowrap"
+CELL = "padding:1px 8px;text-align:left;vertical-align:top"
+NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums;white-space:nowrap"
 
 
 def fix_html(fix: Fix) -> str:
@@ -51,20 +52,20 @@ def render_scan(result: ScanView) -> str:
     rows, more = visible_rows(result)
     if rows:
         out.append('<table style="border-collapse:collapse"><thead><tr>')
-        for title, style in (("name", _CELL), ("kind", _CELL), ("device", _CELL), ("dtype", _CELL),
-                             ("shape", _CELL), ("size", _NUM), ("note", _CELL)):
+        for title, style in (("name", CELL), ("kind", CELL), ("device", CELL), ("dtype", CELL),
+                             ("shape", CELL), ("size", NUM), ("note", CELL)):
             out.append(f'<th style="{style}">{title}</th>')
         out.append("</tr></thead><tbody>")
         for r in rows:
             out.append(
                 "<tr>"
-                f'<td style="{_CELL}"><code>{escape(r.name)}</code></td>'
-                f'<td style="{_CELL}">{escape(r.kind)}</td>'
-                f'<td style="{_CELL}">{escape(r.device)}</td>'
-                f'<td style="{_CELL}">{escape(r.dtype or "?")}</td>'
-                f'<td style="{_CELL}">{escape(shape_text(r.shape))}</td>'
-                f'<td style="{_NUM}">{escape(size_cell(r))}</td>'
-                f'<td style="{_CELL}">{escape(note_cell(r))}</td>'
+                f'<td style="{CELL}"><code>{escape(r.name)}</code></td>'
+                f'<td style="{CELL}">{escape(r.kind)}</td>'
+                f'<td style="{CELL}">{escape(r.device)}</td>'
+                f'<td style="{CELL}">{escape(r.dtype or "?")}</td>'
+                f'<td style="{CELL}">{escape(shape_text(r.shape))}</td>'
+                f'<td style="{NUM}">{escape(size_cell(r))}</td>'
+                f'<td style="{CELL}">{escape(note_cell(r))}</td>'
                 "</tr>"
             )
         out.append("</tbody></table>")

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from html import escape
 
-from ..memory_model import DeviceMemory, MemoryHistory, MemorySnapshot
-from .html import _CELL, _NUM  # one table style for every devinspect table
+from ..model.memory import DeviceMemory, MemoryHistory, MemorySnapshot
+from ..model.units import human_bytes
+from .html import CELL, NUM
 from .memory_text import HISTORY_HEADERS, details, device_title, headline, history_rows, recon_value, snapshot_title
-from .units import human_bytes
 
 
 def bars(d: DeviceMemory) -> list[tuple[str, int]]:
@@ -38,9 +38,9 @@ def meters(d: DeviceMemory) -> str:
     out = ['<table style="border-collapse:collapse">']
     for label, value in shown:
         out.append(
-            f'<tr><td style="{_CELL}">{label}</td>'
-            f'<td style="{_CELL}"><meter min="0" max="{total}" value="{value}" style="width:16em"></meter></td>'
-            f'<td style="{_NUM}">{escape(human_bytes(value))} of {escape(human_bytes(total))}</td></tr>'
+            f'<tr><td style="{CELL}">{label}</td>'
+            f'<td style="{CELL}"><meter min="0" max="{total}" value="{value}" style="width:16em"></meter></td>'
+            f'<td style="{NUM}">{escape(human_bytes(value))} of {escape(human_bytes(total))}</td></tr>'
         )
     out.append("</table>")
     return "".join(out)
@@ -51,16 +51,16 @@ def reconciliation_table(d: DeviceMemory) -> str:
     if not rows:
         return ""
     out = ['<table style="border-collapse:collapse"><thead><tr>',
-           f'<th style="{_CELL};white-space:nowrap">where the memory is</th><th style="{_NUM}">bytes</th>',
-           f'<th style="{_CELL}">source</th><th style="{_CELL}">how</th></tr></thead><tbody>']
+           f'<th style="{CELL};white-space:nowrap">where the memory is</th><th style="{NUM}">bytes</th>',
+           f'<th style="{CELL}">source</th><th style="{CELL}">how</th></tr></thead><tbody>']
     for r in rows:
         # A wrapped label continues under its own first word (a hanging indent), not flush left.
         indent = "padding-left:1.2em;text-indent:-1.2em;" if r.total else "padding-left:2.2em;text-indent:-1.2em;"
         label = f"<b>= {escape(r.label)}</b>" if r.total else escape(r.label)
         top = "border-top:1px solid currentColor;" if r.total else ""
-        out.append(f'<tr style="line-height:1.25"><td style="{top}{_CELL};{indent}">{label}</td>'
-                   f'<td style="{top}{_NUM}">{escape(recon_value(r))}</td>'
-                   f'<td style="{top}{_CELL}">{escape(r.source)}</td><td style="{top}{_CELL}">{escape(r.note)}</td></tr>')
+        out.append(f'<tr style="line-height:1.25"><td style="{top}{CELL};{indent}">{label}</td>'
+                   f'<td style="{top}{NUM}">{escape(recon_value(r))}</td>'
+                   f'<td style="{top}{CELL}">{escape(r.source)}</td><td style="{top}{CELL}">{escape(r.note)}</td></tr>')
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -95,13 +95,13 @@ def render_history(history: MemoryHistory) -> str:
            '<table style="border-collapse:collapse"><thead><tr>']
     numeric = {2, 3, 4, 5, 6}
     for i, h in enumerate(HISTORY_HEADERS):
-        out.append(f'<th style="{_NUM if i in numeric else _CELL}">{h}</th>')
+        out.append(f'<th style="{NUM if i in numeric else CELL}">{h}</th>')
     out.append("</tr></thead><tbody>")
     for row in history_rows(history):
         cells = []
         for i, v in enumerate(row):
             text = f"<code>{escape(v)}</code>" if i == 7 else escape(v)
-            cells.append(f'<td style="{_NUM if i in numeric else _CELL}">{text}</td>')
+            cells.append(f'<td style="{NUM if i in numeric else CELL}">{text}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)

@@ -15,7 +15,7 @@ import base64
 import io
 from typing import Any
 
-from ..memory_model import MemoryHistory
+from ..model.memory import MemoryHistory
 
 _MIB = float(1 << 20)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from ..memory_model import DeviceMemory, MemoryHistory, MemorySnapshot, ReconRow
-from .units import human_bytes
+from ..model.memory import DeviceMemory, MemoryHistory, MemorySnapshot, ReconRow
+from ..model.units import human_bytes
 
 _LABEL_WIDTH = 58
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .units import human_bytes, shape_text
+from ..model.units import human_bytes, shape_text
 
 if TYPE_CHECKING:
-    from ..distributed.report import RankReport
+    from ..model.ranks import RankReport
 
-_MARK = {"error": "✖", "warning": "⚠", "hint": "·"}
+MARK = {"error": "✖", "warning": "⚠", "hint": "·"}
 #: Largest tensors shown per rank in text (``.tensors_frame`` has them all).
 TOP_SHOWN = 3
 
@@ -81,7 +81,7 @@ def report_text(report: RankReport) -> str:
     if skew_text(report):
         lines.append(f"  memory: {skew_text(report)}")
     for f in report.findings:
-        lines.append(f"  {_MARK.get(f.severity, '·')} {f.message}")
+        lines.append(f"  {MARK.get(f.severity, '·')} {f.message}")
     dtensors = dtensor_lines(report)
     if dtensors:
         lines.append("  DTensor parameters:")

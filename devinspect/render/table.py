@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..model import KINDS, ScanView, TensorRecord
-from .units import human_bytes
+from ..model.records import KINDS, TensorRecord
+from ..model.scan_result import ScanView
+from ..model.units import human_bytes
 
 DEFAULT_MAX_ROWS = 40
 SORTS = ("walk", "bytes", "name", "device", "kind")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ..model import Finding, Fix, ScanView
+from ..model.fixes import Finding, Fix
+from ..model.scan_result import ScanView
+from ..model.units import human_bytes, shape_text
 from .table import SEVERITY_MARK, note_cell, size_cell, visible_rows
-from .units import human_bytes, shape_text
 
 _MAX_NAME = 72
 

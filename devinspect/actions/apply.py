@@ -1,0 +1,169 @@
+"""Carrying out a fix's typed action: buffers, optimizer state, a rebuilt optimizer, or
+several steps in order."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any, Iterable, MutableMapping
+
+import torch
+
+from ..diagnose import fixes
+from ..model.fixes import (
+    EmptyCache,
+    Move,
+    MoveOptimizerState,
+    RebuildOptimizer,
+    RegisterBuffer,
+    ReleaseGraphs,
+    ReleaseHistory,
+    Steps,
+)
+from .memory import empty_cache, release_history
+from .move import move, release_graphs
+from .result import ActionResult, NamePath, find_named, held_bytes, human, parse_device, reason
+
+
+def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, device: str | None) -> ActionResult:
+    """Turn the plain tensor attribute ``name.attr`` into a non-persistent buffer on ``device``.
+
+    Checked first: the attribute must be a tensor in the module's own ``__dict__``,
+    a plain identifier, and free of clashes (a parameter, submodule or buffer of
+    that name, or a class attribute such as ``pe = None`` that ``register_buffer``
+    refuses). Otherwise nothing changes.
+    """
+    module, failed = find_named(namespace, name)
+    if failed is not None:
+        return failed
+    if not isinstance(module, torch.nn.Module):
+        return ActionResult(False, f"{name} is a {type(module).__name__}, not a module")
+    if not isinstance(attr, str) or not attr or "." in attr or not attr.isidentifier():
+        return ActionResult(False, f"{attr!r} cannot be a buffer name (it must be a plain identifier)")
+    for store, what in ((module._parameters, "a parameter"), (module._modules, "a submodule"),
+                        (module._buffers, "already a buffer")):
+        if attr in store:
+            return ActionResult(False, f"{name}.{attr} is {what}; nothing to register" if what.startswith("already")
+                                else f"{name} already has {what} called {attr!r}; nothing was changed")
+    plain = module.__dict__.get(attr)
+    if not isinstance(plain, torch.Tensor):
+        return ActionResult(False, f"{name}.{attr} is not a plain tensor attribute")
+    for klass in type(module).__mro__:
+        if attr in vars(klass):
+            return ActionResult(False, f"{type(module).__name__} defines {attr!r} as a class attribute "
+                                       f"({klass.__name__}.{attr}), so register_buffer refuses it: remove it from the "
+                                       "class and register the buffer in __init__ (nothing was changed)")
+    target = None
+    if device:
+        target, failed = parse_device(device)
+        if failed is not None:
+            return failed
+    try:
+        with torch.no_grad():
+            moved = plain.to(target) if target is not None else plain
+    except Exception as exc:  # noqa: BLE001
+        return ActionResult(False, f"could not move {name}.{attr} to {target}: {reason(exc)} (nothing was changed)")
+    del module.__dict__[attr]
+    try:
+        module.register_buffer(attr, moved, persistent=False)
+    except Exception as exc:  # noqa: BLE001 - put the attribute back exactly as it was
+        module._buffers.pop(attr, None)
+        module.__dict__[attr] = plain
+        return ActionResult(False, f"could not register {name}.{attr}: {reason(exc)} (nothing was changed)")
+    where = f" on {target}" if target is not None else ""
+    return ActionResult(True, f'{name}.register_buffer("{attr}", …, persistent=False){where}: .to() moves it from now on '
+                              f"({human(held_bytes(plain))})", held_bytes(plain))
+
+
+def move_optimizer_state(namespace: MutableMapping[str, Any], name: str) -> ActionResult:
+    """Move each state tensor of the optimizer to its own parameter's device (not Adam's CPU step)."""
+    opt, failed = find_named(namespace, name)
+    if failed is not None:
+        return failed
+    if not isinstance(opt, torch.optim.Optimizer):
+        return ActionResult(False, f"{name} is a {type(opt).__name__}, not an optimizer")
+    planned: list[tuple[dict, Any, torch.Tensor]] = []
+    moved = 0
+    try:
+        for p, state in opt.state.items():
+            if not isinstance(p, torch.Tensor) or not isinstance(state, dict):
+                continue
+            for key, value in state.items():
+                if (isinstance(value, torch.Tensor) and value.device != p.device
+                        and not fixes.stays_on_host(tuple(value.shape), str(value.device))):
+                    with torch.no_grad():
+                        planned.append((state, key, value.to(p.device)))
+                    moved += held_bytes(value)
+    except Exception as exc:  # noqa: BLE001 - nothing has been replaced yet
+        return ActionResult(False, f"could not move the state of {name}: {reason(exc)} (nothing was changed)")
+    if not planned:
+        return ActionResult(False, f"the state of {name} is already with its parameters")
+    for state, key, value in planned:
+        state[key] = value
+    return ActionResult(True, f"moved {len(planned)} state tensors of {name}, each to its parameter's device "
+                              f"({human(moved)})", moved)
+
+
+def rebuild_optimizer(namespace: MutableMapping[str, Any], name: str, module_name: str, class_path: str,
+                      kwargs: Iterable[tuple[str, str]] = ()) -> ActionResult:
+    """Replace the optimizer ``name`` with a new one of ``class_path`` over ``module_name``'s parameters."""
+    module, failed = find_named(namespace, module_name)
+    if failed is not None:
+        return failed
+    if not isinstance(module, torch.nn.Module):
+        return ActionResult(False, f"{module_name} is not a module")
+    prefix, _, cls_name = class_path.rpartition(".")
+    cls = getattr(torch.optim, cls_name, None) if prefix == "torch.optim" else None
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        return ActionResult(False, f"{class_path} is not a torch.optim optimizer")
+    try:
+        values = {k: ast.literal_eval(v) for k, v in kwargs}
+        new = cls(module.parameters(), **values)
+        NamePath(name).set(namespace, new)
+    except Exception as exc:  # noqa: BLE001 - the old optimizer is still in place
+        return ActionResult(False, f"could not create {name} again: {reason(exc)} (nothing was changed)")
+    count = sum(1 for _ in module.parameters())
+    return ActionResult(True, f"{name} = {class_path}({module_name}.parameters()…): a new optimizer over "
+                              f"{count} parameters, with fresh state")
+
+
+def apply_fix(namespace: MutableMapping[str, Any], action: Any, *, displayhook: Any = None,
+              hidden: MutableMapping[str, Any] | None = None) -> ActionResult:
+    """Carry out a fix's typed action (:class:`~devinspect.model.fixes.Move`, ``RegisterBuffer`` …).
+
+    Anything else (a malformed or unknown action) returns ``ok=False`` and changes nothing.
+    """
+    try:
+        if isinstance(action, Move) and isinstance(action.name, str) and isinstance(action.device, str):
+            return move(namespace, action.name, action.device)
+        if isinstance(action, RegisterBuffer) and isinstance(action.module, str):
+            return register_buffer(namespace, action.module, action.attr, action.device or None)
+        if isinstance(action, MoveOptimizerState) and isinstance(action.optimizer, str):
+            return move_optimizer_state(namespace, action.optimizer)
+        if isinstance(action, RebuildOptimizer) and isinstance(action.optimizer, str):
+            return rebuild_optimizer(namespace, action.optimizer, action.module, action.class_path, action.kwargs)
+        if isinstance(action, ReleaseGraphs):
+            return release_graphs(namespace, action.names, action.traceback)
+        if isinstance(action, ReleaseHistory):
+            return release_history(namespace, displayhook, hidden)
+        if isinstance(action, EmptyCache):
+            return empty_cache()
+        if isinstance(action, Steps) and action.actions:
+            return _steps(namespace, action.actions, displayhook, hidden)
+    except Exception as exc:  # noqa: BLE001 - an action never raises into the user's session
+        return ActionResult(False, f"the fix failed: {reason(exc)}")
+    return ActionResult(False, f"not a fix devinspect can apply: {action!r}")
+
+
+def _steps(namespace: MutableMapping[str, Any], steps: tuple[Any, ...], displayhook: Any,
+           hidden: MutableMapping[str, Any] | None) -> ActionResult:
+    """Several actions in order; stops at the first that fails and says what was done before it."""
+    done: list[str] = []
+    total = 0
+    for step in steps:
+        result = apply_fix(namespace, step, displayhook=displayhook, hidden=hidden)
+        if not result.ok:
+            before = f" (done before it: {'; '.join(done)})" if done else ""
+            return ActionResult(False, result.message + before, total, result.follow_up)
+        done.append(result.message)
+        total += result.nbytes
+    return ActionResult(True, "; ".join(done), total)

@@ -1,0 +1,371 @@
+"""Moving a tensor or a module to another device, all or nothing; releasing the autograd
+graphs that keep PyTorch from moving parameters."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Iterable, MutableMapping
+
+import torch
+
+from ..diagnose import fixes
+from ..model.fixes import ReleaseGraphs
+from .memory import clear_last_error
+from .result import ActionResult, CannotMove, NamePath, find_named, held_bytes, human, parse_device, reason
+
+
+def move(namespace: MutableMapping[str, Any], name: str, device: str) -> ActionResult:
+    """Move the tensor or module called ``name`` to ``device``: completely, or not at all.
+
+    A module keeps its Parameter objects and their gradients (so an optimizer that
+    holds them stays valid, as ``Module.to`` does on CUDA), its buffers move, and the
+    state of every optimizer in the namespace that holds its parameters follows each
+    parameter. A tensor is reassigned (``x = x.to(device)``); a leaf that requires
+    grad, or a Parameter, keeps its identity instead. If any tensor cannot move (out
+    of memory, a meta tensor, a parameter an autograd graph saved), everything moved
+    so far goes back and the result names the tensor and the reason.
+    """
+    value, failed = find_named(namespace, name)
+    if failed is not None:
+        return failed
+    target, failed = parse_device(device)
+    if failed is not None:
+        return failed
+    if isinstance(value, torch.nn.Module):
+        return Mover(namespace, target).module(name, value)
+    if isinstance(value, torch.Tensor):
+        return Mover(namespace, target).tensor(name, value)
+    return ActionResult(False, f"{name} is a {type(value).__name__}, not a tensor or module")
+
+
+class Mover:
+    """One all-or-nothing move: plan, copy on the side, then commit with an undo log."""
+
+    def __init__(self, namespace: MutableMapping[str, Any], target: torch.device):
+        self.namespace = namespace
+        self.target = target
+        self.swap_flag = bool(torch.__future__.get_swap_module_params_on_conversion())
+        self.undo: list[Callable[[], None]] = []
+        self.moved_bytes = 0
+
+    # -- modules ----------------------------------------------------------------
+
+    def module(self, name: str, module: torch.nn.Module) -> ActionResult:
+        params: dict[int, tuple[str, torch.nn.Parameter]] = {}
+        buffers: list[tuple[torch.nn.Module, str, str, torch.Tensor]] = []
+        recomputed: list[tuple[torch.nn.Module, str]] = []
+        for path, sub in _named_modules(module, name):
+            for key, p in list(sub._parameters.items()):
+                if p is not None and id(p) not in params:
+                    params[id(p)] = (_child(path, key, sub), p)
+            for key, b in list(sub._buffers.items()):
+                if b is not None:
+                    buffers.append((sub, key, _child(path, key, sub), b))
+            for attr in _recomputed(sub):
+                recomputed.append((sub, attr))
+        problem = self._refusal([(n, p) for n, p in params.values()] + [(n, b) for _, _, n, b in buffers])
+        if problem is not None:
+            return problem
+        # Attributes weight_norm & co. recompute before each forward hold a graph that saves
+        # their parameters; they are derived state, so a swap move drops that graph.
+        if not self._all_in_place(p for _, p in params.values()):
+            for sub, attr in recomputed:
+                current = sub.__dict__.get(attr)
+                if isinstance(current, torch.Tensor) and current.grad_fn is not None:
+                    self.undo.append(lambda sub=sub, attr=attr, current=current: sub.__dict__.__setitem__(attr, current))
+                    sub.__dict__[attr] = current.detach()
+            held = self._held([(n, p) for n, p in params.values()])
+            if held is not None:
+                self._rollback()
+                return held
+        try:
+            planned_params = [(n, p, self._copy(n, p), self._copy(f"{n}.grad", p.grad) if p.grad is not None else None)
+                              for n, p in params.values()]
+            planned_buffers = [(sub, key, n, self._copy(n, b)) for sub, key, n, b in buffers]
+            planned_state = self._plan_optimizer_state({id(p) for _, p in params.values()})
+        except CannotMove as exc:
+            self._rollback()
+            return ActionResult(False, f"could not move {name} to {self.target}: {exc} (nothing was changed)")
+        try:
+            for n, p, new, new_grad in planned_params:
+                self._commit_parameter(p, new, new_grad)
+            for sub, key, _n, new in planned_buffers:
+                old = sub._buffers[key]
+                self.undo.append(lambda sub=sub, key=key, old=old: sub._buffers.__setitem__(key, old))
+                sub._buffers[key] = new
+            states = self._commit_state(planned_state)
+        except Exception as exc:  # noqa: BLE001 - anything half done is undone
+            self._rollback()
+            return ActionResult(False, f"could not move {name} to {self.target}: {reason(exc)} (nothing was changed)")
+        counts = f"{len(planned_params)} parameters, {len(planned_buffers)} buffers"
+        grads = sum(1 for *_, g in planned_params if g is not None)
+        if grads:
+            counts += f", {grads} gradients"
+        if states:
+            counts += f", {states} optimizer state tensors"
+        return ActionResult(True, f"moved {name} to {self.target}: {counts} ({human(self.moved_bytes)})",
+                            self.moved_bytes)
+
+    # -- tensors ----------------------------------------------------------------
+
+    def tensor(self, name: str, t: torch.Tensor) -> ActionResult:
+        keep_identity = isinstance(t, torch.nn.Parameter) or (t.requires_grad and t.is_leaf)
+        problem = self._refusal([(name, t)])
+        if problem is not None:
+            return problem
+        if not keep_identity:
+            try:
+                new = self._copy(name, t)
+            except CannotMove as exc:
+                return ActionResult(False, f"could not move {name} to {self.target}: {exc} (nothing was changed)")
+            try:
+                NamePath(name).set(self.namespace, new)
+            except Exception as exc:  # noqa: BLE001 - the variable still holds the old tensor
+                return ActionResult(False, f"could not assign {name}: {reason(exc)} (nothing was changed)")
+            return ActionResult(True, f"{name} = {name}.to({str(self.target)!r}) ({human(self.moved_bytes)})",
+                                self.moved_bytes)
+        if not self._all_in_place([t]):
+            held = self._held([(name, t)])
+            if held is not None:
+                return held
+        try:
+            new = self._copy(name, t)
+            new_grad = self._copy(f"{name}.grad", t.grad) if t.grad is not None else None
+            planned_state = self._plan_optimizer_state({id(t)})
+        except CannotMove as exc:
+            return ActionResult(False, f"could not move {name} to {self.target}: {exc} (nothing was changed)")
+        try:
+            self._commit_parameter(t, new, new_grad)
+            states = self._commit_state(planned_state)
+        except Exception as exc:  # noqa: BLE001
+            self._rollback()
+            return ActionResult(False, f"could not move {name} to {self.target}: {reason(exc)} (nothing was changed)")
+        what = "Parameter" if isinstance(t, torch.nn.Parameter) else "leaf tensor"
+        extra = f", and {states} optimizer state tensors" if states else ""
+        return ActionResult(True, f"moved {name} to {self.target}, the same {what}{extra} ({human(self.moved_bytes)})",
+                            self.moved_bytes)
+
+    # -- the steps ---------------------------------------------------------------
+
+    def _refusal(self, tensors: list[tuple[str, torch.Tensor]]) -> ActionResult | None:
+        """Tensors that can never move (no data, not initialised), said before anything changes."""
+        for n, t in tensors:
+            if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+                return ActionResult(False, f"{n} is not initialised yet (a lazy module): run one forward pass first "
+                                           "(nothing was changed)")
+            if t.device.type == "meta" and self.target.type != "meta":
+                return ActionResult(False, f"{n} is on the meta device and holds no data, so it cannot be copied: "
+                                           "load it with load_state_dict(state_dict, assign=True), or use "
+                                           f"to_empty(device={str(self.target)!r}) and initialise it (nothing was changed)")
+        return None
+
+    def _in_place(self, t: torch.Tensor) -> bool:
+        return fixes.moves_in_place(str(t.device), str(self.target), self.swap_flag) and \
+            type(t) in (torch.Tensor, torch.nn.Parameter)
+
+    def _all_in_place(self, tensors: Iterable[torch.Tensor]) -> bool:
+        return all(self._in_place(t) for t in tensors)
+
+    def _held(self, tensors: list[tuple[str, torch.Tensor]]) -> ActionResult | None:
+        """Parameters PyTorch will refuse to swap (an autograd graph saved them), and what holds them."""
+        held = [(n, t) for n, t in tensors if not self._in_place(t) and t._use_count() > 2]
+        if not held:
+            return None
+        names, traceback_too = graph_holders(self.namespace, {id(t) for _, t in held})
+        holders = [f"the graph of {n}" for n in names] + (["the last error's traceback"] if traceback_too else [])
+        what = " and ".join(holders) if holders else "an autograd graph kept elsewhere"
+        what = ("what holds " + ("it" if len(held) == 1 else "them") + ": " + what)
+        shown = ", ".join(n for n, _ in held[:3]) + (" …" if len(held) > 3 else "")
+        follow_up = ReleaseGraphs(tuple(names), traceback_too) if holders else None
+        return ActionResult(
+            False,
+            f"PyTorch moves these tensors to {self.target} by swapping them, and refuses {shown}, which an autograd "
+            f"graph or a traceback still uses ({what}). Release them first (Release graphs: values are kept), "
+            f"then move (nothing was changed)",
+            follow_up=follow_up,
+        )
+
+    def _copy(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        try:
+            with torch.no_grad():
+                new = t.to(self.target)
+        except Exception as exc:  # noqa: BLE001 - an OOM, an unsupported dtype: nothing changed yet
+            raise CannotMove(f"{name}: {reason(exc)}") from None
+        if new is not t:
+            self.moved_bytes += held_bytes(t)
+        return new
+
+    def _commit_parameter(self, p: torch.Tensor, new: torch.Tensor, new_grad: torch.Tensor | None) -> None:
+        if new is p and (new_grad is None or new_grad is p.grad):
+            return
+        if self._in_place(p):
+            old_data, old_grad = p.data, p.grad
+            old_grad_data = old_grad.data if old_grad is not None else None
+
+            def undo(p=p, old_data=old_data, old_grad=old_grad, old_grad_data=old_grad_data) -> None:
+                p.data = old_data
+                if old_grad is not None:
+                    old_grad.data = old_grad_data
+                    p.grad = old_grad
+
+            self.undo.append(undo)
+            p.data = new
+            if old_grad is not None and new_grad is not None:
+                old_grad.data = new_grad  # the gradient object stays the same too
+            return
+        grad = p.grad
+        if grad is not None:
+            p.grad = None  # reading .grad raises the use count PyTorch checks before a swap
+        replacement = (torch.nn.Parameter(new, requires_grad=p.requires_grad) if isinstance(p, torch.nn.Parameter)
+                       else new.detach().requires_grad_(p.requires_grad))
+        try:
+            torch.utils.swap_tensors(p, replacement)
+        except Exception:
+            if grad is not None:
+                p.grad = grad
+            raise
+
+        def undo_swap(p=p, replacement=replacement, grad=grad) -> None:
+            p.grad = None
+            torch.utils.swap_tensors(p, replacement)
+            if grad is not None:
+                p.grad = grad
+
+        self.undo.append(undo_swap)
+        if new_grad is not None:
+            p.grad = new_grad
+
+    def _plan_optimizer_state(self, param_ids: set[int]) -> list[tuple[dict, Any, torch.Tensor, torch.Tensor]]:
+        """State of the namespace's optimizers for the moved parameters, copied to the target."""
+        planned = []
+        for opt_name, opt in _optimizers(self.namespace):
+            for p, state in opt.state.items():
+                if id(p) not in param_ids or not isinstance(state, dict):
+                    continue
+                for key, v in state.items():
+                    if isinstance(v, torch.Tensor) and v.device != self.target and \
+                            not fixes.stays_on_host(tuple(v.shape), str(v.device)):
+                        planned.append((state, key, v, self._copy(f"{opt_name}.state[…][{key!r}]", v)))
+        return planned
+
+    def _commit_state(self, planned: list[tuple[dict, Any, torch.Tensor, torch.Tensor]]) -> int:
+        for state, key, old, new in planned:
+            self.undo.append(lambda state=state, key=key, old=old: state.__setitem__(key, old))
+            state[key] = new
+        return len(planned)
+
+    def _rollback(self) -> None:
+        while self.undo:
+            step = self.undo.pop()
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - undo what can be undone; the rest was never done
+                pass
+
+
+def _named_modules(module: torch.nn.Module, name: str) -> list[tuple[str, torch.nn.Module]]:
+    """``(path, module)`` for a module and its submodules, paths as %devices names them."""
+    from ..collect.names import child_name
+
+    out, seen, stack = [], set(), [(name, module)]
+    while stack:
+        path, m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        out.append((path, m))
+        for key, child in reversed(list(m._modules.items())):
+            if child is not None:
+                stack.append((child_name(path, key, type(m)), child))
+    return out
+
+
+def _child(path: str, key: str, module: torch.nn.Module) -> str:
+    from ..collect.names import child_name
+
+    return child_name(path, key, type(module))
+
+
+def _recomputed(module: torch.nn.Module) -> list[str]:
+    names = []
+    for hook in module._forward_pre_hooks.values():
+        for key in ("name", "_tensor_name"):
+            attr = getattr(hook, "__dict__", {}).get(key)
+            if isinstance(attr, str) and attr in module.__dict__:
+                names.append(attr)
+    return names
+
+
+def _optimizers(namespace: MutableMapping[str, Any]) -> list[tuple[str, torch.optim.Optimizer]]:
+    return [(k, v) for k, v in list(namespace.items())
+            if isinstance(k, str) and not k.startswith("_") and isinstance(v, torch.optim.Optimizer)]
+
+
+def graph_holders(namespace: MutableMapping[str, Any], param_ids: set[int],
+                  limit: int = 200_000) -> tuple[list[str], bool]:
+    """Namespace variables whose autograd graph reaches these parameters, and whether the
+    last traceback's frames hold such a graph. Walks at most ``limit`` graph nodes."""
+    budget = [limit]
+
+    def reaches(roots: Iterable[Any]) -> bool:
+        stack, seen = [r for r in roots if r is not None], set()
+        while stack and budget[0] > 0:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            budget[0] -= 1
+            variable = getattr(node, "variable", None)
+            if variable is not None and id(variable) in param_ids:
+                return True
+            for child, _ in getattr(node, "next_functions", ()):
+                if child is not None:
+                    stack.append(child)
+        return False
+
+    names = [k for k, v in list(namespace.items())
+             if isinstance(k, str) and not k.startswith("_") and isinstance(v, torch.Tensor) and v.grad_fn is not None
+             and reaches([v.grad_fn])]
+    # A failed cell's frames hold its tensors (and the graphs made before the error) until the
+    # traceback goes; clearing a finished traceback's frames loses nothing but %debug.
+    tb = getattr(sys, "last_traceback", None)
+    traceback_too = tb is not None and any(_frame_holds_tensors(t.tb_frame) for t in _tb_entries(tb))
+    return names, traceback_too
+
+
+def _tb_entries(tb: Any) -> list[Any]:
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out
+
+
+def _frame_holds_tensors(frame: Any) -> bool:
+    try:
+        values = list(frame.f_locals.values())
+    except Exception:  # noqa: BLE001
+        return False
+    for v in values:
+        if isinstance(v, torch.Tensor) or (isinstance(v, (tuple, list)) and any(isinstance(i, torch.Tensor) for i in v)):
+            return True
+    return False
+
+
+def release_graphs(namespace: MutableMapping[str, Any], names: Iterable[str], traceback_too: bool) -> ActionResult:
+    """Detach the tensors ``names`` (values kept, graphs dropped) and clear the last traceback's frames."""
+    done = []
+    for name in names:
+        value, failed = find_named(namespace, name)
+        if failed is None and isinstance(value, torch.Tensor) and value.grad_fn is not None:
+            try:
+                NamePath(name).set(namespace, value.detach())
+                done.append(f"{name} = {name}.detach()")
+            except Exception as exc:  # noqa: BLE001
+                return ActionResult(False, f"could not detach {name}: {reason(exc)}")
+    if traceback_too and getattr(sys, "last_traceback", None) is not None:
+        clear_last_error()
+        done.append("cleared the last error's traceback (%debug no longer sees it)")
+    if not done:
+        return ActionResult(False, "nothing to release: no variable or traceback holds such a graph")
+    return ActionResult(True, "released autograd graphs: " + "; ".join(done))

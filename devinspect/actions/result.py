@@ -1,0 +1,120 @@
+"""What an action says it did, and how it finds the object a name refers to."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any, MutableMapping
+
+import torch
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What an action did. ``ok`` is False when nothing was changed; ``message`` says why.
+
+    ``nbytes`` is the memory the action moved, released or freed. ``follow_up`` is
+    an action that would let this one succeed (release the autograd graphs that hold
+    parameters PyTorch refuses to swap), for a button to offer.
+    """
+
+    ok: bool
+    message: str
+    nbytes: int = 0
+    follow_up: Any = None
+
+
+class NamePath:
+    """A name as the user typed it: ``x``, ``batch["ids"]``, ``model.encoder``, ``getattr(m, "a b")``."""
+
+    def __init__(self, text: str):
+        if not isinstance(text, str):
+            raise ValueError(f"{text!r} is not a name")
+        try:
+            node = ast.parse(text, mode="eval").body
+        except (SyntaxError, ValueError):
+            raise ValueError(f"{text!r} is not a variable name") from None
+        self.steps: list[tuple[str, Any]] = []
+        while not isinstance(node, ast.Name):
+            if isinstance(node, ast.Attribute):
+                self.steps.append(("attr", node.attr))
+                node = node.value
+            elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                self.steps.append(("item", node.slice.value))
+                node = node.value
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                  and len(node.args) == 2 and isinstance(node.args[1], ast.Constant)
+                  and isinstance(node.args[1].value, str) and not node.keywords):
+                self.steps.append(("attr", node.args[1].value))
+                node = node.args[0]
+            else:
+                raise ValueError(f"{text!r} is not a plain variable, attribute or item name")
+        self.root = node.id
+        self.steps.reverse()
+        self.text = text
+
+    def get(self, namespace: MutableMapping[str, Any]) -> Any:
+        if self.root not in namespace:
+            raise LookupError(f"no variable named {self.root!r}")
+        value = namespace[self.root]
+        for kind, key in self.steps:
+            value = getattr(value, key) if kind == "attr" else value[key]
+        return value
+
+    def set(self, namespace: MutableMapping[str, Any], new: Any) -> None:
+        if not self.steps:
+            namespace[self.root] = new
+            return
+        parent = namespace[self.root]
+        for kind, key in self.steps[:-1]:
+            parent = getattr(parent, key) if kind == "attr" else parent[key]
+        kind, key = self.steps[-1]
+        if kind == "attr":
+            setattr(parent, key, new)
+        else:
+            parent[key] = new
+
+
+LOOKUP_ERRORS = (ValueError, LookupError, AttributeError, KeyError, IndexError, TypeError)
+
+
+def find_named(namespace: MutableMapping[str, Any], name: str) -> tuple[Any, ActionResult | None]:
+    """The object called ``name``, or a failed ActionResult saying why it cannot be found."""
+    try:
+        return NamePath(name).get(namespace), None
+    except LOOKUP_ERRORS as exc:
+        return None, ActionResult(False, f"could not find {name}: {exc}")
+
+
+def held_bytes(t: torch.Tensor) -> int:
+    try:
+        if t.layout == torch.strided and not t.is_nested and t.device.type != "meta":
+            return int(t.untyped_storage().nbytes())
+        return int(t.nbytes)
+    except Exception:  # noqa: BLE001 - wrapper subclasses have no storage of their own
+        try:
+            return int(t.numel() * t.element_size())
+        except Exception:  # noqa: BLE001
+            return 0
+
+
+def human(n: int) -> str:
+    from ..model.units import human_bytes
+
+    return human_bytes(n)
+
+
+def reason(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def parse_device(device: Any) -> tuple[torch.device | None, ActionResult | None]:
+    try:
+        return torch.device(device), None
+    except (RuntimeError, TypeError, ValueError) as exc:
+        return None, ActionResult(False, f"{device!r} is not a device: {reason(exc)}")
+
+
+class CannotMove(Exception):
+    """A tensor that cannot be copied to the target (an OOM, an unsupported dtype): nothing changed yet."""

@@ -1,0 +1,156 @@
+"""Where code lives: the user's own lines versus library code, named as IPython names them.
+
+Two rules used everywhere a line or a frame is shown or blamed:
+
+* **Library code** is anything under ``site-packages``/``dist-packages``, the
+  standard library, the ``torch`` package and devinspect itself (``<frozen …>``
+  modules too). A fix never edits it, copies and syncs made inside it are blamed on
+  the user's line that called it, and its frames in a traceback are not the user's.
+* **Cells** are named the way IPython's tracebacks name them (``Cell In[3], line 8``)
+  once the IPython layer registers how to map a compiled cell's file name to its
+  execution count; without IPython, a file is ``path:line``.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import sysconfig
+import types
+from typing import Callable
+
+import torch
+
+from ..model.records import SourceLine
+
+_PACKAGE_DIRS = ("site-packages", "dist-packages")
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = {os.path.dirname(os.path.abspath(torch.__file__)), _DEVINSPECT_ROOT.rstrip(os.sep)}
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.add(os.path.abspath(path))
+    return tuple(sorted(r + os.sep for r in roots))
+
+
+#: devinspect's own package folder (this file is in its collect/ folder).
+_DEVINSPECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARY_ROOTS = _library_roots()
+_STDLIB_ROOTS = tuple(os.path.abspath(p) + os.sep for p in
+                      {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p)
+_TORCH_ROOT = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_library_cache: dict[str, bool] = {}
+
+#: Maps a compiled cell's file name to its execution count (set by the IPython layer).
+_cell_numbers: list[Callable[[str], int | None]] = []
+
+
+def is_library_file(filename: str) -> bool:
+    """Whether ``filename`` is library code the user does not edit (see the module docstring)."""
+    known = _library_cache.get(filename)
+    if known is None:
+        if filename.startswith("<"):
+            # <frozen importlib._bootstrap>, <string> from library exec; cells are registered below.
+            known = filename.startswith("<frozen")
+        else:
+            parts = filename.replace("\\", "/").split("/")
+            known = any(p in _PACKAGE_DIRS for p in parts) or filename.startswith(_LIBRARY_ROOTS)
+        _library_cache[filename] = known
+    return known
+
+
+#: Packages of the tools around the user (the shell, the kernel), not of their model.
+_TOOL_PACKAGES = ("IPython", "ipykernel", "traitlets", "zmq", "tornado", "jupyter_client", "comm", "debugpy",
+                  "ipywidgets", "devinspect")
+_tool_cache: dict[str, bool] = {}
+
+
+def is_tool_file(filename: str) -> bool:
+    """Whether ``filename`` belongs to devinspect, IPython, the kernel or the standard library.
+
+    Their frames in a traceback hold the tools' own objects (argument parsers, the
+    check itself), never the user's model or data, so they are not walked. Other
+    library frames (torch, transformers) hold real activations and are measured.
+    """
+    known = _tool_cache.get(filename)
+    if known is None:
+        parts = filename.replace("\\", "/").split("/")
+        in_package = next((parts[i + 1] for i, p in enumerate(parts[:-1]) if p in _PACKAGE_DIRS), None)
+        stdlib = any(filename.startswith(r) for r in _STDLIB_ROOTS) and in_package is None
+        known = (filename.startswith("<frozen") or stdlib or in_package in _TOOL_PACKAGES
+                 or filename.startswith(_DEVINSPECT_ROOT))
+        _tool_cache[filename] = known
+    return known
+
+
+def is_own_file(filename: str) -> bool:
+    """Whether ``filename`` is part of devinspect (its frames are never reported)."""
+    return filename.startswith(_DEVINSPECT_ROOT)
+
+
+def package_of(filename: str) -> str:
+    """The top-level package a library file belongs to (``torch``, ``transformers``), or ``""``."""
+    parts = filename.replace("\\", "/").split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part in _PACKAGE_DIRS:
+            return parts[i + 1].removesuffix(".py")
+    if filename.startswith(_TORCH_ROOT):
+        return "torch"
+    if filename.startswith(_DEVINSPECT_ROOT):
+        return "devinspect"
+    return "the standard library" if any(filename.startswith(r) for r in _STDLIB_ROOTS) else ""
+
+
+def is_user_code(code: types.CodeType) -> bool:
+    return not is_library_file(code.co_filename)
+
+
+def register_cell_numbers(lookup: Callable[[str], int | None]) -> None:
+    """Let locations name cells: ``lookup(filename)`` returns the execution count, or None."""
+    if lookup not in _cell_numbers:
+        _cell_numbers.append(lookup)
+
+
+def unregister_cell_numbers(lookup: Callable[[str], int | None]) -> None:
+    if lookup in _cell_numbers:
+        _cell_numbers.remove(lookup)
+
+
+def cell_number(filename: str) -> int | None:
+    """The execution count of the cell compiled as ``filename``, when IPython says so."""
+    for lookup in _cell_numbers:
+        try:
+            number = lookup(filename)
+        except Exception:  # noqa: BLE001 - a name we cannot map is shown as a file
+            number = None
+        if number is not None:
+            return number
+    return None
+
+
+def source_line(filename: str, lineno: int, function: str = "") -> SourceLine:
+    """A :class:`SourceLine` with the line's text and, for a notebook cell, its number."""
+    text = linecache.getline(filename, lineno).strip()
+    return SourceLine(filename, lineno, function, text, cell_number(filename))
+
+
+def frame_line(frame: types.FrameType) -> SourceLine:
+    code = frame.f_code
+    return source_line(code.co_filename, frame.f_lineno, code.co_name)
+
+
+def user_frames(frame: types.FrameType | None) -> list[types.FrameType]:
+    """The frames of user code from ``frame`` outwards (innermost first)."""
+    out = []
+    while frame is not None:
+        if is_user_code(frame.f_code):
+            out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def caller_frame(depth: int = 1) -> types.FrameType:
+    return sys._getframe(depth + 1)

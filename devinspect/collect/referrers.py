@@ -1,0 +1,312 @@
+"""Who keeps a tensor alive: the reference paths from the user's names to it.
+
+``%devices --why NAME`` answers "why is this tensor (and its memory) still here?" with
+every path that reaches it: a namespace name and what lies below it (``cache["k"][2]``),
+``Out[7]``, a local of a frame in the last error's traceback, a closure's cell
+(``f.__closure__[0].cell_contents``), an autograd graph that saved it for backward
+(``loss.grad_fn.next_functions[0][0]._saved_self``), a view's base. Paths are written as
+Python reaches them, so each can be typed to check it.
+
+The search is breadth first from those roots, bounded in depth, objects and time, and
+reads as the scan reads: instance dicts and slots through their C descriptors, container
+contents through the built-in types' own methods, closure cells, frames' locals, and
+autograd nodes' saved tensors through ``SavedTensor.data`` (never unpacking them, which
+could run a saved-tensor hook). No property, ``__getattr__`` or hook of the user's runs.
+A path ends at the tensor itself or at another tensor sharing its memory (a view, a copy
+autograd saved of an output).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+import types
+from collections import deque
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from ..model.holders import Holders, Reference
+from . import locations
+from . import tensorbase as tb
+from .names import HISTORY_RE, PLUMBING, attr_name, child_name, key_text, namespace_items
+from .static import ATOM_IDS, instance_dict, is_opaque_package, slot_values, type_name
+from .tensors import tensor_facts
+
+_T = torch.Tensor
+_Module = torch.nn.Module
+
+#: Bounds of one search.
+MAX_DEPTH = 12
+MAX_OBJECTS = 300_000
+MAX_SECONDS = 3.0
+MAX_PATHS = 24
+MAX_ITEMS = 10_000
+
+
+def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumbing: Any = ()) -> Holders:
+    """The references that keep the tensor ``%devices`` lists as ``name`` alive (LookupError if none).
+
+    ``plumbing`` are the shell's own holders of output history (IPython's display hook and
+    hidden namespace keep ``_``, ``__``, ``___``): references from them are not listed as
+    unexplained, since the history names that show them are listed already."""
+    from .scan import find_tensor
+
+    start = time.perf_counter()
+    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+        target = find_tensor(namespace, name, exclude=exclude)
+        search = _Search(target)
+        complete = search.run(_roots(namespace, set(exclude) | PLUMBING))
+        device, dtype, shape, _, storage_bytes, _, _, _ = tensor_facts(target)
+        found = {id(o) for o in search.reached}
+        found |= {id(p) for p in plumbing if p is not None}
+        unreached = tuple(sorted({type_name(type(r)) for r in gc.get_referrers(target)
+                                  if id(r) not in found and not _is_search_own(r, search)}))
+        order = {"namespace": 0, "output history": 1, "last error's traceback": 2}
+        references = sorted(search.references, key=lambda r: (order.get(r.root, 3), r.via != "", len(r.path)))
+        shape = tuple(int(n) for n in shape) if shape is not None else ()
+        result = Holders(name, device, dtype, shape, storage_bytes or 0, tuple(references), complete, unreached,
+                         time.perf_counter() - start)
+    del target, search
+    return result
+
+
+def _is_search_own(o: Any, search: _Search) -> bool:
+    return o is search or o is search.__dict__ or type(o) is types.FrameType or o is search.keep
+
+
+def _roots(namespace: Mapping[str, Any], excluded: set[str]) -> Iterator[tuple[Any, str, str, str, Any]]:
+    """(object, path, root kind, note, holder) for each root: the user's names, the output
+    history, and the locals of the last error's traceback."""
+    items = namespace_items(namespace)
+    for key, value in items:
+        if key not in excluded and not HISTORY_RE.match(key):
+            yield value, key, "namespace", "", namespace
+    for key, value in sorted(items, key=lambda kv: (kv[0] not in ("Out", "_oh"), kv[0])):  # Out[12], not _oh[12]
+        if HISTORY_RE.match(key) and key not in excluded:
+            yield value, key, "output history", "", namespace
+    tb_ = sys.__dict__.get("last_traceback")
+    while type(tb_) is types.TracebackType:
+        frame = tb_.tb_frame
+        code = frame.f_code
+        if frame.f_locals is not frame.f_globals and not locations.is_tool_file(code.co_filename):
+            where = locations.source_line(code.co_filename, tb_.tb_lineno, code.co_name).label
+            local_vars = frame.f_locals
+            for key, value in list(dict.items(local_vars)) if type(local_vars) is dict else ():
+                if type(key) is str and key != "__tracebackhide__":
+                    yield value, key, "last error's traceback", f"a local of {code.co_name} ({where})", local_vars
+        tb_ = tb_.tb_next
+
+
+class _Search:
+    def __init__(self, target: Any):
+        self.target = target
+        self.storage = _storage_key(target)
+        self.references: list[Reference] = []
+        self.reached: list[Any] = []  # objects that refer to the target directly, on a found path
+        self.visited: set[int] = set()
+        self.keep: list[Any] = []  # objects made while reading (SavedTensor wrappers): their ids stay theirs
+        self.deadline = time.perf_counter() + MAX_SECONDS
+
+    def run(self, roots: Iterator[tuple[Any, str, str, str, Any]]) -> bool:
+        queue: deque[tuple[Any, str, str, str, int]] = deque()
+        for value, path, root, note, holder in roots:
+            if self._is_target(value, path, root, "", note, holder):
+                continue
+            queue.append((value, path, root, note, 0))
+        while queue:
+            if len(self.visited) >= MAX_OBJECTS or time.perf_counter() > self.deadline:
+                return False
+            if len(self.references) >= MAX_PATHS:
+                return False
+            value, path, root, note, depth = queue.popleft()
+            if id(value) in self.visited or id(type(value)) in ATOM_IDS:
+                continue
+            self.visited.add(id(value))
+            if depth >= MAX_DEPTH:
+                continue
+            try:
+                children = list(self._children(value, path))
+            except Exception:  # noqa: BLE001 - an object that cannot be read is not followed
+                continue
+            for child, child_path, via, child_note in children:
+                if not self._is_target(child, child_path, root, via, child_note or note, value):
+                    queue.append((child, child_path, root, child_note or note, depth + 1))
+        return True
+
+    def _is_target(self, value: Any, path: str, root: str, via: str, note: str, holder: Any) -> bool:
+        if value is self.target:
+            self._found(path, root, via, note, holder)
+            return True
+        if isinstance(value, _T) and self.storage is not None and _storage_key(value) == self.storage:
+            self._found(path, root, via or "view", "shares its memory" + (f"; {note}" if note else ""), holder)
+            return True
+        return False
+
+    def _found(self, path: str, root: str, via: str, note: str, holder: Any) -> None:
+        self.references.append(Reference(path, root, via, note))
+        if holder is not None:
+            self.reached.append(holder)
+
+    # -- what an object refers to, read without running its code ---------------------------
+
+    def _children(self, o: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:
+        vt = type(o)
+        if isinstance(o, _T):
+            yield from self._tensor_children(o, path)
+            return
+        if isinstance(o, (types.ModuleType, type)) or is_opaque_package(vt):
+            return
+        if isinstance(o, dict):
+            for i, (key, value) in enumerate(dict.items(o)):
+                if i >= MAX_ITEMS:
+                    break
+                text = key_text(key)
+                if isinstance(key, _T):
+                    yield key, f"{path} (a key)", "", ""
+                yield value, f"{path}[{text if text is not None else '…'}]", "", ""
+        elif isinstance(o, (list, tuple)):
+            getter = list.__getitem__ if isinstance(o, list) else tuple.__getitem__
+            for i in range(min(len(o), MAX_ITEMS)):
+                yield getter(o, i), f"{path}[{i}]", "", ""
+        elif isinstance(o, (set, frozenset)):
+            for i, item in enumerate(set.__iter__(o) if isinstance(o, set) else frozenset.__iter__(o)):
+                if i >= MAX_ITEMS:
+                    break
+                yield item, f"{path} (an element)", "", ""
+        elif vt is types.FunctionType:
+            yield from _function_children(o, path)
+            return
+        elif vt is types.MethodType:
+            yield o.__self__, f"{path}.__self__", "", ""
+            yield o.__func__, f"{path}.__func__", "", ""
+            return
+        elif vt is types.CellType:
+            try:
+                yield o.cell_contents, f"{path}.cell_contents", "closure", ""
+            except ValueError:  # an empty cell
+                pass
+            return
+        elif vt in (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType):
+            frame = getattr(o, "gi_frame", None) or getattr(o, "cr_frame", None) or getattr(o, "ag_frame", None)
+            if frame is not None and type(frame.f_locals) is dict:
+                for key, value in list(dict.items(frame.f_locals)):
+                    yield value, f"{path}.gi_frame.f_locals[{key!r}]", "", f"a local of the paused {vt.__name__}"
+            return
+        elif type_name(vt) == "functools.partial":
+            yield o.func, f"{path}.func", "", ""
+            yield o.args, f"{path}.args", "", ""
+            yield o.keywords, f"{path}.keywords", "", ""
+            return
+        if isinstance(o, _Module):
+            yield from self._module_children(o, path)
+            return
+        if _is_autograd_node(o):
+            yield from self._node_children(o, path)
+        for attr, value in instance_dict(o).items():
+            yield value, attr_name(path, attr), "", ""
+        for attr, value in slot_values(o):
+            yield value, attr_name(path, attr), "", ""
+
+    def _module_children(self, m: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:
+        d = instance_dict(m)
+        for group in ("_parameters", "_buffers", "_modules"):
+            members = d.get(group)
+            if type(members) is dict:
+                for key, value in members.items():
+                    if value is not None and type(key) is str:
+                        yield value, child_name(path, key, type(m)), "", ""
+        for attr, value in d.items():
+            if attr not in ("_parameters", "_buffers", "_modules"):
+                yield value, attr_name(path, attr), "", ""  # hooks' dicts (closures), plain attributes
+
+    def _tensor_children(self, t: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:
+        base = tb.base(t)
+        if base is not None:
+            yield base, f"{path}._base", "view", "the view's base"
+        grad = tb.grad(t) if tb.is_leaf(t) else None
+        if grad is not None:
+            yield grad, f"{path}.grad", "", ""
+        node = tb.grad_fn(t)
+        if node is not None:
+            yield node, f"{path}.grad_fn", "autograd graph", f"saved for the backward pass of {path}"
+        for attr, value in instance_dict(t).items():  # a subclass's own attributes
+            yield value, attr_name(path, attr), "", ""
+
+    def _node_children(self, node: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:
+        note = ""
+        for i, (child, _index) in enumerate(_getset(node, "next_functions") or ()):
+            if child is not None:
+                yield child, f"{path}.next_functions[{i}][0]", "autograd graph", note
+        variable = _getset(node, "variable")  # AccumulateGrad: the leaf it accumulates into
+        if variable is not None:
+            yield variable, f"{path}.variable", "autograd graph", note
+        for attr in dir(type(node)):
+            if not attr.startswith("_raw_saved_"):
+                continue
+            raw = _getset(node, attr)
+            self.keep.append(raw)
+            for j, saved in enumerate(raw if isinstance(raw, (list, tuple)) else [raw]):
+                self.keep.append(saved)
+                data = _saved_data(saved)
+                if data is None:
+                    continue
+                self.keep.append(data)
+                public = "_saved_" + attr.removeprefix("_raw_saved_")
+                suffix = f"[{j}]" if isinstance(raw, (list, tuple)) else ""
+                if isinstance(data, _T):
+                    yield data, f"{path}.{public}{suffix}", "autograd graph", f"saved by {type(node).__name__}"
+                else:  # packed by a saved-tensor hook: what the hook returned
+                    yield data, f"{path}.{attr}{suffix}.data", "autograd graph", "packed by a saved-tensor hook"
+
+
+def _function_children(f: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:
+    code = f.__code__
+    for i, cell in enumerate(f.__closure__ or ()):
+        name = code.co_freevars[i] if i < len(code.co_freevars) else "?"
+        yield cell, f"{path}.__closure__[{i}]", "closure", f"the variable {name!r} that {f.__qualname__} closes over"
+    for i, value in enumerate(f.__defaults__ or ()):
+        yield value, f"{path}.__defaults__[{i}]", "", "a default argument"
+    for key, value in (f.__kwdefaults__ or {}).items():
+        yield value, f"{path}.__kwdefaults__[{key!r}]", "", "a default argument"
+    for attr, value in instance_dict(f).items():
+        yield value, attr_name(path, attr), "", ""
+
+
+def _is_autograd_node(o: Any) -> bool:
+    return isinstance(o, torch.autograd.graph.Node) or type(o).__module__ in ("torch.autograd.function",)
+
+
+def _getset(o: Any, attr: str) -> Any:
+    """An attribute defined by the C type itself (a getset descriptor), else None."""
+    for klass in type(o).__mro__:
+        descriptor = klass.__dict__.get(attr)
+        if descriptor is not None:
+            if type(descriptor) is types.GetSetDescriptorType or type(descriptor).__name__ == "instancemethod":
+                try:
+                    return descriptor.__get__(o, type(o))
+                except Exception:  # noqa: BLE001 - freed by a backward pass, say
+                    return None
+            return None
+    return None
+
+
+def _saved_data(saved: Any) -> Any:
+    """What a ``SavedTensor`` holds, without unpacking it (no saved-tensor hook runs); None once freed."""
+    if type(saved).__name__ != "SavedTensor":
+        return None
+    try:
+        return saved.data
+    except Exception:  # noqa: BLE001 - freed after backward
+        return None
+
+
+def _storage_key(t: Any) -> tuple[str, int] | None:
+    """The memory ``t`` lives in, as the scan identifies it (views share it); None where
+    there is none to share (meta, fake, empty)."""
+    try:
+        device, _, _, _, storage_bytes, key, _, _ = tensor_facts(t)
+    except Exception:  # noqa: BLE001 - a tensor whose memory cannot be read: identity only
+        return None
+    return (device, key) if key is not None and storage_bytes else None

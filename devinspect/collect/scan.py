@@ -1,0 +1,263 @@
+"""Walk a namespace and list every tensor in it, read-only: :func:`scan` and its lookups.
+
+The walk itself is :mod:`devinspect.collect.walk`; this module chooses its roots
+(the user's names, then IPython's history and the last traceback, measured apart),
+runs it with the cyclic collector paused, and shapes the result. The lookups the
+failed-call diagnosis needs (the user's name for a live tensor, module paths) come
+from the same walk.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import sys
+import types
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+from ..model.fixes import Finding
+from ..model.records import HistoryHold, TensorRecord, device_is_accelerator
+from ..model.scan_result import ScanResult, Selection
+from .names import HISTORY_RE, PLUMBING, child_name, namespace_items, root_items
+from .static import instance_dict, str_items
+from .tensors import tensor_facts
+from .walk import ScanOptions, Walker
+
+_Module = torch.nn.Module
+_Tensor = torch.Tensor
+_Optimizer = torch.optim.Optimizer
+
+
+def scan(
+    namespace: Mapping[str, Any] | None = None,
+    roots: Iterable[str] | None = None,
+    *,
+    include_hidden: bool = False,
+    all_objects: bool = False,
+    exclude: Iterable[str] = (),
+    max_depth: int = ScanOptions.max_depth,
+    max_items: int = ScanOptions.max_items,
+    max_objects: int = ScanOptions.max_objects,
+    rules: Callable[[ScanResult], Iterable[Finding]] | None = None,
+) -> ScanResult:
+    """List every tensor reachable from ``namespace`` (default: the caller's globals).
+
+    ``namespace`` may be any Mapping of names to values. ``roots`` restricts the walk
+    to those names (a dotted name such as ``model.encoder`` walks ``model`` and keeps
+    what lies below ``model.encoder``). ``exclude`` names are never walked (IPython's
+    own variables, say).
+
+    Returns a :class:`~devinspect.model.scan_result.ScanResult`; its ``storage_bytes``
+    count memory held by PyTorch's caching allocator for these tensors, which is less
+    than ``nvidia-smi`` shows (the allocator's free cache, the CUDA context and other
+    processes are not tensors). ``rules`` say what looks wrong (its ``findings``);
+    :func:`devinspect.scan` gives devinspect's own.
+    """
+    if namespace is None:
+        namespace = sys._getframe(1).f_globals
+    options = ScanOptions(max_depth, max_items, max_objects, include_hidden, all_objects)
+    items = namespace_items(namespace)
+    excluded = set(exclude) | PLUMBING
+    prefixes: list[str] = []
+    if roots is not None:
+        present = {name for name, _ in items}
+        wanted: list[str] = []
+        for root in roots:
+            top = re.split(r"[.\[]", root, maxsplit=1)[0]
+            if top not in present:
+                raise LookupError(f"no variable named {top!r}")
+            if top not in wanted:
+                wanted.append(top)
+            if root != top:
+                prefixes.append(root)
+        user = [(n, v) for n, v in items if n in wanted]
+        history = [(n, v) for n, v in items if HISTORY_RE.match(n) and n not in wanted]
+    else:
+        user, history = root_items(items, excluded, include_hidden)
+    walker = Walker(options)
+    _walk_paused(walker, items, roots is not None, user, history, all_objects)
+    return _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth, rules)
+
+
+def find_tensor(namespace: Mapping[str, Any], name: str, *, exclude: Iterable[str] = ()) -> Any:
+    """The live tensor ``%devices`` lists as ``name`` (``model.fc.weight``, ``Out[3]``,
+    ``sys.last_traceback:forward.h``, ``<unnamed 2>`` as ``--all`` numbers it); LookupError
+    when no such name is listed now. Found by the same read-only walk as the scan."""
+    options = ScanOptions(include_hidden=True, all_objects=name.startswith("<unnamed"))
+    items = namespace_items(namespace)
+    user, history = root_items(items, set(exclude) | PLUMBING, True)
+    walker = Walker(options)
+    walker.wanted = name
+    _walk_paused(walker, items, False, user, history, options.all_objects)
+    found, walker.found = walker.found, None
+    if found is None:
+        raise LookupError(f"no tensor named {name!r} (a name as %devices lists it)")
+    return found
+
+
+def _walk_paused(walker: Walker, items: list[tuple[str, Any]], restricted: bool, user: list[tuple[str, Any]],
+                 history: list[tuple[str, Any]], all_objects: bool) -> None:
+    """:func:`_walk` with the cyclic garbage collector paused.
+
+    The walk allocates one record per tensor; letting the collector run meanwhile
+    re-traverses the whole heap many times for nothing (it doubles the cost of a
+    100,000-tensor walk). It is paused, never triggered, and restored.
+    """
+    # Out first, so history entries are named Out[12] rather than _12.
+    history.sort(key=lambda item: (item[0] not in ("Out", "_oh"), item[0]))
+    collector_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        _walk(walker, items, restricted, user, history, all_objects)
+    finally:
+        if collector_was_on:
+            gc.enable()
+
+
+def walk_user_roots(walker: Walker, user: list[tuple[str, Any]]) -> None:
+    """Walk the user's names. Call with torch-function dispatch disabled."""
+
+    # Modules first, so parameters get their natural names (model.fc.weight) even when a
+    # list of them comes first; then tensors named directly (an optimizer's loose parameter
+    # is `w`, not opt.param_groups[0]["params"][0]); optimizers next, so their state is
+    # named opt.state[model.fc.weight][...] rather than after a checkpoint dict.
+    def rank(item: tuple[str, Any]) -> int:
+        vt = type(item[1])
+        return 0 if issubclass(vt, _Module) else 1 if issubclass(vt, _Tensor) else 2 if issubclass(vt, _Optimizer) else 3
+
+    for name, value in sorted(user, key=rank):
+        walker.root(name, value)
+        walker.flush_deferred()
+
+
+def _walk(walker: Walker, items: list[tuple[str, Any]], restricted: bool, user: list[tuple[str, Any]],
+          history: list[tuple[str, Any]], all_objects: bool) -> None:
+    # No torch function (subclass or mode) and no Python dispatch (the user's dispatch
+    # modes, a wrapper subclass's __torch_dispatch__) sees any read the walk makes.
+    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+        if restricted:
+            # Name parameters after the namespace's modules even when only an
+            # optimizer is asked for: opt.state[model.fc.weight], not param_groups[0].
+            for name, value in items:
+                if not name.startswith("_") and issubclass(type(value), _Module):
+                    walker.name_parameters(value, name)
+        walk_user_roots(walker, user)
+        walker.hidden = True
+        walker.first_hidden = len(walker.records)
+        for name, value in history:
+            walker.root(name, value)
+        walker.traceback()
+        walker.flush_deferred()
+        walker.hidden = False
+        if all_objects:
+            walker.unnamed()
+
+
+def _result(walker: Walker, user_names: list[str], prefixes: list[str], include_hidden: bool,
+            all_objects: bool, max_depth: int, rules: Any = None) -> ScanResult:
+    records = walker.records
+    hidden = records[walker.first_hidden :] if walker.first_hidden is not None else []
+    history = tuple(
+        HistoryHold(r.name, r.device, r.storage_bytes)
+        for r in hidden
+        if r.hidden and r.alias_of is None and r.storage_bytes and device_is_accelerator(r.device)
+    )
+    if not include_hidden and hidden:
+        records = [r for r in records if not r.hidden]
+    if prefixes:
+        keep = Selection(names=tuple(prefixes)).keeps
+        records = [r for r in records if keep(r)]
+    return ScanResult(
+        records=tuple(records),
+        modules=tuple(walker.modules),
+        loaders=tuple(walker.loaders),
+        truncated=tuple(walker.truncated),
+        history=history,
+        roots=tuple(user_names),
+        options={"include_hidden": include_hidden, "all_objects": all_objects, "max_depth": max_depth,
+                 "swap_flag": bool(torch.__future__.get_swap_module_params_on_conversion()),
+                 "has_traceback": type(sys.__dict__.get("last_traceback")) is types.TracebackType},
+        optimizers=tuple(walker.optimizers),
+        module_types=tuple(walker.module_types),
+        rules=rules,
+    )
+
+
+_KIND_SOURCE = {"parameter": "parameter", "buffer": "buffer", "attribute": "attribute", "gradient": "gradient",
+                "optimizer_state": "optimizer_state", "tensor": "namespace"}
+
+
+class NameIndex:
+    """The user's names for live tensors, and the scan they come from (for explaining errors).
+
+    Built from the user's own names only: neither output history nor an earlier
+    error's traceback may name an operand. Valid while the tensors asked about are
+    alive (it maps object ids, which is why it is used at once and dropped).
+    """
+
+    def __init__(self, namespace: Mapping[str, Any]):
+        walker = Walker(ScanOptions())
+        user, _history = root_items(namespace_items(namespace), PLUMBING, include_hidden=False)
+        collector_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+                walk_user_roots(walker, user)
+        finally:
+            if collector_was_on:
+                gc.enable()
+        self.result = _result(walker, [n for n, _ in user], [], False, False, ScanOptions.max_depth)
+        self._by_name = {r.name: r for r in walker.records}
+        self._tensor_first = walker._tensor_first
+        self._storage_first = walker._storage_first
+
+    def lookup(self, t: Any) -> tuple[TensorRecord, bool] | None:
+        """(the record of the name the user knows ``t`` by, whether ``t`` is only a view of it)."""
+        name = self._tensor_first.get(id(t))
+        is_view = False
+        if name is None:
+            try:
+                with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+                    key = tensor_facts(t)[5]
+            except Exception:
+                key = None
+            name = self._storage_first.get(key) if key is not None else None
+            is_view = name is not None
+        record = self._by_name.get(name) if name is not None else None
+        return (record, is_view) if record is not None else None
+
+    @staticmethod
+    def source(record: TensorRecord) -> str:
+        if record.kind == "parameter" and record.owner is None:
+            return "namespace"  # a loose Parameter, held by a variable (and maybe an optimizer)
+        return _KIND_SOURCE.get(record.kind, "namespace")
+
+
+def tensor_names(namespace: Mapping[str, Any], tensors: list) -> list[tuple[str, str, bool] | None]:
+    """``(name, source, is_view)`` for each tensor as the namespace reaches it, or None."""
+    index = NameIndex(namespace)
+    out: list[tuple[str, str, bool] | None] = []
+    for t in tensors:
+        found = index.lookup(t)
+        out.append(None if found is None else (found[0].name, index.source(found[0]), found[1]))
+    return out
+
+
+def module_paths(namespace: Mapping[str, Any]) -> dict[int, str]:
+    """``id(module) -> path`` (``model.encoder.layers[0]``) for modules the namespace reaches by name."""
+    paths: dict[int, str] = {}
+    for name, value in namespace_items(namespace):
+        if name.startswith("_") or not issubclass(type(value), _Module):
+            continue
+        stack = [(value, name)]
+        while stack:
+            module, path = stack.pop()
+            if id(module) in paths:
+                continue
+            paths[id(module)] = path
+            for cname, child in str_items(instance_dict(module).get("_modules")):
+                if child is not None:
+                    stack.append((child, child_name(path, cname, type(module))))
+    return paths

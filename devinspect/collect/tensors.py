@@ -1,0 +1,138 @@
+"""A tensor's facts (device, dtype, shape, bytes, the memory it lives in), read without dispatch.
+
+Tensor facts come from ``torch._C.TensorBase``'s own getters with torch-function
+dispatch disabled (no subclass property, no ``__torch_function__``, no mode), and
+the few that dispatch an op (sparse parts) run with Python dispatch disabled, so
+the user's active dispatch modes see nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import tensorbase as tb
+from .static import instance_dict, slot_values, static_class_attr, type_name
+
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+_strided = torch.strided
+_Lazy = torch.nn.parameter.UninitializedTensorMixin
+
+
+_device_names: dict[Any, str] = {}
+
+
+_dtype_names: dict[Any, str] = {}
+
+
+def tensor_facts(t: Any) -> tuple:
+    """(device, dtype, shape, nbytes, storage_bytes, storage_key, layout, note) of a tensor.
+
+    Reads metadata only, through TensorBase's C getters (call with torch-function
+    dispatch disabled). ``storage_key`` identifies the memory (views, ``.detach()``
+    and ``.data`` share it); ``None`` where there is no real memory to identify.
+    """
+    cls = type(t)
+    if (cls is _Tensor or cls is _Parameter) and t.layout is _strided and not t.is_nested:
+        if t.is_meta:
+            return ("meta", dtype_name(t.dtype), tuple(t.shape), t.nbytes, 0, None, "strided", "meta: holds no memory")
+        storage = t.untyped_storage()
+        device, dtype = t.device, t.dtype
+        return (
+            _device_names.get(device) or device_name(device),
+            _dtype_names.get(dtype) or dtype_name(dtype),
+            tuple(t.shape),
+            t.nbytes,
+            storage.nbytes(),
+            storage._cdata,
+            "strided",
+            "quantized" if t.is_quantized else None,
+        )
+    return _unusual_tensor_facts(t, cls)
+
+
+def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
+    if issubclass(cls, _Lazy):
+        device = device_name(tb.device(t))
+        return (device, dtype_name(tb.dtype(t)), None, None, None, None, "strided", "lazy: not initialised yet, size unknown")
+    d = instance_dict(t)
+    device = device_name(tb.device(t))
+    dtype = dtype_name(tb.dtype(t))
+    if "fake_mode" in d and type_name(cls) == "FakeTensor":
+        device = device_name(d.get("_fake_device") or tb.device(t))
+        return (device, dtype, shape_of(t), None, 0, None, "strided", "fake tensor: holds no memory")
+    layout = tb.layout(t)
+    if static_class_attr(cls, "__tensor_flatten__") is not None:
+        # A wrapper subclass (DTensor, nested jagged, devinspect's simulated device):
+        # its memory is in the inner tensors it keeps as attributes, read statically.
+        parts = inner_tensors(t)
+        sizes = [tensor_facts(p) for p in parts]
+        storage = sum(s[4] for s in sizes if s[4] is not None) if sizes else None
+        logical = sum(s[3] for s in sizes if s[3] is not None) if sizes else None
+        key = sizes[0][5] if sizes else None
+        return (device, dtype, shape_of(t), logical, storage, key, layout_name(layout), None)
+    if tb.is_meta(t):
+        return ("meta", dtype, shape_of(t), None, 0, None, layout_name(layout), "meta: holds no memory")
+    if layout is not _strided:
+        # Reading the parts of a sparse tensor dispatches ops: the user's dispatch modes must not see them.
+        with torch._C._DisableTorchDispatch():
+            if layout is torch.sparse_coo:
+                parts = [t._indices(), t._values()]
+            elif layout in (torch.sparse_csr, torch.sparse_bsr):
+                parts = [t.crow_indices(), t.col_indices(), t.values()]
+            elif layout in (torch.sparse_csc, torch.sparse_bsc):
+                parts = [t.ccol_indices(), t.row_indices(), t.values()]
+            else:
+                parts = None
+        if parts is not None:
+            storages = [tb.storage(p) for p in parts]
+            return (
+                device,
+                dtype,
+                shape_of(t),
+                sum(tb.nbytes(p) for p in parts),
+                sum(s.nbytes() for s in storages),
+                storages[-1]._cdata,
+                layout_name(layout),
+                layout_name(layout),
+            )
+    if tb.is_nested(t):
+        storage = tb.storage(t)
+        return (device, dtype, shape_of(t), storage.nbytes(), storage.nbytes(), storage._cdata, "strided", "nested tensor")
+    storage = tb.storage(t)
+    note = "quantized" if tb.is_quantized(t) else None
+    return (device, dtype, shape_of(t), tb.nbytes(t), storage.nbytes(), storage._cdata, layout_name(layout), note)
+
+
+def inner_tensors(t: Any) -> list:
+    """The tensors a wrapper subclass keeps in its instance dict or slots (read, not flattened)."""
+    inner = [v for v in dict.values(instance_dict(t)) if issubclass(type(v), _Tensor) and v is not t]
+    inner.extend(v for _, v in slot_values(t) if issubclass(type(v), _Tensor) and v is not t)
+    return inner
+
+
+def shape_of(t: Any) -> tuple | None:
+    try:
+        return tuple(int(s) if type(s) is int else str(s) for s in tb.shape(t))
+    except Exception:
+        return None
+
+
+def device_name(device: Any) -> str:
+    name = _device_names.get(device)
+    if name is None:
+        name = _device_names[device] = str(device)
+    return name
+
+
+def dtype_name(dtype: Any) -> str:
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def layout_name(layout: Any) -> str:
+    return str(layout).removeprefix("torch.")

@@ -1,0 +1,602 @@
+"""The walk: every tensor a namespace reaches, as records, read-only.
+
+The walk never runs user code (see :mod:`devinspect.collect.static`), copies, moves,
+synchronises or prints nothing, does not initialise CUDA, and its result holds no
+reference to any user object. devinspect's own objects (earlier results kept in
+``Out``) and the frames of devinspect, IPython and the standard library in
+``sys.last_traceback`` are not walked.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import inspect
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..model.records import (
+    LoaderSummary,
+    ModuleSummary,
+    OptimizerSummary,
+    TensorRecord,
+    Truncation,
+    Unregistered,
+    make_record,
+)
+from . import locations
+from . import tensorbase as tb
+from .class_source import attribute_assignment, class_source_lines, library_of, recomputed_attributes
+from .names import attr_name, child_name, describe_error, key_text, literal_value
+from .static import (
+    ATOM_IDS,
+    OPAQUE,
+    PROXY_REPR,
+    PROXY_TYPES,
+    instance_dict,
+    is_opaque_package,
+    mro,
+    odd_instance_dict,
+    plain_class_dict,
+    slot_values,
+    static_class_attr,
+    str_items,
+    type_module,
+    type_name,
+)
+from .tensors import shape_of, tensor_facts
+
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+_Module = torch.nn.Module
+_Optimizer = torch.optim.Optimizer
+
+
+#: Attributes every ``nn.Module`` has; anything else in a module's ``__dict__`` is the user's.
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """Bounds and switches of a walk. Every bound that cuts something is reported."""
+
+    #: Nesting of containers and plain objects below a root (modules do not count).
+    max_depth: int = 8
+    #: Items looked at in one container; the rest are reported as skipped.
+    max_items: int = 200_000
+    #: Objects looked at in the whole walk.
+    max_objects: int = 2_000_000
+    #: List IPython's history names (``_``, ``_12``, ``Out``) and other ``_`` names.
+    include_hidden: bool = False
+    #: Also list live tensors no name reaches, found through the garbage collector.
+    all_objects: bool = False
+
+
+class Walker:
+    """One walk's state. Holds user objects only by ``id()`` while it runs."""
+
+    def __init__(self, options: ScanOptions):
+        self.options = options
+        self.records: list[TensorRecord] = []
+        self.modules: list[ModuleSummary] = []
+        self.loaders: list[LoaderSummary] = []
+        self.optimizers: list[OptimizerSummary] = []
+        self.truncated: list[Truncation] = []
+        self.hidden = False
+        #: Index of the first record found through history names or the traceback.
+        self.first_hidden: int | None = None
+        self._storage_first: dict[int, str] = {}
+        self._tensor_first: dict[int, str] = {}
+        self._visited: set[int] = set()
+        self._param_names: dict[int, str] = {}
+        self._deferred: list[tuple[str, str, Any]] = []
+        self._budget = options.max_objects
+        self._out_of_budget = False
+        self._held: list[str] = []
+        self.module_types: list[tuple[str, str]] = []
+        #: find_tensor's name: the one object this walk keeps a reference to, when it is met.
+        self.wanted: str | None = None
+        self.found: Any = None
+
+    # -- roots --------------------------------------------------------------
+
+    def root(self, name: str, value: Any) -> None:
+        self._visit(value, name, name, 0, None)
+
+    def flush_deferred(self) -> None:
+        while self._deferred:
+            name, root, opt = self._deferred.pop(0)
+            self._guarded(self._optimizer, opt, name, root)
+
+    def name_parameters(self, m: Any, name: str) -> None:
+        """Learn the names of a module's parameters without recording anything."""
+        stack, seen = [(m, name)], set()
+        while stack:
+            module, path = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            d = instance_dict(module)
+            for pname, p in str_items(d.get("_parameters")):
+                if p is not None:
+                    self._param_names.setdefault(id(p), child_name(path, pname, type(module)))
+            for cname, child in str_items(d.get("_modules")):
+                if child is not None:
+                    stack.append((child, child_name(path, cname, type(module))))
+
+    def traceback(self) -> None:
+        """Measure the locals of the user's and libraries' frames in ``sys.last_traceback``.
+
+        Frames of devinspect, IPython and the standard library are skipped: they hold
+        the tools' own objects (argument parsers, the check itself), not the user's.
+        """
+        tb = sys.__dict__.get("last_traceback")
+        seen_frames = 0
+        while type(tb) is types.TracebackType and seen_frames < 64:
+            frame = tb.tb_frame
+            seen_frames += 1
+            if frame.f_locals is not frame.f_globals and not locations.is_tool_file(frame.f_code.co_filename):
+                label = f"sys.last_traceback:{frame.f_code.co_name}"
+                for key, value in list(dict.items(frame.f_locals)) if type(frame.f_locals) is dict else ():
+                    if type(key) is str and key != "__tracebackhide__":
+                        self._visit(value, f"{label}.{key}", "sys.last_traceback", 1, None)
+            tb = tb.tb_next
+
+    def unnamed(self) -> None:
+        """Tensors alive in the process that no name reaches (garbage-collector walk)."""
+        count = 0
+        objects = gc.get_objects()
+        try:
+            for o in objects:
+                if issubclass(type(o), _Tensor) and id(o) not in self._tensor_first:
+                    try:
+                        facts = tensor_facts(o)
+                    except Exception:
+                        continue
+                    key = facts[5]
+                    if key is not None and key in self._storage_first:
+                        continue
+                    count += 1
+                    self._tensor(o, f"<unnamed {count}>", "<unnamed>", "unnamed", facts=facts)
+        finally:
+            del objects
+
+    # -- dispatch ------------------------------------------------------------
+
+    def _visit(self, value: Any, name: str, root: str, depth: int, owner: str | None) -> None:
+        vt = type(value)
+        if id(vt) in ATOM_IDS:
+            return
+        if issubclass(vt, _Tensor):
+            self._guarded(self._tensor, value, name, root, "attribute" if owner is not None else "tensor", owner)
+            return
+        if self._out_of_budget:
+            return
+        self._budget -= 1
+        if self._budget < 0:
+            self._out_of_budget = True
+            self.truncated.append(Truncation(name, f"object budget of {self.options.max_objects:,} reached"))
+            return
+        oid = id(value)
+        if oid in self._visited:
+            return
+        if issubclass(vt, _Module):
+            self._visited.add(oid)
+            self._guarded(self._module_root, value, name, root)
+            return
+        if issubclass(vt, _Optimizer):
+            self._visited.add(oid)
+            self._deferred.append((name, root, value))
+            return
+        if issubclass(vt, PROXY_TYPES):
+            if "to NoneType at" in PROXY_REPR(value):
+                self._error_record(value, name, root, ReferenceError("a dead weakref.proxy (its object is gone)"))
+            return
+        if depth >= self.options.max_depth:
+            if self._may_hold_tensors(vt):
+                self.truncated.append(Truncation(name, f"deeper than {self.options.max_depth} levels"))
+            return
+        self._visited.add(oid)
+        self._guarded(self._object, value, name, root, vt, depth, owner)
+
+    def _guarded(self, fn: Any, value: Any, name: str, root: str, *args: Any) -> None:
+        """Run one step; an object that cannot be inspected becomes an error record."""
+        try:
+            fn(value, name, root, *args)
+        except RecursionError:
+            self.truncated.append(Truncation(name, "nested too deeply to follow"))
+        except Exception as exc:  # noqa: BLE001 - any failure is reported as data
+            self._error_record(value, name, root, exc)
+
+    def _error_record(self, value: Any, name: str, root: str, exc: BaseException) -> None:
+        self.records.append(
+            TensorRecord(
+                name=name, root=root, kind="error", device="?", dtype=None, shape=None, nbytes=None,
+                storage_bytes=None, storage_id=None, type_name=type_name(type(value)),
+                note=f"could not inspect: {describe_error(exc)}", hidden=self.hidden,
+            )
+        )
+
+    @staticmethod
+    def _may_hold_tensors(vt: type) -> bool:
+        return not issubclass(vt, OPAQUE) and id(vt) not in ATOM_IDS
+
+    # -- tensors -------------------------------------------------------------
+
+    def _tensor(
+        self,
+        t: Any,
+        name: str,
+        root: str,
+        kind: str = "tensor",
+        owner: str | None = None,
+        param: str | None = None,
+        note: str | None = None,
+        facts: tuple | None = None,
+    ) -> None:
+        tid = id(t)
+        if name == self.wanted:
+            self.found = t
+        if facts is None:
+            facts = tensor_facts(t)
+        device, dtype, shape, nbytes, storage_bytes, key, layout, facts_note = facts
+        alias = self._tensor_first.get(tid)
+        same_object = alias is not None
+        cls = type(t)
+        # A Parameter of a tensor subclass keeps its class and is marked by _is_param.
+        if kind == "tensor" and cls is not _Tensor and (cls is _Parameter or "_is_param" in instance_dict(t)):
+            kind = "parameter"
+        if alias is None and key is not None:
+            alias = self._storage_first.get(key)
+        if alias is None:
+            self._tensor_first[tid] = name
+            if key is not None:
+                self._storage_first[key] = name
+        elif tid not in self._tensor_first:
+            self._tensor_first[tid] = alias
+        requires_grad = tb.requires_grad(t)
+        is_leaf = tb.is_leaf(t) if requires_grad else True
+        self.records.append(
+            make_record(
+                name, root, kind, device, dtype, shape, nbytes, storage_bytes, key, alias, requires_grad,
+                type_name(cls), layout, owner, param, note or facts_note, self.hidden, is_leaf,
+            )
+        )
+        # Reading .grad of a non-leaf warns; only leaves (or retain_grad()) have one.
+        if requires_grad and kind != "gradient" and not same_object and (is_leaf or tb.retains_grad(t)):
+            grad = tb.grad(t)
+            if grad is not None:
+                self._tensor(grad, f"{name}.grad", root, "gradient", owner, param=name)
+
+    # -- modules -------------------------------------------------------------
+
+    def _module_root(self, m: Any, name: str, root: str) -> None:
+        start = len(self.records)
+        unregistered: list[Unregistered] = []
+        outer_held, self._held = self._held, []  # a module kept in another's plain attribute nests
+        try:
+            self._module(m, name, root, unregistered, set())
+            if not self.hidden:  # modules seen only through history or a traceback make no findings
+                self.modules.append(self._summarise(m, name, self.records[start:], unregistered))
+        finally:
+            self._held = outer_held
+
+    def _module(self, m: Any, name: str, root: str, unregistered: list[Unregistered], seen: set[int]) -> None:
+        seen.add(id(m))
+        self._visited.add(id(m))
+        d = instance_dict(m)
+        mt = type(m)
+        if not self.hidden:
+            self.module_types.append((name, type_name(mt)))
+        params = d.get("_parameters")
+        if params is not None and not issubclass(type(params), dict):
+            # TorchScript modules keep parameters in C++ behind wrappers devinspect does not open.
+            self.truncated.append(Truncation(name, f"a {type_name(mt)}: its parameters live in C++ and are not inspected"))
+            return
+        for pname, p in str_items(params):
+            if p is not None:
+                pfull = child_name(name, pname, mt)
+                self._param_names.setdefault(id(p), pfull)
+                self._guarded(self._tensor_visit, p, pfull, root, "parameter", name)
+                if issubclass(type(p), _Tensor) and tb.use_count(p) > 2:
+                    self._held.append(pfull)
+        non_persistent = d.get("_non_persistent_buffers_set") or ()
+        for bname, b in str_items(d.get("_buffers")):
+            if b is not None:
+                note = "non-persistent" if type(non_persistent) is set and bname in non_persistent else None
+                self._guarded(self._tensor_visit, b, child_name(name, bname, mt), root, "buffer", name, note)
+        recomputed = recomputed_attributes(d)
+        for attr, value in d.items():
+            if attr in _MODULE_INTERNALS:
+                continue
+            vt = type(value)
+            if id(vt) in ATOM_IDS:
+                continue
+            full = attr_name(name, attr)
+            if attr in recomputed:
+                if issubclass(vt, _Tensor):
+                    self._guarded(self._tensor_visit, value, full, root, "attribute", name,
+                                  f"recomputed before each forward by {recomputed[attr]}")
+                continue
+            if issubclass(vt, _Tensor) or issubclass(vt, (list, tuple, dict, set)):
+                before = len(self.records)
+                self._visit(value, full, root, 1, name)
+                if any(r.kind == "attribute" and r.owner == name for r in self.records[before:]):
+                    unregistered.append(self._unregistered(mt, full, name, attr))
+            elif not issubclass(vt, OPAQUE):
+                self._visit(value, full, root, 1, None)
+        for cname, child in str_items(d.get("_modules")):
+            if child is None or id(child) in seen:
+                continue
+            self._guarded(self._module, child, child_name(name, cname, mt), root, unregistered, seen)
+
+    def _tensor_visit(self, t: Any, name: str, root: str, kind: str, owner: str | None, note: str | None = None) -> None:
+        if issubclass(type(t), _Tensor):
+            self._tensor(t, name, root, kind, owner, note=note)
+
+    def _unregistered(self, mt: type, full: str, owner: str, attr: str) -> Unregistered:
+        class_default = any(attr in plain_class_dict(k) for k in mro(mt) if k is not _Module and k is not object)
+        where = None
+        try:
+            found = attribute_assignment(mt, attr)
+        except Exception:  # noqa: BLE001 - a source we cannot read just has no edit
+            found = None
+        if found is not None:
+            mt, where = found
+        default_at = init_at = None
+        if class_default:
+            try:
+                default_at, init_at = class_source_lines(mt, attr)
+            except Exception:  # noqa: BLE001
+                pass
+        return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at)
+
+    def _summarise(self, m: Any, name: str, records: list[TensorRecord], unregistered: list[Unregistered]) -> ModuleSummary:
+        placed = [r for r in records if r.kind in ("parameter", "buffer")]
+        by_device: dict[str, int] = {}
+        owner_devices: dict[str, set[str]] = {}
+        unmaterialised = 0
+        for r in placed:
+            if r.device == "meta" or (r.note or "").startswith("lazy"):
+                unmaterialised += 1
+            by_device[r.device] = by_device.get(r.device, 0) + (r.storage_bytes or r.nbytes or 0)
+            owner_devices.setdefault(r.owner or name, set()).add(r.device)
+        devices = tuple(sorted(by_device, key=lambda d: (-by_device[d], d)))
+        placement: tuple[tuple[str, str], ...] = ()
+        if len(devices) > 1:
+            placement = tuple(_placement(name, owner_devices))
+        return ModuleSummary(
+            name=name,
+            type_name=type_name(type(m)),
+            parameters=sum(1 for r in records if r.kind == "parameter"),
+            parameter_bytes=sum(r.counted_bytes for r in records if r.kind == "parameter"),
+            buffers=sum(1 for r in records if r.kind == "buffer"),
+            buffer_bytes=sum(r.counted_bytes for r in records if r.kind == "buffer"),
+            gradient_bytes=sum(r.counted_bytes for r in records if r.kind == "gradient"),
+            devices=devices,
+            placement=placement,
+            unregistered=tuple(unregistered),
+            unmaterialised=unmaterialised,
+            deliberate_split=issubclass(type(instance_dict(m).get("hf_device_map")), dict),
+            held_parameters=tuple(self._held),
+            library=library_of(type(m)),
+        )
+
+    # -- optimizers, loaders, containers, objects -----------------------------
+
+    def _optimizer(self, opt: Any, name: str, root: str) -> None:
+        d = instance_dict(opt)
+        groups = d.get("param_groups")
+        groups = list(list.__iter__(groups)) if issubclass(type(groups), list) else []
+        parameters = orphans = 0
+        orphan_shapes = []
+        for gi, group in enumerate(groups):
+            params = dict(str_items(group)).get("params") if issubclass(type(group), dict) else None
+            for pi, p in enumerate(list.__iter__(params) if issubclass(type(params), list) else ()):
+                if not issubclass(type(p), _Tensor):
+                    continue
+                parameters += 1
+                if id(p) in self._param_names or id(p) in self._tensor_first:
+                    continue
+                pname = f'{name}.param_groups[{gi}]["params"][{pi}]'
+                self._param_names[id(p)] = pname
+                if not self.hidden:
+                    orphans += 1
+                    orphan_shapes.append(shape_of(p) or ())
+                self._tensor(p, pname, root, "parameter")
+        state = d.get("state")
+        if issubclass(type(state), dict):
+            for p, entry in dict.items(state):
+                pname = self._param_names.get(id(p)) or self._tensor_first.get(id(p)) or "<parameter>"
+                if not issubclass(type(entry), dict):
+                    continue
+                for key, value in dict.items(entry):
+                    typed_key = key_text(key) or "<key>"
+                    sname = f"{name}.state[{pname}][{typed_key}]"
+                    if issubclass(type(value), _Tensor):
+                        self._guarded(self._tensor, value, sname, root, "optimizer_state", None, pname)
+                    else:
+                        self._visit(value, sname, root, 2, None)
+        if not self.hidden:
+            self.optimizers.append(_optimizer_summary(opt, name, d, len(groups), parameters, orphans, orphan_shapes))
+
+    def _object(self, o: Any, name: str, root: str, vt: type, depth: int, owner: str | None) -> None:
+        if vt is list or vt is tuple or vt is dict or issubclass(vt, (list, tuple, dict, set, frozenset, collections.deque)):
+            self._container(o, vt, name, root, depth, owner)
+            return
+        if issubclass(vt, OPAQUE) or is_opaque_package(vt):
+            return
+        module = type_module(vt).split(".", 1)[0]
+        if module in ("numpy", "pandas"):
+            self._foreign_container(o, vt, name, module)
+            return
+        if issubclass(vt, torch.utils.data.DataLoader):
+            d = instance_dict(o)
+            batch_size = d.get("batch_size")
+            self.loaders.append(LoaderSummary(name, d.get("pin_memory", False) is True,
+                                              int.__index__(d["num_workers"]) if type(d.get("num_workers")) is int else 0,
+                                              batch_size if type(batch_size) is int else None))
+            if "dataset" in d:
+                self._visit(d["dataset"], f"{name}.dataset", root, depth + 1, owner)
+            return
+        odd = odd_instance_dict(o)
+        if odd is not None:
+            self.truncated.append(Truncation(name, f"{odd}: not inspected"))
+        for attr, value in dict.items(instance_dict(o)):
+            if id(type(value)) not in ATOM_IDS:
+                self._visit(value, attr_name(name, attr), root, depth + 1, owner)
+        for attr, value in slot_values(o):
+            if id(type(value)) not in ATOM_IDS:
+                self._visit(value, attr_name(name, attr), root, depth + 1, owner)
+
+    def _foreign_container(self, o: Any, vt: type, name: str, module: str) -> None:
+        """numpy and pandas objects hold no tensors unless their cells are Python objects:
+        those are reported as not inspected (their elements are not walked)."""
+        tname = type_name(vt)
+        try:
+            if module == "numpy" and tname == "ndarray":
+                if o.dtype.kind == "O":
+                    self.truncated.append(Truncation(name, "a numpy array of Python objects: its elements are not inspected"))
+            elif module == "pandas" and tname == "DataFrame":
+                if any(dt.kind == "O" for dt in o.dtypes):
+                    self.truncated.append(Truncation(name, "a pandas DataFrame with object columns: its cells are not inspected"))
+            elif module == "pandas" and tname == "Series":
+                if o.dtype.kind == "O":
+                    self.truncated.append(Truncation(name, "a pandas Series of objects: its cells are not inspected"))
+        except Exception:  # noqa: BLE001 - a subclass we cannot read is reported as such
+            self.truncated.append(Truncation(name, f"a {tname}: not inspected"))
+
+    def _container(self, o: Any, vt: type, name: str, root: str, depth: int, owner: str | None) -> None:
+        limit = self.options.max_items
+        if issubclass(vt, dict):
+            total = dict.__len__(o)
+            items = dict.items(o)
+            for i, (key, value) in enumerate(items):
+                if i >= limit:
+                    break
+                typed_key = key_text(key)
+                if issubclass(type(key), _Tensor):
+                    self._visit(key, f"list({name})[{i}]", root, depth + 1, owner)
+                if id(type(value)) in ATOM_IDS:
+                    continue
+                child = f"{name}[{typed_key}]" if typed_key is not None else f"list({name}.values())[{i}]"
+                self._visit(value, child, root, depth + 1, owner)
+        else:
+            if issubclass(vt, (list, tuple)):
+                total = list.__len__(o) if issubclass(vt, list) else tuple.__len__(o)
+                iterator = list.__iter__(o) if issubclass(vt, list) else tuple.__iter__(o)
+                fields = static_class_attr(vt, "_fields") if issubclass(vt, tuple) and vt is not tuple else None
+                if not (type(fields) is tuple and tuple.__len__(fields) == total
+                        and all(type(f) is str for f in tuple.__iter__(fields))):
+                    fields = None
+                prefix = f"{name}["
+            elif issubclass(vt, collections.deque):
+                total = collections.deque.__len__(o)
+                iterator = collections.deque.__iter__(o)
+                fields, prefix = None, f"{name}["
+            else:
+                total = set.__len__(o) if issubclass(vt, set) else frozenset.__len__(o)
+                iterator = set.__iter__(o) if issubclass(vt, set) else frozenset.__iter__(o)
+                fields, prefix = None, f"list({name})["
+            kind = "attribute" if owner is not None else "tensor"
+            atoms, tensor_type, record = ATOM_IDS, _Tensor, self._tensor
+            # The hot loop of a large namespace: tensors are recorded inline, each in
+            # its own try so one bad item becomes an error record and the rest go on.
+            for i, value in enumerate(iterator):
+                if i >= limit:
+                    break
+                vtype = type(value)
+                if id(vtype) in atoms:
+                    continue
+                child = f"{name}.{fields[i]}" if fields is not None else f"{prefix}{i}]"
+                if issubclass(vtype, tensor_type):
+                    try:
+                        record(value, child, root, kind, owner)
+                    except Exception as exc:  # noqa: BLE001 - reported as data
+                        self._error_record(value, child, root, exc)
+                else:
+                    self._visit(value, child, root, depth + 1, owner)
+        if total > limit:
+            self.truncated.append(Truncation(name, f"more than {limit:,} items", total - limit))
+
+
+def _optimizer_summary(opt: Any, name: str, d: dict[str, Any], groups: int, parameters: int, orphans: int,
+                       orphan_shapes: list) -> OptimizerSummary:
+    cls = type(opt)
+    tname = type_name(cls)
+    class_path = f"torch.optim.{tname}" if getattr(torch.optim, tname, None) is cls else None
+    return OptimizerSummary(
+        name=name, type_name=tname, class_path=class_path, parameters=parameters, groups=groups, orphans=orphans,
+        orphan_shapes=tuple(tuple(s) for s in orphan_shapes),
+        rebuild_kwargs=_rebuild_kwargs(cls, d.get("defaults")) if class_path else None,
+    )
+
+
+def _rebuild_kwargs(cls: type, defaults: Any) -> tuple[tuple[str, str], ...] | None:
+    """Constructor arguments (as literals) whose values differ from a torch optimizer's defaults.
+
+    None when one cannot be written as a literal (a tensor learning rate, say).
+    """
+    if not issubclass(type(defaults), dict):
+        return None
+    try:
+        signature = inspect.signature(cls.__init__)  # torch's own class: reading it runs no user code
+    except (TypeError, ValueError):
+        return None
+    out = []
+    values = dict(str_items(defaults))
+    for pname, parameter in signature.parameters.items():
+        if pname in ("self", "params") or pname not in values:
+            continue
+        value = values[pname]
+        if parameter.default is not inspect.Parameter.empty and _same_literal(value, parameter.default):
+            continue
+        text = literal_value(value)
+        if text is None:
+            return None
+        out.append((pname, text))
+    return tuple(out)
+
+
+def _same_literal(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and literal_value(a) == literal_value(b) and literal_value(a) is not None
+
+
+def _placement(name: str, owner_devices: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The largest submodules that each sit on one device, for a mixed-device module."""
+    subtree: dict[str, set[str]] = {}
+    for owner, devices in owner_devices.items():
+        path = owner
+        while True:
+            subtree.setdefault(path, set()).update(devices)
+            if path == name or len(path) <= len(name):
+                break
+            cut = max(path.rfind("."), path.rfind("["))
+            if cut <= 0:
+                break
+            path = path[:cut]
+    out: list[tuple[str, str]] = []
+
+    def children_of(path: str) -> list[str]:
+        return sorted(p for p in subtree if p != path and p.startswith(path) and p[len(path)] in ".[" and
+                      max(p.rfind("."), p.rfind("[")) == len(path))
+
+    def descend(path: str) -> None:
+        devices = subtree.get(path, set())
+        if len(devices) == 1:
+            out.append((path, next(iter(devices))))
+            return
+        if path in owner_devices and len(owner_devices[path]) > 1:
+            for device in sorted(owner_devices[path]):
+                out.append((path, device))
+        elif path in owner_devices:
+            out.append((path, next(iter(owner_devices[path]))))
+        for child in children_of(path):
+            descend(child)
+
+    descend(name)
+    return out

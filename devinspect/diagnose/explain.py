@@ -1,0 +1,85 @@
+"""Explaining an error after it happened, from its traceback: no check needs to have run.
+
+A **device mismatch** is decided from the tensors themselves: the failing call and its
+operands are read from the traceback (:mod:`devinspect.collect.failing_call`) and,
+when they sit on more than one device, named and given a fix exactly as ``%%devcheck``
+does (:mod:`devinspect.diagnose.failed_call`).
+
+**Out of memory** (``torch.OutOfMemoryError``) is explained by
+:mod:`devinspect.diagnose.out_of_memory`.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any, Mapping
+
+import torch
+
+from ..collect import locations
+from ..collect.failing_call import failing_call, traceback_entries
+from ..model.check_report import Mismatch
+from ..model.explanation import Explanation
+from .failed_call import Failure, diagnose, first_line
+
+#: Errors a device mismatch raises (PyTorch's C++ checks raise RuntimeError; a few Python
+#: checks raise TypeError or ValueError, indexing IndexError).
+_MISMATCH_TYPES = (RuntimeError, TypeError, ValueError, IndexError)
+
+
+def explain(exc: BaseException | None = None, namespace: Mapping[str, Any] | None = None) -> Explanation:
+    """Explain ``exc`` (by default the last uncaught error, ``sys.last_value``).
+
+    A device mismatch gets the failing op, its operands named as you know them and the
+    fix; ``torch.OutOfMemoryError`` gets the device's memory at that moment, the largest
+    live tensors by name, what the traceback and output history hold and what
+    ``empty_cache()`` would release. Any other error gets an explanation saying so.
+    ``namespace`` is where names are looked up (by default the caller's globals).
+    Raises ``LookupError`` when there is no error to explain.
+    """
+    if exc is None:
+        exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if exc is None:
+            raise LookupError("no error to explain: nothing has failed yet (or its traceback was released)")
+    if namespace is None:
+        namespace = sys._getframe(1).f_globals
+    return explanation_of(exc, namespace)
+
+
+def explanation_of(exc: BaseException, namespace: Mapping[str, Any], *, exclude: Any = ()) -> Explanation:
+    """:func:`explain` for a given error and namespace (what the IPython layer calls);
+    ``exclude`` names in the namespace are the tools' own, never the user's."""
+    error = first_line(exc)
+    if isinstance(exc, torch.OutOfMemoryError):
+        from .out_of_memory import out_of_memory
+
+        with torch._C.DisableTorchFunction():
+            return Explanation(error, out_of_memory=out_of_memory(exc, namespace, exclude=exclude))
+    mismatch = explain_mismatch(exc, namespace)
+    if mismatch is not None:
+        return Explanation(error, mismatch=mismatch)
+    return Explanation(error, note="not a device mismatch or an out-of-memory error: devinspect has nothing to add")
+
+
+def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any]) -> Mismatch | None:
+    """The device mismatch behind ``exc``, or None when its failing call's inputs share one device."""
+    if not isinstance(exc, _MISMATCH_TYPES) or isinstance(exc, torch.OutOfMemoryError):
+        return None
+    entries = list(traceback_entries(exc.__traceback__))
+    if not entries:
+        return None
+    with torch._C.DisableTorchFunction():
+        call = failing_call(entries, exc)
+        if call is None:
+            return None
+        users = [e for e in entries if locations.is_user_code(e.frame.f_code)]
+        cell = users[0].frame if users else None  # the outermost frame of the user's own code
+        lines = {id(e.frame): e.lineno for e in entries}
+
+        def source(frame: types.FrameType) -> Any:
+            code = frame.f_code
+            return locations.source_line(code.co_filename, lines.get(id(frame), frame.f_lineno), code.co_name)
+
+        failure = Failure(namespace, entries[-1].frame, lambda f: f is cell, source)
+        return diagnose(failure, call.op, call.tensors, call.devices, exc)

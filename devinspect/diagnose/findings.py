@@ -1,0 +1,379 @@
+"""Rules over a whole scan: what is probably wrong, in one line each, with the fix.
+
+Each rule is a plain function of a :class:`~devinspect.model.scan_result.ScanResult`; none looks
+at live objects, so every rule can be tested from hand-made records. Findings are
+computed once per scan, on the whole result; a filtered view chooses which to show
+through each finding's ``names`` (the records it is about). Fixes come from
+:mod:`devinspect.diagnose.fixes`, the one place that writes them.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter, defaultdict
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from ..collect.scan import scan as collect_scan
+from ..collect.walk import ScanOptions
+from ..model.fixes import SEVERITY_ORDER, Finding
+from ..model.records import ModuleSummary, TensorRecord, device_is_accelerator
+from ..model.scan_result import ScanResult, is_under
+from ..model.units import human_bytes
+from . import fixes
+
+#: Variable names that usually hold a model's inputs or targets.
+INPUT_NAMES = frozenset(
+    {
+        "x", "y", "X", "Y", "xb", "yb", "x_batch", "y_batch", "batch", "inputs", "input", "input_ids",
+        "labels", "label", "targets", "target", "mask", "attention_mask", "images", "imgs", "image",
+        "features", "data", "sample", "samples", "tokens", "ids", "src", "tgt", "y_true", "y_pred",
+    }
+)
+
+Rule = Callable[[ScanResult], Iterator[Finding]]
+
+
+def find(result: ScanResult) -> list[Finding]:
+    """All findings for ``result``, most severe first."""
+    found: list[Finding] = []
+    for rule in RULES:
+        found.extend(rule(result))
+    found.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
+    return found
+
+
+def scan(
+    namespace: Mapping[str, Any] | None = None,
+    roots: Iterable[str] | None = None,
+    *,
+    include_hidden: bool = False,
+    all_objects: bool = False,
+    exclude: Iterable[str] = (),
+    max_depth: int = ScanOptions.max_depth,
+    max_items: int = ScanOptions.max_items,
+    max_objects: int = ScanOptions.max_objects,
+) -> ScanResult:
+    """List every tensor reachable from ``namespace`` (default: the caller's globals), with
+    devinspect's findings (computed on first use of ``.findings``).
+
+    ``namespace`` may be any Mapping of names to values. ``roots`` restricts the walk
+    to those names (a dotted name such as ``model.encoder`` walks ``model`` and keeps
+    what lies below ``model.encoder``). ``exclude`` names are never walked (IPython's
+    own variables, say). The walk runs no user code and changes nothing
+    (:func:`devinspect.collect.scan.scan`).
+
+    Its ``storage_bytes`` count memory held by PyTorch's caching allocator for these
+    tensors, which is less than ``nvidia-smi`` shows (the allocator's free cache, the
+    CUDA context and other processes are not tensors).
+    """
+    if namespace is None:
+        namespace = sys._getframe(1).f_globals
+    return collect_scan(namespace, roots, include_hidden=include_hidden, all_objects=all_objects, exclude=exclude,
+                        max_depth=max_depth, max_items=max_items, max_objects=max_objects, rules=find)
+
+
+# -- helpers shared by the rules ------------------------------------------------------------
+
+
+def root_module(result: ScanResult, name: str) -> ModuleSummary | None:
+    """The top-level module (as the namespace names it) that ``name`` lies under."""
+    best = None
+    for m in result.modules:
+        if is_under(name, m.name) and (best is None or len(m.name) < len(best.name)):
+            best = m
+    return best
+
+
+def model_device(module: ModuleSummary) -> str | None:
+    """The one device a model belongs on (:func:`devinspect.diagnose.fixes.target_device`)."""
+    return fixes.target_device(module.devices)
+
+
+def optimizers_with_state_under(result: ScanResult, module: str) -> tuple[str, ...]:
+    """Optimizers holding state for parameters of ``module`` (their state must follow a move)."""
+    names = []
+    for r in result.records:
+        if r.kind == "optimizer_state" and r.param and is_under(r.param, module) and not r.hidden:
+            opt = r.name.split(".state[", 1)[0]
+            if opt not in names:
+                names.append(opt)
+    return tuple(names)
+
+
+def _graph_holders(result: ScanResult) -> tuple[tuple[str, ...], bool]:
+    """What may keep autograd graphs alive: namespace tensors with a grad_fn, and the last traceback."""
+    names = tuple(r.name for r in result.records
+                  if r.kind == "tensor" and r.requires_grad and not r.is_leaf and not r.hidden and r.alias_of is None
+                  and fixes.assignment(r.name, f"{r.name}.detach()"))
+    return names, bool(result.options.get("has_traceback"))
+
+
+def move_fix(result: ScanResult, module: ModuleSummary, device: str, why: str = "") -> fixes.Fix:
+    """Move a whole model to ``device``, with its optimizers' state, releasing graphs a swap needs."""
+    release: tuple[str, ...] = ()
+    traceback_too = False
+    swap_flag = bool(result.options.get("swap_flag"))
+    needs_swap = any(not fixes.moves_in_place(d, device, swap_flag) for d in module.devices if d != device)
+    if needs_swap and module.held_parameters:
+        release, traceback_too = _graph_holders(result)
+    return fixes.move_module(module.name, device, optimizers=optimizers_with_state_under(result, module.name),
+                             release=release, release_traceback=traceback_too, why=why)
+
+
+def _module_records(result: ScanResult, module: str) -> tuple[str, ...]:
+    return tuple(r.name for r in result.records if r.kind in ("parameter", "buffer") and is_under(r.name, module))
+
+
+# -- rules -----------------------------------------------------------------------------------------
+
+
+def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
+    """A model whose parameters and buffers span devices: one target for all of it."""
+    for module in result.modules:
+        real = tuple(d for d in module.devices if d != "meta")
+        if len(real) < 2 or module.unmaterialised:
+            continue
+        where = ", ".join(f"{name} on {device}" for name, device in module.placement[:6])
+        if len(module.placement) > 6:
+            where += f", … ({len(module.placement) - 6} more)"
+        target = model_device(module)
+        accelerators = [d for d in real if device_is_accelerator(d)]
+        if module.deliberate_split:
+            severity, why = "hint", "its device_map puts parts on different devices on purpose"
+        elif len(accelerators) == len(real):
+            severity, why = "warning", "fine if deliberate (model parallel); otherwise it raises a device mismatch"
+        else:
+            severity, why = "error", "a forward pass raises a device mismatch where the parts meet"
+        yield Finding(
+            code="mixed-device-module",
+            severity=severity,
+            subject=module.name,
+            message=f"{module.name} ({module.type_name}) has parameters/buffers on {' and '.join(real)}: {where}; {why}",
+            fix=move_fix(result, module, target) if target and severity != "hint" else None,
+            names=_module_records(result, module.name),
+        )
+
+
+def partly_materialised_modules(result: ScanResult) -> Iterator[Finding]:
+    """A model with some parameters on ``meta`` (no data) and others real: ``.to()`` raises."""
+    for module in result.modules:
+        real = [d for d in module.devices if d != "meta"]
+        if not module.unmaterialised or not real:
+            continue
+        yield Finding(
+            code="partly-materialised-module",
+            severity="error",
+            subject=module.name,
+            message=(f"{module.name} ({module.type_name}) has {module.unmaterialised} parameter(s)/buffer(s) with no data "
+                     f"(meta) next to ones on {', '.join(real)}: a forward pass fails and .to() cannot copy them"),
+            fix=fixes.materialise(module.name, fixes.target_device(real), module.unmaterialised),
+            names=_module_records(result, module.name),
+        )
+
+
+def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
+    """Tensors stored as plain module attributes: ``model.to()`` leaves them behind."""
+    by_name = {r.name: r for r in result.records if r.kind == "attribute" and not r.hidden}
+    for module in result.modules:
+        target = model_device(module)
+        for u in module.unregistered:
+            records = [r for n, r in by_name.items() if is_under(n, u.name) and r.owner == u.owner]
+            if not records:
+                continue
+            first = records[0]
+            elsewhere = target is not None and any(r.device != target for r in records)
+            direct = first.name == u.name
+            where = f" It is on {first.device} while {module.name} is on {target}." if elsewhere else ""
+            if direct:
+                fix = fixes.register_buffer(u, target)
+            else:
+                code = fixes.assignment(u.name, f"[t.to({fixes.device_literal(target)}) for t in {u.name}]") \
+                    if target and elsewhere and first.name.startswith(u.name + "[") else None
+                fix = fixes.Fix(
+                    summary=f"keep the tensors of {u.name} as buffers (or in nn.ParameterList / nn.ParameterDict)",
+                    code=code,
+                    note=f"{u.name} holds tensors that .to() and state_dict() skip; register each as a buffer in "
+                         f"{u.class_name}.__init__" + (", or move them now with the code above" if code else ""),
+                )
+            yield Finding(
+                code="unregistered-tensor-attribute",
+                severity="error" if elsewhere else "warning",
+                subject=u.name,
+                message=f"{u.name} is a plain tensor attribute, not a buffer: .to() and state_dict() skip it.{where}",
+                fix=fix,
+                storage_bytes=sum(r.counted_bytes for r in records),
+                names=tuple(r.name for r in records),
+            )
+
+
+def optimizer_state_elsewhere(result: ScanResult) -> Iterator[Finding]:
+    """Optimizer state on another device than its own parameter (typical after loading a checkpoint)."""
+    device_of = {r.name: r.device for r in result.records if r.kind == "parameter"}
+    by_opt: dict[str, list[TensorRecord]] = defaultdict(list)
+    for r in result.records:
+        if r.kind != "optimizer_state" or r.param is None or r.hidden:
+            continue
+        pdevice = device_of.get(r.param)
+        if pdevice is None or pdevice == r.device or fixes.stays_on_host(r.shape, r.device):
+            continue
+        by_opt[r.name.split(".state[", 1)[0]].append(r)
+    for opt, records in by_opt.items():
+        devices = sorted({r.device for r in records})
+        targets = sorted({device_of[r.param] for r in records if r.param in device_of})
+        keys = sorted({r.name.rsplit("[", 1)[-1].rstrip("]") for r in records})
+        yield Finding(
+            code="optimizer-state-device",
+            severity="error",
+            subject=opt,
+            message=(
+                f"{len(records)} state tensors of {opt} ({', '.join(keys)}) are on {', '.join(devices)} "
+                f"but their parameters are on {', '.join(targets)} (typical after loading a checkpoint)"
+            ),
+            fix=fixes.optimizer_state(opt),
+            storage_bytes=sum(r.counted_bytes for r in records),
+            names=tuple(r.name for r in records),
+        )
+
+
+def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
+    """An optimizer whose parameters belong to no module in the namespace (the model's cell ran again)."""
+    for opt in result.optimizers:
+        if not opt.orphans:
+            continue
+        wanted = Counter(opt.orphan_shapes)
+        candidates = [m for m in result.modules
+                      if Counter(tuple(r.shape or ()) for r in result.records if r.kind == "parameter"
+                                 and r.owner is not None and is_under(r.name, m.name) and r.alias_of is None) == wanted]
+        module = candidates[0].name if len(candidates) == 1 else None
+        likely = f"; it looks like the parameters of an earlier {module}" if module else ""
+        fix = fixes.rebuild_optimizer(opt, module) if module else fixes.Fix(
+            summary=f"create {opt.name} again over the parameters of the model you train",
+            note=f"{opt.name} trains tensors that nothing else in the namespace holds")
+        yield Finding(
+            code="stale-optimizer",
+            severity="error",
+            subject=opt.name,
+            message=(f"{opt.orphans} of the {opt.parameters} parameters {opt.name} ({opt.type_name}) updates belong to "
+                     f"no module or variable in the namespace{likely}: training steps change nothing you use "
+                     "(the model's cell ran again after the optimizer was made)"),
+            fix=fix,
+            names=tuple(r.name for r in result.records if r.name.startswith(opt.name + ".")),
+        )
+
+
+def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
+    """A model on an accelerator while tensors named like its inputs are elsewhere."""
+    placed = [m for m in result.modules if len(m.devices) == 1 and device_is_accelerator(m.devices[0])]
+    if not placed:
+        return
+    model_devices = {m.devices[0] for m in result.modules if m.devices}
+    accelerated = sorted({m.devices[0] for m in placed})
+    swap_flag = bool(result.options.get("swap_flag"))
+    grads = {r.param for r in result.records if r.kind == "gradient"}
+    for r in result.records:
+        if r.kind != "tensor" or r.alias_of is not None or r.hidden or r.device in model_devices:
+            continue
+        base = re.split(r"[.\[]", r.name, maxsplit=1)[0]
+        if base not in INPUT_NAMES:
+            continue
+        target = accelerated[0]
+        models = [m for m in placed if m.devices[0] == target]
+        # Some models move some inputs themselves (many transformers losses move labels):
+        # the hint says where the tensor is, never that a call will fail.
+        itself = " (unless the model moves it itself, as many transformers models do with labels)" \
+            if base in ("labels", "label") and any(m.library == "transformers" for m in models) else ""
+        yield Finding(
+            code="input-on-other-device",
+            severity="hint",
+            subject=r.name,
+            message=(f"{r.name} is on {r.device} while {', '.join(m.name for m in models)} is on {target}: "
+                     f"move it there before passing it in{itself}"),
+            fix=fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad, is_leaf=r.is_leaf,
+                                  is_parameter=r.type_name == "Parameter", has_grad=r.name in grads,
+                                  swap_flag=swap_flag),
+            names=(r.name,),
+        )
+
+
+def history_holds(result: ScanResult) -> Iterator[Finding]:
+    """Accelerator memory kept alive only by IPython's output history or the last traceback."""
+    by_holder: dict[str, int] = defaultdict(int)
+    names: dict[str, list[str]] = defaultdict(list)
+    for h in result.history:
+        holder = "traceback" if h.name.startswith("sys.last_traceback") else "history"
+        by_holder[holder] += h.storage_bytes
+        names[holder].append(h.name)
+    if by_holder.get("history"):
+        shown = ", ".join(names["history"][:4]) + (" …" if len(names["history"]) > 4 else "")
+        yield Finding(
+            code="held-by-output-history",
+            severity="warning",
+            subject="Out",
+            message=f"{human_bytes(by_holder['history'])} of accelerator memory is held only by IPython's output history ({shown})",
+            fix=fixes.release_history(),
+            storage_bytes=by_holder["history"],
+            names=tuple(names["history"]),
+        )
+    if by_holder.get("traceback"):
+        shown = ", ".join(names["traceback"][:4]) + (" …" if len(names["traceback"]) > 4 else "")
+        yield Finding(
+            code="held-by-traceback",
+            severity="warning",
+            subject="sys.last_traceback",
+            message=f"{human_bytes(by_holder['traceback'])} of accelerator memory is held only by the last error's traceback ({shown})",
+            fix=fixes.release_traceback(),
+            storage_bytes=by_holder["traceback"],
+            names=tuple(names["traceback"]),
+        )
+
+
+def unpinned_loaders(result: ScanResult) -> Iterator[Finding]:
+    """A DataLoader without ``pin_memory`` feeding a model on CUDA."""
+    cuda_models = [m.name for m in result.modules if any(d.startswith("cuda") for d in m.devices)]
+    if not cuda_models:
+        return
+    for loader in result.loaders:
+        if loader.pin_memory:
+            continue
+        code = fixes.assignment(f"{loader.name}.pin_memory", "True")
+        yield Finding(
+            code="loader-not-pinned",
+            severity="hint",
+            subject=loader.name,
+            message=(
+                f"{loader.name} has pin_memory=False while {', '.join(cuda_models)} is on CUDA: "
+                "host-to-device copies cannot overlap compute"
+            ),
+            fix=fixes.Fix(summary=f"pin {loader.name}'s batches (from its next iteration on)", code=code,
+                          note="then copy with batch.to(device, non_blocking=True) in the loop"),
+            names=tuple(r.name for r in result.records if r.name.startswith(loader.name + ".")),
+        )
+
+
+def truncated_walk(result: ScanResult) -> Iterator[Finding]:
+    """Parts of the namespace the walk did not enter."""
+    for t in result.truncated[:20]:
+        skipped = f" ({t.skipped:,} skipped)" if t.skipped else ""
+        yield Finding(code="not-walked", severity="hint", subject=t.name, message=f"{t.name} not fully walked: {t.reason}{skipped}")
+
+
+def could_not_inspect(result: ScanResult) -> Iterator[Finding]:
+    for r in result.records:
+        if r.kind == "error":
+            yield Finding(code="could-not-inspect", severity="hint", subject=r.name, message=f"{r.name}: {r.note}",
+                          names=(r.name,))
+
+
+RULES: tuple[Rule, ...] = (
+    mixed_device_modules,
+    partly_materialised_modules,
+    unregistered_tensor_attributes,
+    optimizer_state_elsewhere,
+    stale_optimizers,
+    inputs_elsewhere,
+    history_holds,
+    unpinned_loaders,
+    truncated_walk,
+    could_not_inspect,
+)

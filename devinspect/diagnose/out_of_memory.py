@@ -1,0 +1,207 @@
+"""Out of device memory, explained right after it happened.
+
+Nothing is recorded beforehand. When ``torch.OutOfMemoryError`` reaches the user, the
+failed step's tensors are still alive, held by the error's traceback; the allocator's
+counters and one scan (namespace, output history, the traceback's frames, and a
+garbage-collector walk for tensors no name reaches) then show the moment of the failure:
+what was asked for on which device, allocated / reserved / free, the largest live tensors
+by name, and what can be given back: the history and traceback (Release history, which
+also clears the traceback's frames, so an exception kept elsewhere holds nothing either)
+and the allocator's cached segments (``empty_cache()``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping
+
+from ..model.explanation import HeldTensor, MemoryFigures, OutOfMemory
+from ..model.fixes import EmptyCache, Fix, ReleaseHistory
+from ..model.records import TensorRecord
+from ..model.units import human_bytes, parse_bytes
+
+#: The largest live tensors listed (rows of 1% of the device's tensor bytes or more).
+LARGEST = 8
+
+_SIZE = r"([\d.]+\s*[KMGTP]?i?B)"
+_REQUESTED = re.compile(r"Tried to allocate " + _SIZE, re.IGNORECASE)
+#: The figures PyTorch writes into its out-of-memory messages: CUDA's and the simulated
+#: device's, XPU's, MPS's.
+_FIGURES = {
+    "total_bytes": (re.compile(r"total capacity of " + _SIZE), re.compile(_SIZE + r" total capacity"),
+                    re.compile(r"max allowed: " + _SIZE)),
+    "free_bytes": (re.compile(r"of which " + _SIZE + r" is free"),),
+    "allocated_bytes": (re.compile(_SIZE + r" is allocated by PyTorch"), re.compile(_SIZE + r" already allocated"),
+                        re.compile(r"MPS allocated: " + _SIZE)),
+    "reserved_bytes": (re.compile(_SIZE + r" reserved in total by PyTorch"),),
+}
+_UNALLOCATED = re.compile(_SIZE + r" is reserved by PyTorch but unallocated")
+#: How each backend names the device in its message: CUDA and XPU "GPU 0", the simulated
+#: device "sim:0", MPS has one device.
+_DEVICES = (
+    (re.compile(r"^(?:CUDA|HIP) out of memory.*?GPU (\d+)", re.DOTALL), "cuda:{}"),
+    (re.compile(r"^XPU out of memory.*?GPU (\d+)", re.DOTALL), "xpu:{}"),
+    (re.compile(r"\b([a-z]\w*:\d+) has a total capacity"), "{}"),
+    (re.compile(r"^MPS backend out of memory"), "mps:0"),
+)
+
+
+def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Iterable[str] = ()) -> OutOfMemory:
+    """The post-mortem of ``exc``, a ``torch.OutOfMemoryError``, read now."""
+    from ..collect.memory import build, tallies_of
+    from ..collect.memory_readings import read
+    from ..collect.scan import scan
+
+    message = _message(exc)
+    result = scan(namespace, include_hidden=True, all_objects=True, exclude=exclude)
+    snap = build(read(), tallies_of(result))
+    device = failed_device(message) or next((d.device for d in snap.accelerators if d.state == "ready"), None)
+    d = next((x for x in snap.devices if x.device == device), None)
+    on_device = [r for r in result.records if r.device == device and r.counted_bytes]
+    traceback_bytes = sum(r.counted_bytes for r in on_device if r.hidden and r.root == "sys.last_traceback")
+    history_bytes = sum(r.counted_bytes for r in on_device if r.hidden and r.root != "sys.last_traceback")
+    largest = _largest(on_device)
+    listed = sum(t.count for t in largest)
+    now = MemoryFigures(*(getattr(d, f, None) if d is not None else None for f in (
+        "allocated_bytes", "reserved_bytes", "driver_free_bytes", "driver_total_bytes")))
+    fixes = []
+    if traceback_bytes or history_bytes:
+        held = " and ".join(part for part, n in (("the last error's traceback", traceback_bytes),
+                                                 ("the output history", history_bytes)) if n)
+        fixes.append(Fix(
+            summary=f"release {held}: frees {human_bytes(traceback_bytes + history_bytes)} on {device}",
+            code=_importing(namespace, "devinspect") + "devinspect.release_history()", action=ReleaseHistory(),
+            note="%debug and %tb no longer see the error once its traceback is released",
+        ))
+    kind = device.split(":")[0] if device else None
+    if kind is not None and d is not None and d.reserved_bytes is not None:
+        fixes.append(Fix(
+            summary=f"return the allocator's cached segments to the driver ({human_bytes(d.releasable_bytes)} now"
+                    + (", more once the history is released)" if fixes else ")"),
+            code=_importing(namespace, "torch") + f"torch.{kind}.empty_cache()", action=EmptyCache(),
+            note="other processes can use what it returns; PyTorch itself would reuse the cache anyway",
+        ))
+    return OutOfMemory(
+        device=device, requested_bytes=_size(_REQUESTED, message), at_failure=figures_in(message), now=now,
+        releasable_bytes=d.releasable_bytes if d is not None else None,
+        largest=largest, traceback_bytes=traceback_bytes, history_bytes=history_bytes, fixes=tuple(fixes),
+        others=len(on_device) - listed,
+        others_bytes=sum(r.counted_bytes for r in on_device) - sum(t.nbytes for t in largest),
+    )
+
+
+def _importing(namespace: Mapping[str, Any], module: str) -> str:
+    """The import a printed fix needs first, so that it runs as printed where ``module`` is
+    not imported under its own name (``%load_ext`` alone does not bind ``devinspect``)."""
+    import sys
+
+    return "" if namespace.get(module) is sys.modules.get(module) else f"import {module}\n"
+
+
+def figures_in(message: str) -> MemoryFigures:
+    """The memory figures an out-of-memory message states (those of the moment it failed)."""
+    written = {field: _sized(patterns, message) for field, patterns in _FIGURES.items()}
+    found = {field: w[0] if w else None for field, w in written.items()}
+    unallocated = _size(_UNALLOCATED, message)
+    if found["reserved_bytes"] is None and unallocated is not None and found["allocated_bytes"] is not None:
+        found["reserved_bytes"] = found["allocated_bytes"] + unallocated
+    allocated = written["allocated_bytes"]
+    return MemoryFigures(**found, rounding_bytes=_rounding(allocated[1]) if allocated else 0)
+
+
+def failed_device(message: str) -> str | None:
+    """The device an out-of-memory message names (``cuda:0`` for CUDA's "GPU 0"), or None."""
+    for pattern, name in _DEVICES:
+        m = pattern.search(message)
+        if m:
+            return name.format(*m.groups())
+    return None
+
+
+def _size(pattern: re.Pattern[str], message: str) -> int | None:
+    found = _sized((pattern,), message)
+    return found[0] if found else None
+
+
+def _sized(patterns: Iterable[re.Pattern[str]], message: str) -> tuple[int, str] | None:
+    """The first size one of ``patterns`` finds in ``message``: its bytes, and how it was written."""
+    for pattern in patterns:
+        m = pattern.search(message)
+        if m is None:
+            continue
+        try:
+            return parse_bytes(_binary_units(m.group(1).strip())), m.group(1).strip()
+        except ValueError:
+            continue
+    return None
+
+
+def _binary_units(written: str) -> str:
+    """MPS writes MB and GB for binary units, as PyTorch's other messages write MiB and GiB."""
+    return re.sub(r"([KMGTP])B$", r"\1iB", written)
+
+
+def _rounding(written: str) -> int:
+    """Half a unit of the last digit of a size as a message writes it ("68.1 MiB": 0.05 MiB)."""
+    number = re.match(r"[\d.]+", written).group(0)
+    decimals = len(number.partition(".")[2])
+    unit = _binary_units(written[len(number):].strip())
+    try:
+        return parse_bytes(f"{0.5 * 10 ** -decimals:.{decimals + 1}f} {unit}")
+    except ValueError:
+        return 0
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return BaseException.__str__(exc)
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+#: An item of a list or tuple as the scan names it: ``cache[3]``, ``model.blocks[0].cache[12]``.
+_ITEM = re.compile(r"(.+)\[(\d+)\]")
+#: A list's items are one row from this many on.
+_GROUPED = 3
+
+
+def _largest(records: list[TensorRecord]) -> tuple[HeldTensor, ...]:
+    """The largest tensors, a list's items as one row, so one list of many equal tensors
+    does not hide everything else (a step's temporaries in the traceback, say)."""
+    groups: dict[tuple[str, ...], list[tuple[int, HeldTensor]]] = {}
+    for r in records:
+        held = _held(r)
+        item = _ITEM.fullmatch(held.name)
+        key = (item.group(1), held.holder) if item else (held.name, held.holder, str(id(r)))
+        groups.setdefault(key, []).append((int(item.group(2)) if item else 0, held))
+    rows = []
+    for key, items in groups.items():
+        if len(items) < _GROUPED:
+            rows.extend(held for _, held in items)
+            continue
+        indices = sorted(i for i, _ in items)
+        contiguous = indices == list(range(indices[0], indices[-1] + 1))
+        name = f"{key[0]}[{indices[0]}…{indices[-1]}]" if contiguous else f"{key[0]}[{indices[0]}, …, {indices[-1]}]"
+        first = items[0][1]
+        same = all(h.dtype == first.dtype and h.shape == first.shape for _, h in items)
+        rows.append(HeldTensor(name, first.holder, first.dtype if same else "mixed", first.shape if same else None,
+                               sum(h.nbytes for _, h in items), count=len(items)))
+    rows.sort(key=lambda t: -t.nbytes)
+    # Rows under 1% of the device's tensor bytes are left to the "and N smaller" line.
+    total = sum(t.nbytes for t in rows)
+    return tuple(t for t in rows[:LARGEST] if t is rows[0] or t.nbytes * 100 >= total)
+
+
+def _held(r: TensorRecord) -> HeldTensor:
+    if r.root == "sys.last_traceback":
+        # Scanned as "sys.last_traceback:forward.h": the local h of forward, in the last error.
+        frame, _, local = r.name.removeprefix("sys.last_traceback:").partition(".")
+        name, holder = f"{local} in {frame}", "last error's traceback"
+    elif r.hidden:
+        name, holder = r.name, "output history"
+    elif r.kind == "unnamed":
+        name, holder = r.name, "no name (found by the garbage collector)"
+    else:
+        name, holder = r.name, "namespace"
+    shape = tuple(int(s) for s in r.shape) if r.shape is not None else None
+    return HeldTensor(name, holder, r.dtype or "?", shape, r.counted_bytes)

@@ -1,0 +1,177 @@
+"""Running a ``%%devcheck`` cell the way IPython runs a plain cell, under the device check."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import Any, Callable
+
+from ..observe import tracebacks
+from .common import running_cell_number
+
+
+class CheckedCell:
+    """One %%devcheck run: compiled and run the way IPython runs a cell, under the check.
+
+    The body is compiled here (with the shell's compiler flags, input and AST
+    transformers) under the cell's own execution count, so tracebacks and the report
+    say "Cell In[N], line L" with the lines as the user sees them (the magic's line is
+    line 1). It runs in the user's namespace; its last expression is shown through the
+    display hook, as in a plain cell (``;`` suppresses it). Every exception — errors,
+    KeyboardInterrupt, SystemExit, a SyntaxError at compile time — propagates out of
+    the magic unchanged, so the shell fails the cell exactly as it would without
+    the check; the report is shown first.
+    """
+
+    def __init__(self, shell: Any, args: Any, line: str, cell: str,
+                 explained: Callable[[BaseException], None] | None = None):
+        from ..observe.mode import DeviceCheckMode
+
+        self.shell, self.args, self.line, self.cell = shell, args, line, cell
+        self.explained = explained
+        self.number = running_cell_number(shell)
+        self.source = f"%%devcheck{(' ' + line.strip()) if line.strip() else ''}\n{cell}"
+        self.transformed = shell.transform_cell(cell)
+        self.needs_await = bool(shell.should_run_async(cell, transformed_cell=self.transformed,
+                                                       preprocessing_exc_tuple=None))
+        self.filename = shell.compile.cache(self.source, self.number, raw_code=self.source)
+        self.codes = self._compile()  # a SyntaxError fails the cell before anything runs
+        filename = self.filename
+        self.mode = DeviceCheckMode(shell.user_ns, lambda frame: frame.f_code.co_filename == filename
+                                    and frame.f_code.co_name == "<module>", tidy_tracebacks=True)
+        self.start = 0.0
+
+    def _compile(self) -> list[Any]:
+        import ast as ast_module
+
+        flags = getattr(ast_module, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if self.needs_await else 0
+        # A blank first line stands for the magic's line: line numbers are the cell's own.
+        tree = self.shell.compile.ast_parse("\n" + self.transformed, filename=self.filename)
+        tree = self.shell.transform_ast(tree)
+        body = list(tree.body)
+        last = None
+        if body and isinstance(body[-1], ast_module.Expr) and \
+                not self.shell.displayhook.semicolon_at_end_of_expression(self.transformed):
+            last = body.pop()
+        codes = []
+        with self.shell.compile.extra_flags(flags):
+            if body:
+                codes.append(self.shell.compile(ast_module.Module(body, []), self.filename, "exec"))
+            if last is not None:
+                codes.append(self.shell.compile(ast_module.Interactive([last]), self.filename, "single"))
+        return codes
+
+    def run(self) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        error = None
+        self.start = time.perf_counter()
+        self.mode.__enter__()
+        try:
+            for code in self.codes:
+                exec(code, self.shell.user_global_ns, self.shell.user_ns)
+        except BaseException as exc:
+            error = exc
+            tracebacks.tidy_traceback(exc, self.filename)  # drawn as a plain cell's traceback
+            raise
+        finally:
+            self._finish(error)
+        return self._result()
+
+    async def run_async(self) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        import inspect
+
+        error = None
+        self.start = time.perf_counter()
+        self.mode.__enter__()
+        try:
+            for code in self.codes:
+                value = eval(code, self.shell.user_global_ns, self.shell.user_ns)
+                if inspect.CO_COROUTINE & code.co_flags:
+                    await value
+        except BaseException as exc:
+            error = exc
+            tracebacks.tidy_traceback(exc, self.filename)
+            raise
+        finally:
+            self._finish(error)
+        return self._result()
+
+    def _finish(self, error: BaseException | None) -> None:
+        """Leave the check, then show the report (and, in Jupyter, the fix buttons)."""
+        elapsed = time.perf_counter() - self.start
+        self.mode.__exit__(None, None, None)
+        try:
+            self.report = self.mode.report(error, elapsed)
+            if error is not None and self.report.mismatch is not None and self.explained is not None:
+                self.explained(error)  # explained here: not again after the cell
+            if self.args.variable:
+                self.shell.user_ns[self.args.variable] = self.report
+            if not self.args.output and (not self.args.quiet or self.report.has_findings):
+                self._display()
+        except Exception as exc:  # noqa: BLE001 - the report must never replace the cell's outcome
+            print(f"devinspect: the report could not be shown ({type(exc).__name__}: {exc})", file=sys.stderr)
+            self.report = None
+
+    def _display(self) -> None:
+        from IPython.display import display
+
+        report, shell = self.report, self.shell
+        display(report)
+        fix = report.mismatch.fix if report.mismatch is not None else None
+        if fix is not None and fix.action is not None and getattr(shell, "kernel", None) is not None:
+            # A widget frontend: the fix as a button, then a re-run of this cell.
+            from ..jupyter.fix_panel import fix_panel
+
+            source = self.source
+            display(fix_panel(fix, shell.user_ns, lambda: shell.run_cell(source), shell=shell))
+
+    def _result(self) -> Any:
+        from ..observe.check import DeviceCheckError
+
+        if self.args.strict and self.report is not None and self.report.has_findings:
+            raise DeviceCheckError(self.report)
+        return self.report if self.args.output else None
+
+
+_DEVCHECK_LINE = re.compile(r"^\s*%%devcheck(?:\s+(.*))?$")
+
+
+def await_devcheck_cells(shell: Any) -> Any:
+    """An input transformer for %%devcheck cells, so they run as plain cells would.
+
+    * A body with top-level ``await`` becomes ``await <DevInspect>.devcheck_async(line, body)``,
+      which the kernel runs on its own event loop.
+    * A body that does not compile is handed to IPython as it is (a blank line standing
+      for the magic's line, so line numbers stay the cell's): IPython then fails the cell
+      before it runs and shows the SyntaxError exactly as for a plain cell.
+
+    Any other cell, or anything unexpected, passes through unchanged.
+    """
+    import ast as ast_module
+
+    def transform(lines: list[str]) -> list[str]:
+        try:
+            if not lines:
+                return lines
+            m = _DEVCHECK_LINE.match(lines[0].rstrip("\n"))
+            if m is None:
+                return lines
+            body = "".join(lines[1:])
+            transformed = shell.transform_cell(body)
+            awaits = shell.should_run_async(body, transformed_cell=transformed, preprocessing_exc_tuple=None)
+            flags = shell.compile.flags | (getattr(ast_module, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if awaits else 0)
+            try:
+                compile("\n" + transformed, "<devcheck>", "exec", flags, dont_inherit=True)
+            except (SyntaxError, ValueError):
+                return ["\n", *lines[1:]]
+            if not awaits:
+                return lines
+            line = (m.group(1) or "").strip()
+            return [f"await get_ipython().find_cell_magic('devcheck').__self__.devcheck_async({line!r}, {body!r})\n"]
+        except Exception:  # noqa: BLE001 - never break a cell; the magic reports its own errors
+            return lines
+
+    transform.devinspect = True  # type: ignore[attr-defined]
+    return transform

@@ -1,0 +1,180 @@
+"""What the magic families share: settings, argument parsing, event callbacks, and how a
+magic learns about the cell that called it (its number, whether it shows the value)."""
+
+from __future__ import annotations
+
+import difflib
+import dis
+import re
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics
+from IPython.core.magic_arguments import parse_argstring
+
+from ..collect import locations
+from ..collect.names import shell_names
+
+#: How each magic is typed (a cell magic takes two %).
+MAGIC_PREFIX = {"devcheck": "%%"}
+
+
+class DevInspectMagics(Magics):
+    """A magic family: a shell, the extension's settings (:class:`~devinspect.ipython.config.DevInspect`)."""
+
+    def __init__(self, shell: Any, settings: Any):
+        super().__init__(shell=shell)  # Magics.__init__ adds it to shell.configurables
+        self.settings = settings
+
+    def close(self) -> None:
+        """Stop what this family started and remove the event callbacks it registered."""
+
+    def _parse(self, magic: Any, line: str) -> Any:
+        """parse_argstring, with every mistake (an unbalanced quote too) as a one-line UsageError."""
+        name = MAGIC_PREFIX.get(magic.__name__, "%") + magic.__name__
+        try:
+            return parse_argstring(magic, line)
+        except UsageError as exc:
+            raise UsageError(f"{name}: {str(exc).split(': error: ')[-1]}") from None
+        except ValueError as exc:  # shlex: "No closing quotation"
+            raise UsageError(f"{name}: {exc} in {line!r}") from None
+
+    def _ipython_names(self) -> list[str]:
+        return shell_names(self.shell)
+
+    def _set_event(self, event: str, callback: Any, on: bool) -> None:
+        callbacks = self.shell.events.callbacks[event]
+        if on and callback not in callbacks:
+            self.shell.events.register(event, callback)
+        elif not on and callback in callbacks:
+            self.shell.events.unregister(event, callback)
+
+
+def cell_magic_usage(cls: type) -> None:
+    """magic_arguments writes ``%name`` in a magic's usage; a cell magic is typed ``%%name``."""
+    for name, prefix in MAGIC_PREFIX.items():
+        method = getattr(cls, name)
+        method.parser.prog = prefix + name
+        method.__doc__ = method.__doc__.replace(f"%{name} [", f"{prefix}{name} [", 1)
+
+
+def with_fallback(widget: Any, fallback: Any) -> dict[str, Any]:
+    """The widget's bundle, with the static rendering for frontends without widgets (nbconvert, GitHub)."""
+    bundle = dict(widget._repr_mimebundle_())
+    bundle.update(fallback._repr_mimebundle_())
+    return bundle
+
+
+def device_argument(magic: str, text: str | None) -> str | None:
+    """The one ``-d`` parser of every magic: ``cpu:0`` is cpu, ``cuda`` every CUDA device,
+    and a device this process does not have is a UsageError."""
+    if text is None:
+        return None
+    from ..collect.devices import DeviceNameError, parse
+
+    try:
+        return parse(text)
+    except DeviceNameError as exc:
+        raise UsageError(f"{magic}: {exc}") from None
+
+
+def variable_name(magic: str, name: str | None) -> None:
+    import keyword
+
+    if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+        raise UsageError(f"{magic}: -v needs a variable name, not {name!r}")
+
+
+def calling_frame() -> Any:
+    """The frame of the code that called the magic: the first outside devinspect and IPython."""
+    frame = sys._getframe(1)
+    while frame is not None and locations.is_tool_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def running_cell_number(shell: Any) -> int:
+    """The execution count of the cell now running (the cell that called the magic).
+
+    IPython numbers the cell before running it (9.x) or after (8.x), and not at all
+    without history; the calling cell's compiled file name says it in every case.
+    """
+    frame = calling_frame()
+    while frame is not None:
+        number = locations.cell_number(frame.f_code.co_filename)
+        if number is not None:
+            return number
+        frame = frame.f_back
+    return shell.execution_count
+
+
+def caller_displays_result(frame: Any) -> bool:
+    """Whether the code calling the magic displays its value (the cell's last expression:
+    IPython compiles it so that the value goes to the display hook)."""
+    try:
+        instructions = [i for i in dis.get_instructions(frame.f_code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
+        # f_lasti is the call now running (or an inline cache entry after it).
+        current = max(i for i, ins in enumerate(instructions) if ins.offset <= frame.f_lasti)
+        after = instructions[current + 1]
+    except Exception:  # noqa: BLE001 - when unsure, show it
+        return False
+    return after.opname == "PRINT_EXPR" or (after.opname == "CALL_INTRINSIC_1" and after.argrepr == "INTRINSIC_PRINT")
+
+
+def event_loop_running() -> bool:
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop().is_running()
+    except RuntimeError:
+        return False
+
+
+def with_suggestion(message: str, names: list[str], namespace: dict) -> str:
+    for name in names:
+        top = name.split(".")[0].split("[")[0]
+        if top not in namespace:
+            candidates = [n for n, v in namespace.items() if type(n) is str and not n.startswith("_") and not callable(v)]
+            close = difflib.get_close_matches(top, candidates, n=1)
+            if close:
+                return f"{message} (did you mean {close[0]!r}?)"
+    return message
+
+
+def cell_numbers(shell: Any) -> Any:
+    """filename -> execution count, as IPython's compiler names cells in tracebacks (Cell In[N])."""
+    pattern = re.compile(r"In\[(\d+)\]")
+
+    def lookup(filename: str) -> int | None:
+        named = shell.compile.format_code_name(filename)
+        if not named:
+            return None
+        m = pattern.fullmatch(named[1])
+        return int(m.group(1)) if m else None
+
+    return lookup
+
+
+def traceback_drawer(shell: Any) -> Any:
+    """Draws a traceback as ``shell`` does (for tracebacks tidied of devinspect's own frames)."""
+
+    def draw(exc: BaseException, tb: Any) -> list[str]:
+        return shell.InteractiveTB.structured_traceback(type(exc), exc, tb)
+
+    return draw
+
+
+def error_forgetter(shell: Any) -> Any:
+    """Drops the shell's own references to the last error: its traceback formatter keeps the
+    traceback, and the last execution result the exception (so its frames stay alive)."""
+
+    def forget() -> None:
+        for formatter in (getattr(shell, "InteractiveTB", None), getattr(shell, "SyntaxTB", None)):
+            if formatter is not None and getattr(formatter, "tb", None) is not None:
+                formatter.tb = None
+        result = getattr(shell, "last_execution_result", None)
+        if result is not None and getattr(result, "error_in_exec", None) is not None:
+            result.error_in_exec = None
+
+    return forget

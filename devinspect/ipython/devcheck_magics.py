@@ -1,0 +1,170 @@
+"""``%%devcheck``: run a cell once under the device check; ``%devcheck --last`` and the
+explanation shown under a failed plain cell."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import line_cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from .cell_runner import CheckedCell
+from .common import (
+    DevInspectMagics,
+    caller_displays_result,
+    calling_frame,
+    cell_magic_usage,
+    event_loop_running,
+    variable_name,
+)
+
+
+@magics_class
+class DevcheckMagics(DevInspectMagics):
+    """``%%devcheck``, ``%devcheck --last``, and explanations after a failed cell."""
+
+    def __init__(self, shell: Any, settings: Any):
+        super().__init__(shell, settings)
+        self._reported_error = 0  # id of the error a %%devcheck report already explained
+
+    @magic_arguments()
+    @argument("-o", "--output", nargs="?", const=True, default=None, metavar="NAME",
+              help="Return the report (a CheckReport, with .frame), as %%timeit -o does. "
+                   "(-o NAME still stores it in NAME; use -v NAME.)")
+    @argument("-v", "--variable", metavar="NAME", help="Store the report in the variable NAME.")
+    @argument("-q", "--quiet", action="store_true", help="Show the report only when something was found.")
+    @argument("--strict", action="store_true", help="Raise DeviceCheckError when something was found (for tests).")
+    @argument("--last", action="store_true",
+              help="As a line magic (%%devcheck --last): explain the last error, a device mismatch or out of memory.")
+    @line_cell_magic
+    def devcheck(self, line: str, cell: str | None = None) -> Any:
+        """Run the cell once under a device check: name the variables behind a device
+        mismatch, and count host↔device copies and host syncs per source line.
+
+        The cell runs as it would without the check: the same namespace, history,
+        output, value and errors (an error, an interrupt or a SyntaxError fails the
+        cell, so "Run All" stops there). When it raises a device-mismatch error, the
+        report above the traceback names each input as you wrote it (``x``,
+        ``model.fc1.weight``, ``mask`` in ``forward``) and gives the fix once, with an
+        Apply fix button in Jupyter. Copies and syncs are counted for ``.to()``,
+        ``.cpu()``, ``.item()``, ``float()``/``bool()`` of tensors, ``.tolist()``,
+        printing, ``nonzero`` and boolean-mask indexing, on the line of your code that
+        made them (also inside library calls); round trips, syncs in loops, repeated
+        copies of the same tensor and non-blocking copies from unpinned memory are flagged.
+
+        Examples::
+
+            %%devcheck
+            for x, y in loader:
+                loss = loss_fn(model(x.to(device)), y.to(device))
+                print(loss.item())
+
+            %%devcheck -v report --quiet
+            train_one_epoch()
+
+            %devcheck --last           # explain the error the last cell raised
+        """
+        __tracebackhide__ = True  # noqa: F841 - the user's traceback starts in their cell, not here
+        args = self._devcheck_args(line)
+        if cell is None:
+            return self._explain_last(args)
+        if args.last:
+            raise UsageError("%%devcheck: --last explains the last error and takes no cell; "
+                             "use %devcheck --last on a line of its own")
+        run = CheckedCell(self.shell, args, line, cell, self.explained)
+        if run.needs_await and event_loop_running():
+            # Only reached when the cell was not rewritten by await_devcheck_cells (a direct call).
+            raise UsageError("%%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
+                             "so the kernel can run it on its event loop")
+        return run.run()
+
+    async def devcheck_async(self, line: str, cell: str) -> Any:
+        """``%%devcheck`` for a cell with top-level ``await``, run on the kernel's event loop.
+
+        A %%devcheck cell whose body awaits is rewritten (by an input transformer that
+        loading the extension registers) into ``await`` of this method, so the kernel
+        runs it as an async cell instead of blocking its own loop.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        run = CheckedCell(self.shell, self._devcheck_args(line), line, cell, self.explained)
+        return await run.run_async()
+
+    def _explain_last(self, args: Any) -> Any:
+        """``%devcheck --last``: the explanation of the last error, as shown after a failed cell."""
+        if not args.last:
+            raise UsageError("%devcheck checks a cell: put %%devcheck on the cell's first line "
+                             "(or %devcheck --last to explain the last error)")
+        from ..diagnose.explain import explanation_of
+
+        error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if error is None:
+            raise UsageError("%devcheck --last: no error to explain (no cell has failed, or its traceback "
+                             "was released)")
+        explanation = explanation_of(error, self.shell.user_ns, exclude=self._ipython_names())
+        if args.variable:
+            self.shell.user_ns[args.variable] = explanation
+        if args.output and caller_displays_result(calling_frame()):
+            return explanation  # IPython shows it, once
+        self._show_explanation(explanation, rerun=None)
+        return explanation if args.output else None
+
+    def _explain_after_cell(self, result: Any = None) -> None:
+        """After a failed cell: explain a device mismatch or an out-of-memory error under its
+        traceback. Any other outcome returns at once (no mode, no hook in the cell itself)."""
+        error = getattr(result, "error_in_exec", None)
+        if error is None or not self.settings.explain_errors:
+            return
+        if id(error) == self._reported_error:  # a %%devcheck report already said it
+            self._reported_error = 0
+            return
+        torch = sys.modules.get("torch")
+        if torch is None:  # no tensor anywhere: nothing to explain, and no import of torch to pay for
+            return
+        try:
+            from ..diagnose.explain import explanation_of
+
+            # Only the out-of-memory scan needs IPython's own names (a walk of the namespace).
+            exclude = self._ipython_names() if isinstance(error, torch.OutOfMemoryError) else ()
+            explanation = explanation_of(error, self.shell.user_ns, exclude=exclude)
+            if explanation:
+                raw = getattr(getattr(result, "info", None), "raw_cell", None)
+                self._show_explanation(explanation, rerun=raw)
+        except Exception as exc:  # noqa: BLE001 - explaining must never add an error of its own
+            print(f"devinspect: could not explain the error ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+    def _show_explanation(self, explanation: Any, rerun: str | None) -> None:
+        from IPython.display import display
+
+        shell = self.shell
+        display(explanation)
+        if getattr(shell, "kernel", None) is not None and any(f.action is not None for f in explanation.fixes):
+            # A widget frontend: the fixes as buttons (then a re-run of the failed cell).
+            try:
+                from ..jupyter.fix_panel import explanation_panel
+            except ImportError:  # no ipywidgets: the static output is complete
+                return
+            display(explanation_panel(explanation, shell.user_ns,
+                                      (lambda: shell.run_cell(rerun)) if rerun else None, shell=shell))
+
+    def _devcheck_args(self, line: str) -> Any:
+        args = self._parse(self.devcheck, line)
+        if isinstance(args.output, str):
+            if args.variable:
+                raise UsageError("%%devcheck: -o NAME and -v NAME both store the report; use -v NAME")
+            print(f"%%devcheck: -o NAME is deprecated; use -v {args.output} (stores the report), "
+                  "or -o alone (returns it)")
+            args.variable, args.output = args.output, None
+        variable_name("%%devcheck", args.variable)
+        return args
+
+    def explained(self, error: BaseException) -> None:
+        """A %%devcheck report explained ``error``: the explanation after the cell does not repeat it."""
+        self._reported_error = id(error)
+
+    def close(self) -> None:
+        self._set_event("post_run_cell", self._explain_after_cell, False)
+
+
+cell_magic_usage(DevcheckMagics)

@@ -1,0 +1,158 @@
+"""``%devices``: every tensor in the session with its device, and what looks wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from ..model.records import KINDS
+from ..render.table import SORTS
+from .common import (
+    DevInspectMagics,
+    caller_displays_result,
+    calling_frame,
+    device_argument,
+    variable_name,
+    with_fallback,
+    with_suggestion,
+)
+from .ranks import show_ranks
+
+
+@magics_class
+class DevicesMagics(DevInspectMagics):
+    """``%devices`` (and ``%devices --why``, ``--ranks``)."""
+
+    @magic_arguments()
+    @argument("names", nargs="*", help="Only these variables (a dotted name such as model.encoder keeps what lies below it).")
+    @argument("-d", "--device", help="Only tensors on this device (cpu, cuda, cuda:0, …).")
+    @argument("-k", "--kind", choices=KINDS, help="Only this kind of tensor.")
+    @argument("-s", "--sort", choices=SORTS, help="Row order (default: walk order, largest kept when cut).")
+    @argument("-f", "--findings", action="store_true", help="Show only the findings.")
+    @argument("-a", "--all", action="store_true", dest="all_objects",
+              help="Also list live tensors no name reaches (garbage-collector walk).")
+    @argument("--hidden", action="store_true", help="Also list IPython's history names (_, _12, Out) and _ names.")
+    @argument("-n", "--max-rows", type=int, help="Rows to show (0: all).")
+    @argument("-o", "--output", action="store_true",
+              help="Return the result object (as %%timeit -o does; %%devices always returns it).")
+    @argument("-v", "--variable", metavar="NAME", help="Also store the result in the variable NAME.")
+    @argument("--why", metavar="NAME",
+              help="Show what keeps this tensor alive (a name as %%devices lists it, or <unnamed N> from --all).")
+    @argument("--ranks", action="store_true",
+              help="Every rank of a distributed job side by side: through the ipyparallel client in the "
+                   "namespace, or torch.distributed when this process is in an initialised group.")
+    @line_magic
+    def devices(self, line: str = "") -> Any:
+        """List every tensor in the session with its device, dtype, shape and bytes, and what looks wrong.
+
+        Parameters, buffers, gradients, optimizer state, tensors in containers and
+        objects, each named as you would type it (``model.fc.weight``,
+        ``batch["ids"]``, ``opt.state[model.fc.weight]["exp_avg"]``). Memory shared
+        by several names (views, tied weights) is counted once. Nothing is moved,
+        copied or synchronised, and CUDA is not initialised.
+
+        Examples::
+
+            %devices                       # everything
+            %devices model x               # only these names
+            %devices --device cuda:0 --sort bytes
+            %devices --findings            # only what looks wrong
+            r = %devices                   # keep the result: r.frame, r.findings
+            %devices -v r                  # the same, stored in r
+            %devices --why h               # what keeps h (and its memory) alive
+            %devices --ranks               # every rank of a distributed job
+        """
+        args = self._parse(self.devices, line)
+        if args.ranks:
+            if args.names or args.device or args.kind or args.why or args.findings or args.all_objects:
+                raise UsageError("%devices: --ranks shows whole ranks; it takes no names or other selection")
+            return show_ranks(self.shell, "%devices", args, "devices", self._ipython_names())
+        if args.why is not None:
+            return self._why(args)
+        if args.max_rows is not None and args.max_rows < 0:
+            raise UsageError(f"%devices: -n takes a number of rows, 0 or more (0 shows all), not {args.max_rows}")
+        from ..diagnose.findings import scan
+        from ..model.scan_result import Display, Selection
+
+        namespace = self.shell.user_ns
+        include_hidden = bool(args.hidden or self.settings.include_hidden)
+        device = device_argument("%devices", args.device)
+        variable_name("%devices", args.variable)
+        max_rows = self.settings.max_rows if args.max_rows is None else args.max_rows
+        selection = Selection(names=tuple(args.names), device=device, kind=args.kind)
+        display_settings = Display(max_rows=max_rows, sort=args.sort or self.settings.sort, findings_only=args.findings)
+
+        def scan_view() -> Any:
+            try:
+                result = scan(
+                    namespace,
+                    roots=args.names or None,
+                    include_hidden=include_hidden,
+                    all_objects=args.all_objects,
+                    exclude=self._ipython_names(),
+                    max_depth=self.settings.max_depth,
+                    max_items=self.settings.max_items,
+                )
+            except LookupError as exc:
+                raise UsageError(f"%devices: {with_suggestion(str(exc), args.names, namespace)}") from None
+            return result.select(selection, display_settings)
+
+        view = scan_view()
+        if args.variable:
+            namespace[args.variable] = view
+        return self._show(view, args.output, scan_view)
+
+    def _why(self, args: Any) -> Any:
+        """``%devices --why NAME``: the reference paths that keep that tensor alive."""
+        from IPython.display import display
+
+        from ..collect.referrers import holders
+
+        variable_name("%devices", args.variable)
+        if args.names or args.device or args.kind:
+            raise UsageError("%devices: --why takes one name and no other selection")
+        namespace = self.shell.user_ns
+        name = args.why.strip()
+        if len(name) > 1 and name[0] == name[-1] and name[0] in "'\"":
+            name = name[1:-1]  # %devices --why 'Out[3]'
+        shell = self.shell
+        try:
+            found = holders(namespace, name, exclude=self._ipython_names(),
+                            plumbing=(shell.user_ns_hidden, shell.displayhook, getattr(shell.displayhook, "__dict__", None)))
+        except LookupError as exc:
+            raise UsageError(f"%devices --why: {with_suggestion(str(exc), [name], namespace)}") from None
+        if args.variable:
+            namespace[args.variable] = found
+        if args.output and caller_displays_result(calling_frame()):
+            return found
+        display(found)
+        return found if args.output else None
+
+    def _show(self, view: Any, output: bool, rescan: Any = None) -> Any:
+        """Display ``view`` once, wherever the magic stands in the cell, and return it where the
+        code uses it (``r = %devices``). As a cell's last line it is not returned, so IPython's
+        ``Out`` keeps no copy, unless ``-o`` asks for it (IPython then shows it, once).
+        In Jupyter it is the live explorer, with the static tables beside it for other viewers."""
+        from IPython.display import display
+
+        shown_by_caller = caller_displays_result(calling_frame())
+        if shown_by_caller and output:
+            return view
+        explorer = self._explorer(view, rescan) if getattr(self.shell, "kernel", None) is not None else None
+        if explorer is not None:
+            self._last_explorer = explorer
+            display(with_fallback(explorer.widget, view), raw=True)
+        else:
+            display(view)
+        return None if shown_by_caller else view
+
+    def _explorer(self, view: Any, rescan: Any) -> Any:
+        try:
+            from ..collect.devices import present
+            from ..jupyter.devices_explorer import DevicesExplorer
+        except ImportError:  # no ipywidgets: the static output is complete
+            return None
+        return DevicesExplorer(view, rescan or (lambda: view), self.shell.user_ns, present(), shell=self.shell)

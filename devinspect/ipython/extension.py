@@ -1,0 +1,96 @@
+"""Loading and unloading the extension: the magic families, the settings, and every hook,
+registered once per shell and removed exactly (``%reload_ext`` leaves one of each)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import actions
+from ..collect import locations
+from ..observe import tracebacks
+from .cell_runner import await_devcheck_cells
+from .common import cell_numbers, error_forgetter, traceback_drawer
+from .config import DevInspect
+from .devcheck_magics import DevcheckMagics
+from .devices_magics import DevicesMagics
+from .gpumem_magics import GpumemMagics
+
+
+class Loaded:
+    """What one shell has registered: the settings, the magic families and the hooks."""
+
+    def __init__(self, shell: Any):
+        self.settings = DevInspect(parent=shell)  # %config DevInspect
+        shell.configurables.append(self.settings)
+        self.families = (DevicesMagics(shell, self.settings), DevcheckMagics(shell, self.settings),
+                         GpumemMagics(shell, self.settings))
+        self.cell_numbers = cell_numbers(shell)
+        self.forget_error = error_forgetter(shell)
+        self.draw_traceback = traceback_drawer(shell)
+
+    @property
+    def devcheck(self) -> DevcheckMagics:
+        return self.families[1]
+
+
+#: One per shell; loading again is a no-op.
+_loaded: dict[int, Loaded] = {}
+
+
+def loaded(shell: Any) -> Loaded | None:
+    """What the extension registered in ``shell``, or None when it is not loaded there."""
+    return _loaded.get(id(shell))
+
+
+def load(shell: Any) -> None:
+    """Register the magics once per shell; a second call does nothing."""
+    if id(shell) in _loaded:
+        return
+    here = Loaded(shell)
+    for family in here.families:
+        shell.register_magics(family)
+    shell.input_transformers_cleanup.append(await_devcheck_cells(shell))
+    locations.register_cell_numbers(here.cell_numbers)
+    tracebacks.register_drawer(here.draw_traceback)
+    actions.error_holders.append(here.forget_error)
+    shell.events.register("post_run_cell", here.devcheck._explain_after_cell)
+    _loaded[id(shell)] = here
+
+
+def unload(shell: Any) -> None:
+    """Remove what :func:`load` registered; harmless when nothing is loaded."""
+    here = _loaded.pop(id(shell), None)
+    if here is None:
+        return
+    for family in here.families:
+        family.close()
+    locations.unregister_cell_numbers(here.cell_numbers)
+    tracebacks.unregister_drawer(here.draw_traceback)
+    if here.forget_error in actions.error_holders:
+        actions.error_holders.remove(here.forget_error)
+    shell.input_transformers_cleanup[:] = [t for t in shell.input_transformers_cleanup
+                                           if not getattr(t, "devinspect", False)]
+    manager = shell.magics_manager
+    for family in here.families:
+        for kind, table in family.magics.items():
+            for name in table:
+                bound = manager.magics[kind].get(name)
+                if getattr(bound, "__self__", None) is family:
+                    del manager.magics[kind][name]
+        if manager.registry.get(type(family).__name__) is family:
+            del manager.registry[type(family).__name__]
+    ours = {id(here.settings), *map(id, here.families)}
+    shell.configurables[:] = [c for c in shell.configurables if id(c) not in ours]
+
+
+def release_history_here() -> Any:
+    """Release history in the running IPython session (or the last traceback in plain Python)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        shell = None
+    else:
+        shell = get_ipython()
+    if shell is None:
+        return actions.release_traceback()
+    return actions.release_history(shell.user_ns, shell.displayhook, shell.user_ns_hidden)

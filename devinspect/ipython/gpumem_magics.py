@@ -1,0 +1,233 @@
+"""``%gpumem``: accelerator memory per device, reconciled; the dashboard, ``--watch``,
+``--track`` and ``--history``."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from .common import DevInspectMagics, device_argument, variable_name, with_fallback
+from .ranks import show_ranks
+
+
+@magics_class
+class GpumemMagics(DevInspectMagics):
+    """``%gpumem`` and its dashboard, watchers and per-cell tracking."""
+
+    def __init__(self, shell: Any, settings: Any):
+        super().__init__(shell, settings)
+        self._tracker: Any = None  # MemoryTracker once %gpumem --track ran
+        self._watchers: list[Any] = []  # running %gpumem --watch refreshers
+        self._last_dashboard: Any = lambda: None  # weak reference to the newest %gpumem dashboard
+
+    @magic_arguments()
+    @argument("-d", "--device", help="Only this device (cuda:0, cuda, cpu).")
+    @argument("--watch", type=float, metavar="SECONDS",
+              help="Refresh the dashboard every SECONDS without blocking the kernel (Jupyter only).")
+    @argument("--stop", action="store_true", help="Stop every --watch refresh.")
+    @argument("--track", action="store_true", help="Record memory before/after and the peak of every following cell.")
+    @argument("--untrack", action="store_true", help="Stop recording cells (the history is kept).")
+    @argument("--history", action="store_true", help="Show the cells recorded by --track: a table and a plot.")
+    @argument("--no-tensors", action="store_true", dest="no_tensors",
+              help="Skip counting tensors (faster; the reconciliation starts at the allocator).")
+    @argument("--all-devices", action="store_true", dest="all_devices",
+              help="Also show accelerators nothing in this process uses.")
+    @argument("-o", "--output", action="store_true",
+              help="Return the snapshot (or the history), as %%timeit -o does: snap = %%gpumem -o")
+    @argument("-v", "--variable", metavar="NAME", help="Also store the snapshot (or the history) in NAME.")
+    @argument("--ranks", action="store_true",
+              help="The memory of every rank of a distributed job side by side (see %%devices --ranks).")
+    @line_magic
+    def gpumem(self, line: str = "") -> Any:
+        """Accelerator memory per device: allocated, reserved and the driver's view, reconciled.
+
+        For every GPU (and this process's own memory): what PyTorch's allocator has
+        allocated and reserved, peaks, fragmentation, what ``empty_cache()`` would
+        release, and what the driver (NVML) sees for this and other processes, with a
+        table that adds up from the tensors you named to the device's total. In
+        Jupyter it is a dashboard with buttons (empty_cache, reset peaks, gc.collect(),
+        release history); elsewhere a static table. Reading changes nothing and never
+        initialises CUDA.
+
+        Examples::
+
+            %gpumem                  # every device
+            %gpumem -d cuda:1        # one device
+            %gpumem --watch 2        # refresh every 2 s while you work; %gpumem --stop
+            %gpumem --track          # record each following cell; --history shows them
+            snap = %gpumem -o        # keep it: snap.frame, snap.reconciliation_frame
+        """
+        args = self._parse(self.gpumem, line)
+        variable_name("%gpumem", args.variable)
+        if args.ranks:
+            if args.device or args.watch is not None or args.track or args.untrack or args.history or args.stop:
+                raise UsageError("%gpumem: --ranks shows every rank once; it takes no -d, --watch, --track or --history")
+            return show_ranks(self.shell, "%gpumem", args, "memory", self._ipython_names())
+        if args.track and args.untrack:
+            raise UsageError("%gpumem: --track and --untrack contradict each other")
+        if args.watch is not None and not 0.2 <= args.watch <= 3600:
+            raise UsageError(f"%gpumem: --watch takes seconds between 0.2 and 3600, not {args.watch:g}")
+        if args.stop:
+            stopped = self._stop_watchers()
+            print(f"%gpumem: stopped {stopped} refreshing dashboard{'s' if stopped != 1 else ''}.")
+            return None
+        if args.track or args.untrack:
+            self._set_tracking(args.track)
+            return None
+        if args.history:
+            shown = self._show_history()
+        else:
+            shown = self._show_memory(args)
+        if args.variable:
+            self.shell.user_ns[args.variable] = shown
+        return shown if args.output else None
+
+    def _collector(self, device: str | None, count_tensors_by_default: bool, all_devices: bool = False) -> Any:
+        """collect(count_tensors) -> MemorySnapshot, keeping the last tensor count between calls."""
+        from ..collect.memory import build, in_use, tally_tensors
+        from ..collect.memory_readings import read
+
+        shell = self.shell
+        last: dict[str, Any] = {}
+
+        def collect(count_tensors: bool) -> Any:
+            if count_tensors_by_default and (count_tensors or "tallies" not in last):
+                last["tallies"] = tally_tensors(shell.user_ns, exclude=self._ipython_names())
+            snapshot = build(read(), last.get("tallies"))
+            if device:
+                return only_device(snapshot, device)
+            return snapshot if all_devices or "tallies" not in last else in_use(snapshot)
+
+        return collect
+
+    def _memory_actions(self) -> dict[str, Any]:
+        from .. import actions
+
+        shell = self.shell
+        return {
+            "empty_cache": actions.empty_cache,
+            "reset_peak_stats": actions.reset_peak_stats,
+            "collect_garbage": actions.collect_garbage,
+            "release_history": lambda: actions.release_history(shell.user_ns, shell.displayhook, shell.user_ns_hidden),
+        }
+
+    def _show_memory(self, args: Any) -> Any:
+        from IPython.display import display
+
+        collect = self._collector(args.device, not args.no_tensors, args.all_devices)
+        widgets_frontend = getattr(self.shell, "kernel", None) is not None
+        if args.watch is not None and not widgets_frontend:
+            raise UsageError("%gpumem: --watch needs a Jupyter kernel (a live widget); here use %gpumem again, "
+                             "or %gpumem --track to record every cell")
+        if widgets_frontend:
+            from ..jupyter.memory_dashboard import MemoryDashboard, Watcher
+
+            # Its first read counts the tensors (and raises UsageError for an unknown -d) before anything shows.
+            dashboard = MemoryDashboard(collect, self._memory_actions())
+            self._last_dashboard = weakref.ref(dashboard)
+            snapshot = dashboard.snapshot
+            display(with_fallback(dashboard.widget, snapshot), raw=True)
+            if args.watch is not None:
+                self._stop_watchers()
+                self._watchers.append(Watcher(dashboard, args.watch).start())
+                self._set_event("post_run_cell", self._after_cell_watch, True)
+        else:
+            snapshot = collect(True)
+            display(snapshot)
+        return snapshot
+
+    def _stop_watchers(self) -> int:
+        stopped = 0
+        for watcher in self._watchers:
+            if watcher.running:
+                stopped += 1
+            watcher.stop()
+        self._watchers.clear()
+        self._set_event("post_run_cell", self._after_cell_watch, False)
+        return stopped
+
+    def _after_cell_watch(self, result: Any = None) -> None:
+        self._watchers[:] = [w for w in self._watchers if w.running]
+        for watcher in self._watchers:
+            try:
+                watcher.dashboard.after_cell()
+            except Exception as exc:  # noqa: BLE001 - a hook must never break the user's cell
+                from html import escape
+
+                watcher.dashboard.status.value = (f"✖ refresh after the cell failed: "
+                                                  f"{escape(type(exc).__name__)}: {escape(str(exc))}")
+        if not self._watchers:
+            self._set_event("post_run_cell", self._after_cell_watch, False)
+
+    def _set_tracking(self, on: bool) -> None:
+        from ..collect.memory_tracker import MemoryTracker
+
+        if on:
+            if self._tracker is None:
+                self._tracker = MemoryTracker()
+            self._set_event("pre_run_cell", self._before_cell_track, True)
+            self._set_event("post_run_cell", self._after_cell_track, True)
+            print("%gpumem: recording memory for every following cell (the allocator's peak counters are reset "
+                  "before each). %gpumem --history shows it; --untrack stops.")
+        else:
+            self._set_event("pre_run_cell", self._before_cell_track, False)
+            self._set_event("post_run_cell", self._after_cell_track, False)
+            cells = len(self._tracker.cells) if self._tracker else 0
+            print(f"%gpumem: stopped recording ({cells} cells kept; %gpumem --history shows them).")
+
+    def _before_cell_track(self, info: Any = None) -> None:
+        raw = getattr(info, "raw_cell", "") or ""
+        first = next((ln.strip() for ln in raw.splitlines() if ln.strip()), "")
+        try:
+            self._tracker.before(self.shell.execution_count, first)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - a hook must never break the user's cell
+            pass
+
+    def _after_cell_track(self, result: Any = None) -> None:
+        try:
+            number = getattr(result, "execution_count", None)
+            self._tracker.after(failed=result is not None and not result.success,  # type: ignore[union-attr]
+                                cell=number if isinstance(number, int) else None)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _show_history(self) -> Any:
+        from IPython.display import display
+
+        from ..model.memory import MemoryHistory
+
+        history = self._tracker.history() if self._tracker is not None else MemoryHistory(())
+        display(history)
+        if history.cells and getattr(self.shell, "kernel", None) is not None:
+            # A plot only where a frontend can show one; a terminal gets the table alone.
+            from ..render.memory_plot import HistoryPlot
+
+            try:
+                display(HistoryPlot(history))
+            except ImportError:  # matplotlib is optional
+                print("%gpumem: install matplotlib for the plot (pip install matplotlib).")
+        return history
+
+    def close(self) -> None:
+        """Stop refreshing and remove every event callback this instance registered."""
+        self._stop_watchers()
+        self._set_event("pre_run_cell", self._before_cell_track, False)
+        self._set_event("post_run_cell", self._after_cell_track, False)
+        self._set_event("post_run_cell", self._after_cell_watch, False)
+
+
+def only_device(snapshot: Any, text: str) -> Any:
+    import dataclasses
+
+    from ..model.scan_result import device_matches
+
+    wanted = device_argument("%gpumem", text)
+    keep = [d for d in snapshot.devices if device_matches(d.device, wanted)]
+    if not keep:
+        have = ", ".join(d.device for d in snapshot.devices)
+        raise UsageError(f"%gpumem: no device {text!r} here (devices: {have})")
+    return dataclasses.replace(snapshot, devices=tuple(keep))

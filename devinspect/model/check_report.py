@@ -1,0 +1,144 @@
+"""What ``%%devcheck`` saw: copies and syncs per line, patterns that cost time, a mismatch explained."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .display import bundle, text
+from .fixes import Finding, Fix
+from .records import SourceLine
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True, slots=True)
+class LineStats:
+    """Copies and host syncs attributed to one source line while a check ran.
+
+    ``h2d``/``d2h``/``d2d`` are host→device, device→host and device→device copies
+    (count, bytes). ``syncs`` counts operations that make the host wait for the
+    device, by kind (``.item()``, ``bool()``, ``.cpu()``, ``print`` …).
+    """
+
+    where: SourceLine
+    #: The line of the checked cell (or ``with check()`` block) through which this line ran.
+    cell_line: int | None
+    h2d_count: int = 0
+    h2d_bytes: int = 0
+    d2h_count: int = 0
+    d2h_bytes: int = 0
+    d2d_count: int = 0
+    d2d_bytes: int = 0
+    syncs: tuple[tuple[str, int], ...] = ()
+    #: Libraries whose code made these copies or syncs, called from this line (``torch``, ``transformers``).
+    inside: tuple[str, ...] = ()
+
+    @property
+    def sync_count(self) -> int:
+        return sum(n for _, n in self.syncs)
+
+    @property
+    def transfer_bytes(self) -> int:
+        return self.h2d_bytes + self.d2h_bytes + self.d2d_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """One tensor input of the op that raised, named in the user's words."""
+
+    name: str | None
+    #: How the name was found: namespace, parameter, buffer, attribute, local, created, unknown.
+    source: str
+    device: str
+    dtype: str
+    shape: tuple[Any, ...] | None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """A device-mismatch error explained: which op, where, which variables, and the fix."""
+
+    op: str
+    error: str
+    devices: tuple[str, ...]
+    operands: tuple[Operand, ...]
+    #: The line of the checked cell (or block) that was running.
+    cell_line: SourceLine | None
+    #: The innermost line of user code, when it is not the cell line (a user function).
+    user_frame: SourceLine | None
+    module_path: str | None
+    target_device: str | None
+    fix: Fix | None
+
+    def summary(self) -> str:
+        """A few lines for an exception note."""
+        return text(self)
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What ``%%devcheck`` / :func:`devinspect.check` saw while the code ran.
+
+    ``lines`` has one entry per source line that copied data between devices or made
+    the host wait; ``mismatch`` explains a device-mismatch error; ``findings`` names
+    patterns that cost time (round trips, syncs in loops, unpinned non-blocking copies,
+    the same host tensor copied again and again). ``frame`` has the lines as a DataFrame.
+    """
+
+    lines: tuple[LineStats, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    mismatch: Mismatch | None = None
+    error: str | None = None
+    elapsed_s: float | None = None
+
+    @property
+    def totals(self) -> dict[str, int]:
+        out = {"h2d_count": 0, "h2d_bytes": 0, "d2h_count": 0, "d2h_bytes": 0, "d2d_count": 0, "d2d_bytes": 0, "syncs": 0}
+        for s in self.lines:
+            for key in ("h2d_count", "h2d_bytes", "d2h_count", "d2h_bytes", "d2d_count", "d2d_bytes"):
+                out[key] += getattr(s, key)
+            out["syncs"] += s.sync_count
+        return out
+
+    @property
+    def worst_lines(self) -> tuple[LineStats, ...]:
+        """Lines ordered by how much they cost: syncs first, then bytes moved."""
+        return tuple(sorted(self.lines, key=lambda s: (-s.sync_count, -s.transfer_bytes)))
+
+    def costliest(self, limit: int) -> tuple[LineStats, ...]:
+        """The ``limit`` costliest lines, shown in the order the code reads."""
+        keep = {id(s) for s in self.worst_lines[:limit]}
+        return tuple(s for s in self.lines if id(s) in keep)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        rows = []
+        for s in self.lines:
+            rows.append(
+                {
+                    "file": s.where.file, "line": s.where.line, "function": s.where.function, "cell_line": s.cell_line,
+                    "code": s.where.text, "h2d_count": s.h2d_count, "h2d_bytes": s.h2d_bytes,
+                    "d2h_count": s.d2h_count, "d2h_bytes": s.d2h_bytes, "d2d_count": s.d2d_count,
+                    "d2d_bytes": s.d2d_bytes, "syncs": s.sync_count,
+                    "sync_kinds": ", ".join(f"{k}×{n}" for k, n in s.syncs),
+                }
+            )
+        return pd.DataFrame(rows, columns=[
+            "file", "line", "function", "cell_line", "code", "h2d_count", "h2d_bytes", "d2h_count", "d2h_bytes",
+            "d2d_count", "d2d_bytes", "syncs", "sync_kinds",
+        ])
+
+    @property
+    def has_findings(self) -> bool:
+        return bool(self.findings or self.mismatch)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return bundle(self)
+
+    def __repr__(self) -> str:
+        return text(self)

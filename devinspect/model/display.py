@@ -1,0 +1,51 @@
+"""How a result object shows itself, without the data importing the code that draws it.
+
+The renderers (:mod:`devinspect.render`) register one function per result type and
+form (``text``, ``html``, ``figure``); a result's ``__repr__`` and
+``_repr_mimebundle_`` ask here. Importing ``devinspect`` registers them all, so a
+result always has its text and HTML; before that, ``text`` falls back to a plain repr.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+_renderers: dict[tuple[type, str], Callable[[Any], Any]] = {}
+
+
+def register(cls: type, **forms: Callable[[Any], Any]) -> None:
+    """Draw instances of ``cls`` with these functions (``text=…, html=…, figure=…``)."""
+    for form, draw in forms.items():
+        _renderers[(cls, form)] = draw
+
+
+def renderer(obj: Any, form: str) -> Callable[[Any], Any] | None:
+    """The function registered for ``obj``'s type (or a base class of it) and ``form``."""
+    for cls in type(obj).__mro__:
+        draw = _renderers.get((cls, form))
+        if draw is not None:
+            return draw
+    return None
+
+
+def text(obj: Any) -> str:
+    """``obj`` as text, the way a terminal shows it."""
+    draw = renderer(obj, "text")
+    return draw(obj) if draw is not None else object.__repr__(obj)
+
+
+def bundle(obj: Any) -> dict[str, Any]:
+    """The MIME bundle of ``obj``: ``text/plain`` always, ``text/html`` where registered."""
+    out = {"text/plain": text(obj)}
+    html = renderer(obj, "html")
+    if html is not None:
+        out["text/html"] = html(obj)
+    return out
+
+
+def draw(obj: Any, form: str) -> Any:
+    """What the renderer registered for ``form`` makes of ``obj`` (a figure, say); LookupError if none."""
+    found = renderer(obj, form)
+    if found is None:
+        raise LookupError(f"nothing draws a {type(obj).__name__} as {form}")
+    return found(obj)

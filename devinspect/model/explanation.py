@@ -1,0 +1,105 @@
+"""What an error explained after the fact says: a device mismatch, or device memory running out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .check_report import Mismatch
+from .display import bundle, text
+from .fixes import Fix
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTensor:
+    """A live tensor on the device that ran out, by the name that holds it."""
+
+    name: str
+    #: Where the name is: "namespace", "output history", "last error", "unnamed".
+    holder: str
+    dtype: str
+    shape: tuple[int, ...] | None
+    #: Its storage's bytes, counted once however many names reach it.
+    nbytes: int
+    #: The items of one list or tuple are one row (``cache[0…15]``): how many, their bytes summed.
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFigures:
+    """A device's memory as the allocator and the driver count it; None where not known."""
+
+    allocated_bytes: int | None = None
+    reserved_bytes: int | None = None
+    #: What the driver has left (``mem_get_info``'s free), and the device's total.
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    #: How far the allocated figure may be from the exact count: a message rounds it
+    #: ("68.1 MiB" is anything within 0.05 MiB of it); 0 for counters read directly.
+    rounding_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    """Device memory when an allocation failed, now, and what can be given back.
+
+    ``at_failure`` comes from the error's own message (PyTorch writes the figures of the
+    moment into it); ``now`` is read right after the error, before anything else ran:
+    the failed step's temporaries are gone by then (the frames that held them unwound),
+    what its traceback's frames hold is still there.
+    """
+
+    device: str | None
+    requested_bytes: int | None
+    at_failure: MemoryFigures
+    now: MemoryFigures
+    #: What ``empty_cache()`` would return now: cached segments holding nothing.
+    releasable_bytes: int | None
+    largest: tuple[HeldTensor, ...]
+    #: Bytes on the device only the last error's traceback / the output history keep alive.
+    traceback_bytes: int
+    history_bytes: int
+    #: One fix a button each: release history (and the traceback's frames), empty the cache.
+    fixes: tuple[Fix, ...] = ()
+    #: The tensors on the device not listed in ``largest``: how many, and their bytes.
+    others: int = 0
+    others_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """An error explained: ``mismatch`` for a device mismatch, ``out_of_memory`` when device
+    memory ran out; neither (with ``note`` saying so) for any other error.
+
+    What ``devinspect.explain()`` returns and what a notebook shows under a failed cell.
+    """
+
+    error: str
+    mismatch: Mismatch | None = None
+    out_of_memory: OutOfMemory | None = None
+    note: str = ""
+
+    @property
+    def kind(self) -> str | None:
+        if self.mismatch is not None:
+            return "device mismatch"
+        if self.out_of_memory is not None:
+            return "out of memory"
+        return None
+
+    @property
+    def fixes(self) -> tuple[Fix, ...]:
+        if self.mismatch is not None and self.mismatch.fix is not None:
+            return (self.mismatch.fix,)
+        if self.out_of_memory is not None:
+            return self.out_of_memory.fixes
+        return ()
+
+    def __bool__(self) -> bool:
+        return self.kind is not None
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return bundle(self)
+
+    def __repr__(self) -> str:
+        return text(self)

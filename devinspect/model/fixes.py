@@ -1,0 +1,133 @@
+"""Fixes and findings as data.
+
+A fix is data, never prose parsed back: ``code`` runs as printed in the user's
+namespace, ``edits`` rewrite the user's own source lines, ``action`` is a typed
+request that :mod:`devinspect.actions` carries out (the Apply fix button).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .records import SourceLine
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Move the tensor or module called ``name`` to ``device``, all or nothing.
+
+    A module keeps its Parameter objects (an optimizer holding them stays valid); a
+    tensor that is a leaf requiring grad stays a leaf.
+    """
+
+    name: str
+    device: str
+    #: Optimizers whose state for the moved parameters follows them (each to its parameter's device).
+    optimizers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBuffer:
+    """Make the plain tensor attribute ``module.attr`` a non-persistent buffer on ``device``."""
+
+    module: str
+    attr: str
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class MoveOptimizerState:
+    """Move each state tensor of ``optimizer`` to the device of its own parameter."""
+
+    optimizer: str
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildOptimizer:
+    """Replace the optimizer ``optimizer`` with a new one over ``module``'s parameters."""
+
+    optimizer: str
+    module: str
+    class_path: str
+    kwargs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseHistory:
+    """Drop the output-history entries and the last traceback that keep tensors alive."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmptyCache:
+    """Return the allocator's cached, unused segments to the driver (``empty_cache()``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseGraphs:
+    """Detach the namespace tensors ``names`` (their values stay; their autograd graphs go)
+    and, with ``traceback``, the last error's frames: what keeps parameters from moving."""
+
+    names: tuple[str, ...] = ()
+    traceback: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """Several actions, in order (two operands of one failed op, say); each is all-or-nothing."""
+
+    actions: tuple[Any, ...]
+
+
+Action = (Move | RegisterBuffer | MoveOptimizerState | RebuildOptimizer | ReleaseHistory | EmptyCache | ReleaseGraphs
+          | Steps)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceEdit:
+    """Rewrite one line of the user's own source: ``old`` (as written) becomes ``new``
+    (an empty ``new`` deletes the line)."""
+
+    where: SourceLine
+    old: str
+    new: str
+    #: Where in the code: ``PositionalEncoding.__init__``, ``forward``.
+    context: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    """How to make a problem go away.
+
+    ``summary`` says it in one line. ``code`` (when present) runs exactly as printed
+    in the user's namespace; ``edits`` are changes to the user's own source lines (so
+    the problem does not come back next run); ``action`` is what the Apply fix button
+    does; ``note`` is advice with no runnable form, or a caveat.
+    """
+
+    summary: str
+    code: str | None = None
+    edits: tuple[SourceEdit, ...] = ()
+    action: Action | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Something probably wrong, said in one line, with the fix.
+
+    ``severity`` is ``"error"`` (will fail or is certainly wrong), ``"warning"``
+    (wastes memory or will bite later) or ``"hint"`` (worth a look). ``names`` are
+    the records (tensor names) it is about, so a filtered view can show it.
+    """
+
+    code: str
+    severity: str
+    subject: str
+    message: str
+    fix: Fix | None = None
+    storage_bytes: int | None = None
+    names: tuple[str, ...] = ()
+
+
+SEVERITY_ORDER = {"error": 0, "warning": 1, "hint": 2}

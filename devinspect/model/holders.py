@@ -1,0 +1,43 @@
+"""Who keeps a tensor alive (``%devices --why``): the reference paths, as data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .display import bundle, text
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """One path that keeps the tensor alive."""
+
+    path: str
+    #: What the path starts at: "namespace", "output history", "last error's traceback".
+    root: str
+    #: The kind of the last link: "closure", "autograd graph", "view", or "" for plain containment.
+    via: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Holders:
+    """The references that keep ``name``'s tensor alive, and whether the search saw everything."""
+
+    name: str
+    device: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    references: tuple[Reference, ...]
+    #: False when the search stopped at a bound (depth, objects, time) before seeing all.
+    complete: bool
+    #: Types of objects that refer to the tensor directly but no path from a root reached.
+    unreached: tuple[str, ...] = ()
+    elapsed_s: float = 0.0
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return bundle(self)
+
+    def __repr__(self) -> str:
+        return text(self)

@@ -1,0 +1,272 @@
+"""What the walk records: one record per tensor, one summary per module, optimizer and loader.
+
+Everything here is a frozen dataclass of primitives: no record keeps a reference to
+a user object, so a result can sit in IPython's ``Out`` history without keeping a
+single tensor alive. Sizes are ``*_bytes`` ints; ``None`` means "not measurable"
+(never a guessed 0). Human units appear only when something is said or drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Record kinds, in the order a table groups them.
+KINDS = (
+    "parameter",
+    "buffer",
+    "gradient",
+    "attribute",
+    "optimizer_state",
+    "tensor",
+    "unnamed",
+    "error",
+)
+
+
+#: Columns of :attr:`ScanResult.frame`, in order.
+FRAME_COLUMNS = (
+    "name",
+    "root",
+    "kind",
+    "device",
+    "dtype",
+    "shape",
+    "nbytes",
+    "storage_bytes",
+    "storage_id",
+    "alias_of",
+    "requires_grad",
+    "type_name",
+    "layout",
+    "owner",
+    "param",
+    "note",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorRecord:
+    """One tensor reached from the namespace, named the way the user would type it.
+
+    ``nbytes`` is the logical size (elements × element size). ``storage_bytes`` is
+    the size of the storage the tensor lives in, counted once per storage: a view
+    of a 1 GiB tensor has a small ``nbytes`` and, when it is the first name found
+    for that storage, ``storage_bytes`` of 1 GiB; every later name for the same
+    storage carries ``alias_of`` (the first name) and counts as 0 in totals.
+    """
+
+    name: str
+    root: str
+    kind: str
+    device: str
+    dtype: str | None
+    shape: tuple[Any, ...] | None
+    nbytes: int | None
+    storage_bytes: int | None
+    storage_id: int | None
+    alias_of: str | None = None
+    requires_grad: bool = False
+    type_name: str = "Tensor"
+    layout: str = "strided"
+    #: Name of the module owning a parameter/buffer/attribute (``""`` for the root).
+    owner: str | None = None
+    #: For gradients and optimizer state: the name of the parameter they belong to.
+    param: str | None = None
+    #: Anything unusual: "sparse_coo", "lazy: shape unknown", "could not inspect: …".
+    note: str | None = None
+    #: Reached only through IPython's output history or ``sys.last_traceback``.
+    hidden: bool = False
+    #: False for a tensor computed by autograd (it has a ``grad_fn``); moving a leaf
+    #: that requires grad must keep it a leaf.
+    is_leaf: bool = True
+
+    @property
+    def counted_bytes(self) -> int:
+        """Bytes this record adds to a total: 0 for aliases and unknown sizes."""
+        if self.alias_of is not None or self.storage_bytes is None:
+            return 0
+        return self.storage_bytes
+
+    @property
+    def is_accelerator(self) -> bool:
+        """True for memory that lives on an accelerator (not cpu, meta or unknown)."""
+        return device_is_accelerator(self.device)
+
+
+def device_is_accelerator(device: str) -> bool:
+    """Whether a device string names accelerator memory (``cuda:0``, ``xpu:1``, ``sim:0``)."""
+    kind = device.split(":", 1)[0]
+    return kind not in ("cpu", "meta", "?", "")
+
+
+def _slot_constructor(cls: type) -> Any:
+    """A positional constructor for a frozen slotted dataclass that skips ``__init__``.
+
+    The generated ``__init__`` of a frozen dataclass assigns each field through
+    ``object.__setattr__``; the walker builds one record per tensor (100,000 in a
+    large session), and that cost alone exceeds reading the tensor. This fills the
+    same slots through their descriptors; the instance is identical and still frozen.
+    """
+    from dataclasses import fields
+
+    names = [f.name for f in fields(cls)]
+    setters = {f"_set_{name}": getattr(cls, name).__set__ for name in names}
+    source = (
+        f"def make({', '.join(names)}):\n    record = _new(_cls)\n"
+        + "".join(f"    _set_{name}(record, {name})\n" for name in names)
+        + "    return record\n"
+    )
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, **setters}
+    exec(source, namespace)  # noqa: S102 - source built from the dataclass's own field names
+    return namespace["make"]
+
+
+#: ``make_record(name, root, kind, ...)``: every field of :class:`TensorRecord`, in order.
+make_record = _slot_constructor(TensorRecord)
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleSummary:
+    """One ``nn.Module`` reached from the namespace and what it holds, per device."""
+
+    name: str
+    type_name: str
+    parameters: int
+    parameter_bytes: int
+    buffers: int
+    buffer_bytes: int
+    gradient_bytes: int
+    #: Devices of parameters and buffers, most bytes first.
+    devices: tuple[str, ...]
+    #: For a module spanning devices: ``(submodule name, device)`` for each
+    #: smallest submodule that sits wholly on one device.
+    placement: tuple[tuple[str, str], ...] = ()
+    #: Tensor attributes ``.to()`` will not move (plain attributes, not registered buffers).
+    unregistered: tuple[Unregistered, ...] = ()
+    #: Parameters that hold no data yet (``meta`` or lazy), counted separately from ``devices``.
+    unmaterialised: int = 0
+    #: Set by transformers' ``device_map``: the split across devices is deliberate.
+    deliberate_split: bool = False
+    #: Parameters an autograd graph has saved (a graph kept alive by a variable or a
+    #: traceback): PyTorch refuses to swap those, which a move to or from a Python
+    #: device backend (or DTensor) needs. Moves on CUDA/CPU are not affected.
+    held_parameters: tuple[str, ...] = ()
+    #: The package the module's class comes from (``transformers``), or ``""`` for user code.
+    library: str = ""
+
+    @property
+    def is_mixed(self) -> bool:
+        return len(self.devices) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Unregistered:
+    """A tensor kept as a plain attribute of a module (``self.pe = pe``), not a buffer.
+
+    ``name`` is the attribute's full name (``model.pos.pe``), ``owner`` the module's.
+    ``class_default`` is True when the module's class also defines the attribute
+    (``pe = None``, a lazy-cache pattern): ``register_buffer`` then refuses the name.
+    ``assigned_at`` is the line in the class's own source that assigns it, when found.
+    """
+
+    name: str
+    owner: str
+    attr: str
+    class_name: str
+    class_default: bool = False
+    assigned_at: SourceLine | None = None
+    #: The class body's line defining the default (``pe = None``), when ``class_default``.
+    default_at: SourceLine | None = None
+    #: The ``super().__init__()`` line of the class's ``__init__``, where a buffer is registered.
+    init_at: SourceLine | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizerSummary:
+    """An optimizer reached from the namespace, and where its parameters come from.
+
+    ``orphans`` counts parameters that no module in the namespace owns and no name
+    reaches (typical after the model's cell ran again: the optimizer still holds the
+    old model's parameters). ``rebuild_kwargs`` are the constructor arguments that
+    differ from the class's defaults, as Python literals, for a runnable rebuild.
+    """
+
+    name: str
+    type_name: str
+    #: How the class is reached in code (``torch.optim.AdamW``), or None when unknown.
+    class_path: str | None
+    parameters: int
+    groups: int
+    orphans: int
+    orphan_shapes: tuple[tuple[int, ...], ...] = ()
+    rebuild_kwargs: tuple[tuple[str, str], ...] | None = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderSummary:
+    """A ``torch.utils.data.DataLoader`` reached from the namespace."""
+
+    name: str
+    pin_memory: bool
+    num_workers: int
+    batch_size: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTotal:
+    """What the named tensors hold on one device (each storage counted once)."""
+
+    device: str
+    tensors: int
+    storage_bytes: int
+    logical_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    """A part of the namespace the walk did not go into, and why."""
+
+    name: str
+    reason: str
+    skipped: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryHold:
+    """Accelerator memory kept alive only by IPython's output history or a traceback."""
+
+    name: str
+    device: str
+    storage_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLine:
+    """A line of code: in a file, or in a notebook cell (``cell`` is its execution count).
+
+    ``label`` names it the way IPython's tracebacks do: ``Cell In[3], line 8`` for a
+    cell, ``models/gpt.py:42`` for a file, with ``in forward`` for a function.
+    """
+
+    file: str
+    line: int
+    function: str
+    text: str = ""
+    #: The execution count of the notebook cell this line is in, or None for a file.
+    cell: int | None = None
+
+    @property
+    def where(self) -> str:
+        if self.cell is not None:
+            return f"Cell In[{self.cell}], line {self.line}"
+        return f"{_short_path(self.file)}:{self.line}"
+
+    @property
+    def label(self) -> str:
+        return self.where if self.function in ("<module>", "") else f"{self.where} in {self.function}"
+
+
+def _short_path(path: str) -> str:
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) if len(parts) > 2 else path

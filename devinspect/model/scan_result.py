@@ -1,0 +1,245 @@
+"""What a scan returns, and the views a magic shows of it."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from .display import bundle, text
+from .fixes import Finding
+from .records import (
+    FRAME_COLUMNS,
+    DeviceTotal,
+    HistoryHold,
+    LoaderSummary,
+    ModuleSummary,
+    OptimizerSummary,
+    TensorRecord,
+    Truncation,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """Everything :func:`devinspect.scan` found, as data.
+
+    ``records`` lists every tensor found (aliases included); ``devices`` sums them
+    per device with each storage counted once; ``frame`` is the same as a pandas
+    DataFrame. :attr:`findings` explains what looks wrong; it is computed once, on
+    the whole result. :meth:`select` gives a view of some records (and the findings
+    about them) with display settings beside the data.
+    """
+
+    records: tuple[TensorRecord, ...]
+    modules: tuple[ModuleSummary, ...] = ()
+    loaders: tuple[LoaderSummary, ...] = ()
+    truncated: tuple[Truncation, ...] = ()
+    #: Accelerator storages reachable only through excluded history names or
+    #: ``sys.last_traceback``: always measured, even when those names are not listed.
+    history: tuple[HistoryHold, ...] = ()
+    roots: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    optimizers: tuple[OptimizerSummary, ...] = ()
+    #: ``(path, class name)`` of every module and submodule the namespace reaches by name.
+    module_types: tuple[tuple[str, str], ...] = ()
+    #: The rules that say what looks wrong (:func:`devinspect.find`), given by whoever
+    #: builds the result; a result built without them has no findings.
+    rules: Callable[[ScanResult], Iterable[Finding]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def devices(self) -> tuple[DeviceTotal, ...]:
+        """Per-device totals, most storage bytes first."""
+        return device_totals(self.records)
+
+    @property
+    def history_bytes(self) -> int:
+        """Accelerator bytes held only by output history / the last traceback."""
+        return sum(h.storage_bytes for h in self.history)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(r.counted_bytes for r in self.records)
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The findings for this result (computed on first use, then kept)."""
+        cached = self.__dict__.get("_findings")
+        if cached is None:
+            cached = tuple(self.rules(self)) if self.rules is not None else ()
+            object.__setattr__(self, "_findings", cached)
+        return cached
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """All records as a DataFrame with the columns in :data:`FRAME_COLUMNS`."""
+        return records_frame(self.records)
+
+    def select(self, selection: Selection | None = None, display: Display | None = None) -> ScanView:
+        """A view of the records (and findings) ``selection`` picks, shown with ``display``."""
+        return ScanView(self, selection or Selection(), display or Display())
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return self.select()._repr_mimebundle_(include, exclude)
+
+    def __repr__(self) -> str:
+        return repr(self.select())
+
+
+def device_totals(records: tuple[TensorRecord, ...] | list[TensorRecord]) -> tuple[DeviceTotal, ...]:
+    """Per-device totals of ``records``, each storage counted once, most bytes first."""
+    totals: dict[str, list[int]] = {}
+    for r in records:
+        t = totals.setdefault(r.device, [0, 0, 0])
+        t[0] += 1
+        t[1] += r.counted_bytes
+        if r.alias_of is None and r.nbytes is not None:
+            t[2] += r.nbytes
+    out = [DeviceTotal(d, n, s, lg) for d, (n, s, lg) in totals.items()]
+    out.sort(key=lambda d: (-d.storage_bytes, d.device))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which records a view shows: names (a dotted name keeps what lies below it), a
+    device (``cpu``, ``cuda`` for every CUDA device, ``cuda:1``) and a kind."""
+
+    names: tuple[str, ...] = ()
+    device: str | None = None
+    kind: str | None = None
+
+    def keeps(self, r: TensorRecord) -> bool:
+        if self.kind is not None and r.kind != self.kind:
+            return False
+        if self.device is not None and not device_matches(r.device, self.device):
+            return False
+        if self.names and not any(is_under(r.name, n) or is_under(r.param or "", n) for n in self.names):
+            return False
+        return True
+
+    @property
+    def everything(self) -> bool:
+        return not self.names and self.device is None and self.kind is None
+
+
+def device_matches(device: str, wanted: str) -> bool:
+    """``cuda:1`` matches ``cuda`` and ``cuda:1``; ``cpu:0`` and ``cpu`` are the same device."""
+    if wanted == device:
+        return True
+    kind, _, index = wanted.partition(":")
+    if not index:
+        return device.split(":", 1)[0] == kind
+    return kind == "cpu" and device == "cpu"
+
+
+@dataclass(frozen=True)
+class Display:
+    """How a view is rendered: rows shown before "… N more", row order, findings only."""
+
+    max_rows: int = 40
+    sort: str = "walk"
+    findings_only: bool = False
+
+
+@dataclass(frozen=True)
+class ScanView:
+    """Some records of a :class:`ScanResult`, the findings about them, and how to show them.
+
+    Findings come from the whole result (computed once) and are kept when any record
+    they are about is selected, so ``%devices -k optimizer_state`` still shows the
+    optimizer-state finding.
+    """
+
+    result: ScanResult
+    selection: Selection = field(default_factory=Selection)
+    display: Display = field(default_factory=Display)
+
+    @property
+    def records(self) -> tuple[TensorRecord, ...]:
+        cached = self.__dict__.get("_records")
+        if cached is None:
+            keeps = self.selection.keeps
+            cached = self.result.records if self.selection.everything else tuple(r for r in self.result.records if keeps(r))
+            object.__setattr__(self, "_records", cached)
+        return cached
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        everything = self.result.findings
+        if self.selection.everything:
+            return everything
+        shown = {r.name for r in self.records}
+        names = self.selection.names
+        return tuple(
+            f for f in everything
+            if any(n in shown for n in f.names)
+            or (not f.names and self.selection.device is None and self.selection.kind is None
+                and (not names or any(is_under(f.subject, n) for n in names)))
+        )
+
+    @property
+    def devices(self) -> tuple[DeviceTotal, ...]:
+        return device_totals(self.records)
+
+    @property
+    def modules(self) -> tuple[ModuleSummary, ...]:
+        names = self.selection.names
+        if not names:
+            return self.result.modules
+        return tuple(m for m in self.result.modules if any(is_under(m.name, n) or is_under(n, m.name) for n in names))
+
+    @property
+    def optimizers(self) -> tuple[OptimizerSummary, ...]:
+        return self.result.optimizers
+
+    @property
+    def history(self) -> tuple[HistoryHold, ...]:
+        return self.result.history
+
+    @property
+    def history_bytes(self) -> int:
+        return self.result.history_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(r.counted_bytes for r in self.records)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.result.options
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return records_frame(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return bundle(self)
+
+    def __repr__(self) -> str:
+        return text(self)
+
+
+def is_under(name: str, prefix: str) -> bool:
+    """Whether ``name`` is ``prefix`` or lies below it (``model.fc`` under ``model``)."""
+    return name == prefix or (name.startswith(prefix) and len(name) > len(prefix) and name[len(prefix)] in ".[")
+
+
+def records_frame(records: tuple[TensorRecord, ...] | list[TensorRecord]) -> pd.DataFrame:
+    import pandas as pd
+
+    columns = [*FRAME_COLUMNS, "hidden", "is_leaf"]
+    row_of = operator.attrgetter(*columns)
+    frame = pd.DataFrame([row_of(r) for r in records], columns=columns)
+    for column in ("nbytes", "storage_bytes", "storage_id"):
+        frame[column] = frame[column].astype("Int64")
+    return frame

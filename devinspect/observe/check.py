@@ -1,0 +1,73 @@
+"""``devinspect.check()``: the device check of ``%%devcheck`` around a block of code, for
+scripts and tests."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from typing import Any, Iterator, Mapping
+
+from ..model.check_report import CheckReport
+from .mode import DeviceCheckMode
+
+
+@contextlib.contextmanager
+def check(namespace: Mapping[str, Any] | None = None, *, strict: bool = False) -> Iterator[_Handle]:
+    """Check the block for device mismatches, copies and host syncs.
+
+    ::
+
+        with devinspect.check() as c:
+            train_step()
+        c.report            # a CheckReport: per-line copies/syncs, findings, mismatch
+
+    A device-mismatch error raised in the block gets the diagnosis as an exception
+    note and propagates unchanged. With ``strict=True`` findings raise
+    :class:`DeviceCheckError` after the block.
+    """
+    caller = sys._getframe(2)
+    if namespace is None:
+        namespace = caller.f_globals
+    code = caller.f_code
+    handle = _Handle()
+    mode = DeviceCheckMode(namespace, lambda frame: frame.f_code is code)
+    start = time.perf_counter()
+    try:
+        with mode:
+            yield handle
+    except BaseException as exc:
+        handle.report = mode.report(exc, time.perf_counter() - start)
+        attach_note(exc, handle.report)
+        raise
+    handle.report = mode.report(None, time.perf_counter() - start)
+    if strict and handle.report.has_findings:
+        raise DeviceCheckError(handle.report)
+
+
+class _Handle:
+    """What ``with check() as c`` gives: ``c.report`` once the block is done."""
+
+    report: CheckReport | None = None
+
+
+class DeviceCheckError(AssertionError):
+    """Raised by ``strict`` checks when the code copied or synced in a way worth fixing."""
+
+    def __init__(self, report: CheckReport):
+        self.report = report
+        problems = [f.message for f in report.findings]
+        if report.mismatch is not None:
+            problems.insert(0, report.mismatch.summary().splitlines()[0])
+        super().__init__("devinspect found device problems:\n" + "\n".join(f"- {p}" for p in problems))
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a traceback through devinspect's own frames.
+        return [f"DeviceCheckError: {self}"]
+
+
+def attach_note(exc: BaseException, report: CheckReport) -> None:
+    """Add the mismatch diagnosis to the exception as a note (for scripts, where nothing else shows it)."""
+    if report.mismatch is not None and hasattr(exc, "add_note"):
+        with contextlib.suppress(Exception):
+            exc.add_note("devinspect: " + report.mismatch.summary())

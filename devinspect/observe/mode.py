@@ -1,0 +1,596 @@
+"""The scoped torch mode behind ``%%devcheck``: transfers, host syncs and device mismatches.
+
+A :class:`~torch.overrides.TorchFunctionMode` does the work. It sees every tensor
+call made from Python (``.item()``, ``.to()``, ``.numpy()``, printing) at about a
+microsecond per call and, unlike a dispatch mode, leaves ``torch.compile`` alone.
+
+Being invisible comes first:
+
+* The mode sits at the *bottom* of the torch-function mode stack and only ever
+  removes itself, so modes the cell enters, leaves open or exits run as without it.
+* Nothing is attached to user tensors: no weakref, no attribute. What the check
+  remembers about data (where host memory came from, what created a tensor) is
+  keyed by the tensor's *storage*, validated by a weak reference to the storage
+  object, which ``torch.utils.swap_tensors`` and ``Module.to`` never look at.
+* Its own bookkeeping runs with subclass torch-function handlers disabled and can
+  never raise into the cell; the user's exceptions (every ``BaseException``) pass
+  through untouched.
+
+The copies autograd makes in the backward pass (a gradient going back across
+devices through ``.to()``) are counted by a pre-hook on each such ``.to()``'s
+autograd node, set when the forward copy is seen and removed when the check ends.
+Copies and syncs are attributed to the innermost line of the user's own code
+(library code — site-packages, the standard library, torch — is never blamed); when
+a call raises and its tensor inputs sit on different devices (decided from the
+inputs, never from the message), the operands are named in the user's words and the
+fix comes from :mod:`devinspect.diagnose.fixes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+import weakref
+from collections import defaultdict
+from typing import Any, Callable, Mapping
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..collect import locations
+from ..collect import tensorbase as tb
+from ..diagnose.failed_call import Failure, diagnose, first_line, op_name, tensor_inputs
+from ..model.check_report import CheckReport, LineStats, Mismatch
+from ..model.fixes import SEVERITY_ORDER, Finding, Fix
+from ..model.records import SourceLine, device_is_accelerator
+from ..model.units import human_bytes
+from . import tracebacks
+
+_T = torch.Tensor
+
+
+_NO_SUBCLASS = torch._C.DisableTorchFunctionSubclass
+
+
+_SYNC_METHODS = {
+    "item": ".item()", "__float__": "float()", "__int__": "int()", "__bool__": "bool()", "__index__": "int()",
+    "tolist": ".tolist()", "__repr__": "print", "__str__": "print", "__format__": "print",
+    "nonzero": "nonzero", "masked_select": "masked_select", "unique": "unique", "argwhere": "nonzero",
+}
+
+
+_FACTORIES = frozenset({
+    "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "tensor", "as_tensor",
+    "ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like",
+})
+
+
+_INTERESTING = frozenset({*_SYNC_METHODS, "numpy", "to", "cpu", "cuda", "xpu", "mps", "copy_", "__getitem__",
+                          "backward", *_FACTORIES})
+
+
+#: Results of .item()/.tolist() remembered to recognise the same values coming back.
+_REMEMBERED_VALUES = 256
+
+
+#: Lists longer than this are not fingerprinted (the cost would show in the cell).
+_FINGERPRINT_MAX = 4096
+
+
+#: A line whose host syncs repeat at least this often is flagged as syncing in a loop.
+LOOP_SYNCS = 10
+
+
+class _Counts:
+    __slots__ = ("where", "cell_line", "h2d", "d2h", "d2d", "syncs", "inside")
+
+    def __init__(self, where: SourceLine, cell_line: int | None):
+        self.where, self.cell_line = where, cell_line
+        self.h2d = [0, 0]
+        self.d2h = [0, 0]
+        self.d2d = [0, 0]
+        self.syncs: dict[str, int] = defaultdict(int)
+        self.inside: set[str] = set()
+
+
+class _StorageTags:
+    """Facts about tensor memory, keyed by storage and never attached to a tensor.
+
+    An entry is valid only while a weak reference to the storage object it was made
+    for still points at the tensor's storage; entries of dead storages are dropped,
+    and data pointers serve to recognise the same memory seen through numpy
+    (``.numpy()`` then ``torch.from_numpy``).
+    """
+
+    def __init__(self, by_pointer: bool = False) -> None:
+        self._tags: dict[int, tuple[weakref.ref, Any]] = {}
+        self._pointers: dict[int, int] = {} if by_pointer else None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        return bool(self._tags)
+
+    def set(self, t: Any, value: Any) -> None:
+        storage = _storage(t)
+        if storage is None:
+            return
+        key = storage._cdata
+        pointers = self._pointers
+
+        def forget(_ref: Any, key: int = key) -> None:
+            entry = self._tags.pop(key, None)
+            if entry is not None and pointers is not None:
+                for ptr in [p for p, k in pointers.items() if k == key]:
+                    del pointers[ptr]
+
+        self._tags[key] = (weakref.ref(storage, forget), value)
+        if pointers is not None:
+            with contextlib.suppress(Exception):
+                pointers[storage.data_ptr()] = key
+
+    def get(self, t: Any) -> Any:
+        storage = _storage(t)
+        if storage is None:
+            return None
+        entry = self._tags.get(storage._cdata)
+        if entry is not None and entry[0]() is storage:
+            return entry[1]
+        if self._pointers:
+            with contextlib.suppress(Exception):
+                key = self._pointers.get(storage.data_ptr())
+                entry = self._tags.get(key) if key is not None else None
+                if entry is not None and entry[0]() is not None and entry[0]().data_ptr() == storage.data_ptr():
+                    return entry[1]
+        return None
+
+
+def _storage(t: Any) -> Any:
+    """The storage holding ``t``'s data (the inner tensor's for a wrapper subclass), or None."""
+    try:
+        if type(t) is _T or type(t) is torch.nn.Parameter:
+            return tb.storage(t) if tb.layout(t) is torch.strided else None
+        from ..collect.tensors import inner_tensors
+
+        inner = inner_tensors(t)
+        return _storage(inner[0]) if inner else tb.storage(t)
+    except Exception:  # noqa: BLE001 - no storage of its own (meta, sparse, a functional wrapper)
+        return None
+
+
+def _nbytes(t: Any) -> int:
+    """Bytes a copy of ``t`` moves; never raises (sparse, nested and meta tensors included)."""
+    try:
+        if type(t) is _T and tb.layout(t) is torch.strided:
+            return int(tb.nbytes(t))
+        from ..collect.tensors import tensor_facts
+
+        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            facts = tensor_facts(t)
+        return int(facts[3] or 0)
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+class DeviceCheckMode(TorchFunctionMode):
+    """Counts copies and syncs per source line and explains device mismatches.
+
+    ``is_cell_frame(frame)`` says which frames are the checked code itself (a notebook
+    cell, or the block under ``with check():``); ``namespace`` is where variable names
+    are looked up when a mismatch needs explaining.
+    """
+
+    def __init__(self, namespace: Mapping[str, Any], is_cell_frame: Callable[[types.FrameType], bool],
+                 tidy_tracebacks: bool = False):
+        super().__init__()
+        self.namespace = namespace
+        self.is_cell_frame = is_cell_frame
+        #: In IPython: errors whose innermost frame is this mode's are shown without it.
+        self.tidy_tracebacks = tidy_tracebacks
+        self._lines: dict[tuple[str, int], _Counts] = {}
+        self._sources: dict[tuple[types.CodeType, int], SourceLine] = {}
+        self._from_device = _StorageTags(by_pointer=True)  # host memory that came from a device -> line
+        self._moved = _StorageTags()  # host memory -> times copied to a device
+        self._created = _StorageTags()  # tensor memory -> (line, factory, device given)
+        self._values: dict[tuple[type, Any], str] = {}  # .item()/.tolist() results -> line they left the device
+        self._flags: list[Finding] = []
+        self._flagged: set[tuple[str, str]] = set()
+        self._seen_errors: set[int] = set()
+        self.mismatch: Mismatch | None = None
+        self._backward_where: tuple[SourceLine, int | None, str] | None = None
+        self._hooks: list[Any] = []  # handles of the gradient-copy hooks, removed on exit
+        self.internal_errors = 0  # bookkeeping failures, never shown to the cell
+
+    # -- entering and leaving: only ever our own entry on the mode stack ---------------
+
+    def __enter__(self) -> DeviceCheckMode:
+        above = []
+        while torch._C._len_torch_function_stack() > 0:
+            above.append(torch._C._pop_torch_function_stack())
+        torch._C._push_on_torch_function_stack(self)  # at the bottom: the user's modes stay on top of it
+        for mode in reversed(above):
+            torch._C._push_on_torch_function_stack(mode)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._hooks:
+            with contextlib.suppress(Exception):
+                handle.remove()  # the user's autograd graph is left as it was
+        self._hooks.clear()
+        stack = []
+        while torch._C._len_torch_function_stack() > 0:
+            stack.append(torch._C._pop_torch_function_stack())
+        for mode in reversed(stack):
+            if mode is not self:  # modes the cell left open stay, as they would without the check
+                torch._C._push_on_torch_function_stack(mode)
+
+    # -- the hot path ----------------------------------------------------------
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        __tracebackhide__ = True  # noqa: F841 - IPython hides this frame from the user's traceback
+        if kwargs is None:
+            kwargs = {}
+        name = getattr(func, "__name__", None)
+        if name not in _INTERESTING:
+            try:
+                result = func(*args, **kwargs)
+            except Exception as exc:
+                self._on_error(func, args, kwargs, exc)
+                if self.tidy_tracebacks:
+                    tracebacks.tidy_traceback(exc)
+                raise
+            if self._from_device:
+                self._propagate(args, result)
+            return result
+        return self._interesting(name, func, args, kwargs)
+
+    def _interesting(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            with _NO_SUBCLASS():
+                before = self._before(name, func, args, kwargs)
+        except Exception:  # noqa: BLE001 - the check's own failure never reaches the cell
+            before, self.internal_errors = None, self.internal_errors + 1
+        try:
+            if name == "backward":
+                # Gradient copies run inside autograd (on its own threads for CUDA): they are
+                # counted by the hooks set in _after, on the line that called .backward().
+                self._backward_where = self._where()
+                try:
+                    result = func(*args, **kwargs)
+                finally:
+                    self._backward_where = None
+            else:
+                result = func(*args, **kwargs)
+        except Exception as exc:
+            self._on_error(func, args, kwargs, exc)
+            if self.tidy_tracebacks:
+                tracebacks.tidy_traceback(exc)
+            raise
+        try:
+            with _NO_SUBCLASS():
+                self._after(name, args, kwargs, result, before)
+        except Exception:  # noqa: BLE001
+            self.internal_errors += 1
+        return result
+
+    def _propagate(self, args: tuple, result: Any) -> None:
+        """Host results computed from host data that came from a device carry its origin."""
+        try:
+            if type(result) is not _T:
+                return
+            with _NO_SUBCLASS():
+                if tb.device(result).type != "cpu":
+                    return
+                for a in args:
+                    if type(a) is _T and tb.device(a).type == "cpu":
+                        origin = self._from_device.get(a)
+                        if origin is not None:
+                            self._from_device.set(result, origin)
+                            return
+        except Exception:  # noqa: BLE001
+            self.internal_errors += 1
+
+    # -- events ----------------------------------------------------------------
+
+    def _before(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
+        self_t = args[0] if args and isinstance(args[0], _T) else None
+        if name in _SYNC_METHODS and self_t is not None:
+            if device_is_accelerator(str(tb.device(self_t))):
+                self._sync(_SYNC_METHODS[name])
+            return None
+        if name == "__getitem__" and self_t is not None and len(args) > 1:
+            index = args[1]
+            if isinstance(index, _T) and tb.dtype(index) == torch.bool and device_is_accelerator(str(tb.device(self_t))):
+                self._sync("bool-mask indexing")
+            return None
+        if name in ("to", "cpu", "cuda", "xpu", "mps") and self_t is not None:
+            return self._planned_copy(name, self_t, args, kwargs)
+        if name == "copy_" and self_t is not None and len(args) > 1 and isinstance(args[1], _T):
+            src = args[1]
+            self._copy(tb.device(src), tb.device(self_t), _nbytes(src), src, kwargs.get("non_blocking", False),
+                       into=self_t)
+        return None
+
+    def _after(self, name: str, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
+        self_t = args[0] if args and isinstance(args[0], _T) else None
+        if before is not None and isinstance(result, _T):
+            src, dst = before
+            if dst.type == "cpu" and src.type != "cpu":
+                self._from_device.set(result, self._where()[0].label)
+            if src != dst and tb.grad_fn(result) is not None:
+                self._count_gradient_copy(tb.grad_fn(result), src)
+        elif name == "numpy" and self_t is not None and device_is_accelerator(str(tb.device(self_t))):
+            self._sync(".numpy()")  # only numpy(force=True) gets here on a device tensor: it copied
+        elif name in ("item", "tolist") and self_t is not None and device_is_accelerator(str(tb.device(self_t))):
+            self._remember_value(result)
+        elif name in _FACTORIES and isinstance(result, _T):
+            where = self._where()
+            given = kwargs.get("device") is not None or name.endswith("_like")
+            self._created.set(result, (where[0], name, given))
+            if name in ("tensor", "as_tensor"):
+                self._tensor_from_data(name, args, where, given, result)
+
+    def _tensor_from_data(self, name: str, args: tuple, where: tuple[SourceLine, int | None, str],
+                          given: bool, result: Any) -> None:
+        origin = self._value_origin(args[0]) if args else None
+        on_device = device_is_accelerator(str(tb.device(result)))
+        nbytes = _nbytes(result)
+        if on_device and given and nbytes:
+            # A copy from host memory that the host waits for (an empty tensor copies nothing).
+            self._count(where, "h2d", nbytes)
+            self._sync(f"torch.{name}(…, device=)", where)
+            if origin is not None:
+                self._round_trip(where[0], origin)
+        elif origin is not None and not on_device:
+            self._from_device.set(result, origin)  # a host tensor made of values that left the device
+
+    def _remember_value(self, value: Any) -> None:
+        key = _fingerprint(value)
+        if key is not None:
+            if len(self._values) >= _REMEMBERED_VALUES:
+                self._values.pop(next(iter(self._values)))
+            self._values[key] = self._where()[0].label
+
+    def _value_origin(self, data: Any) -> str | None:
+        key = _fingerprint(data)
+        return self._values.get(key) if key is not None else None
+
+    def _count_gradient_copy(self, node: Any, src: Any) -> None:
+        """Count, during backward, the copy of the gradient back to ``src`` through ``node``
+        (a fresh node per forward copy, so each gets one hook)."""
+
+        def before_node(grad_outputs: tuple) -> None:
+            try:
+                grad = grad_outputs[0] if grad_outputs else None
+                if isinstance(grad, _T) and tb.device(grad) != src:
+                    where = self._backward_where or self._where()
+                    self._copy_counted(where, tb.device(grad), src, _nbytes(grad), "backward copy to host")
+            except Exception:  # noqa: BLE001
+                self.internal_errors += 1
+
+        self._hooks.append(node.register_prehook(before_node))
+
+    def _planned_copy(self, name: str, t: Any, args: tuple, kwargs: dict) -> Any:
+        src = tb.device(t)
+        non_blocking = bool(kwargs.get("non_blocking", False))
+        if name == "cpu":
+            dst = torch.device("cpu")
+        elif name in ("cuda", "xpu", "mps"):
+            index = args[1] if len(args) > 1 else kwargs.get("device")
+            dst = torch.device(name, index) if isinstance(index, int) else torch.device(index or name)
+        else:
+            try:
+                dst, _dtype, non_blocking, _fmt = torch._C._nn._parse_to(*args[1:], **kwargs)
+            except Exception:
+                return None
+            if dst is None:
+                return None
+        if dst == src or (dst.type == src.type and dst.index is None):
+            return None  # no copy: already there
+        self._copy(src, dst, _nbytes(t), t, non_blocking)
+        return (src, dst)
+
+    def _copy(self, src: Any, dst: Any, nbytes: int, source_tensor: Any, non_blocking: bool, into: Any = None) -> None:
+        if src == dst or not nbytes:
+            return
+        where = self._where()
+        direction = self._copy_counted(where, src, dst, nbytes, ".cpu()")
+        if direction == "h2d":
+            self._host_to_device_checks(where[0], source_tensor, nbytes, non_blocking)
+        elif direction == "d2h" and into is not None:
+            self._from_device.set(into, where[0].label)
+
+    def _copy_counted(self, where: tuple[SourceLine, int | None, str], src: Any, dst: Any, nbytes: int,
+                      sync_kind: str) -> str:
+        """Count one copy between two different devices; a copy to the host is also a sync."""
+        src_host, dst_host = src.type == "cpu", dst.type == "cpu"
+        direction = "h2d" if src_host and not dst_host else "d2h" if dst_host and not src_host else "d2d"
+        self._count(where, direction, nbytes)
+        if direction == "d2h":
+            self._sync(sync_kind, where)
+        return direction
+
+    def _host_to_device_checks(self, where: SourceLine, t: Any, nbytes: int, non_blocking: bool) -> None:
+        origin = self._from_device.get(t)
+        if origin is not None:
+            self._round_trip(where, origin)
+        count = (self._moved.get(t) or 0) + 1
+        self._moved.set(t, count)
+        if count == 2:
+            self._flag(
+                "repeated-transfer", where.label, "warning",
+                f"{where.label}: the same host tensor ({human_bytes(nbytes)}) is copied to the device again on every pass",
+                "move it to the device once, before the loop",
+            )
+        if non_blocking:
+            pinned = False
+            with contextlib.suppress(Exception):
+                pinned = bool(tb.is_pinned(t))
+            if not pinned:
+                self._flag(
+                    "non-blocking-unpinned", where.label, "hint",
+                    f"{where.label}: non_blocking=True from pageable (unpinned) memory copies synchronously",
+                    "pin the source: DataLoader(..., pin_memory=True) or tensor.pin_memory()",
+                )
+
+    def _round_trip(self, where: SourceLine, origin: str) -> None:
+        self._flag(
+            "round-trip", where.label, "warning",
+            f"{where.label}: data that left the device at {origin} comes back to it here",
+            "keep the computation on the device between these lines (avoid .cpu()/.item()/.tolist()/.numpy() there)",
+        )
+
+    def _sync(self, kind: str, where: tuple[SourceLine, int | None, str] | None = None) -> None:
+        where = where or self._where()
+        self._counts(where).syncs[kind] += 1
+
+    def _count(self, where: tuple[SourceLine, int | None, str], direction: str, nbytes: int) -> None:
+        pair = getattr(self._counts(where), direction)
+        pair[0] += 1
+        pair[1] += int(nbytes)
+
+    def _counts(self, where: tuple[SourceLine, int | None, str]) -> _Counts:
+        line, cell_line, inside = where
+        key = (line.file, line.line)
+        counts = self._lines.get(key)
+        if counts is None:
+            counts = self._lines[key] = _Counts(line, cell_line)
+        if inside:
+            counts.inside.add(inside)
+        return counts
+
+    def _flag(self, code: str, subject: str, severity: str, message: str, fix: str) -> None:
+        if (code, subject) not in self._flagged:
+            self._flagged.add((code, subject))
+            self._flags.append(Finding(code=code, severity=severity, subject=subject, message=message,
+                                       fix=Fix(summary=fix)))
+
+    # -- where in the user's code --------------------------------------------------
+
+    def _where(self) -> tuple[SourceLine, int | None, str]:
+        """(the innermost line of user code, the checked cell's line, the library it ran inside)."""
+        frame = sys._getframe(1)
+        inner = None
+        inside = ""
+        cell_line = None
+        while frame is not None:
+            code = frame.f_code
+            if locations.is_user_code(code):
+                if inner is None:
+                    inner = frame
+                if self.is_cell_frame(frame):
+                    cell_line = frame.f_lineno
+                    break
+            elif inner is None and not inside and not locations.is_own_file(code.co_filename):
+                inside = locations.package_of(code.co_filename)
+            frame = frame.f_back
+        if inner is None:
+            return SourceLine("<unknown>", 0, ""), None, inside
+        return self._source(inner), cell_line, inside
+
+    def _source(self, frame: types.FrameType) -> SourceLine:
+        key = (frame.f_code, frame.f_lineno)
+        line = self._sources.get(key)
+        if line is None:
+            line = self._sources[key] = locations.frame_line(frame)
+        return line
+
+    # -- device mismatch -------------------------------------------------------------
+
+    def _on_error(self, func: Any, args: tuple, kwargs: dict, exc: BaseException) -> None:
+        """Explain a device mismatch, once per error; never raises, never touches the exception."""
+        if self.mismatch is not None or id(exc) in self._seen_errors:
+            return
+        try:
+            with torch._C.DisableTorchFunction():
+                tensors = list(tensor_inputs(args, kwargs))
+                devices = sorted({str(tb.device(t)) for t in tensors
+                                  if not (tb.device(t).type == "cpu" and tb.dim(t) == 0)})
+            if len(devices) < 2:
+                return
+            self._seen_errors.add(id(exc))
+            try:
+                with torch._C.DisableTorchFunction():
+                    failure = Failure(self.namespace, sys._getframe(), self.is_cell_frame, self._source,
+                                      self._created.get)
+                    self.mismatch = diagnose(failure, op_name(func), tensors, devices, exc)
+            except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
+                self.internal_errors += 1
+                self.mismatch = Mismatch(
+                    op=op_name(func), error=first_line(exc), devices=tuple(devices), operands=(), cell_line=None,
+                    user_frame=None, module_path=None, target_device=None, fix=None,
+                )
+        except Exception:  # noqa: BLE001
+            self.internal_errors += 1
+
+    # -- result ---------------------------------------------------------------------------
+
+    def report(self, error: BaseException | None = None, elapsed_s: float | None = None) -> CheckReport:
+        lines = []
+        for counts in self._lines.values():
+            lines.append(
+                LineStats(
+                    where=counts.where, cell_line=counts.cell_line,
+                    h2d_count=counts.h2d[0], h2d_bytes=counts.h2d[1], d2h_count=counts.d2h[0], d2h_bytes=counts.d2h[1],
+                    d2d_count=counts.d2d[0], d2d_bytes=counts.d2d[1],
+                    syncs=tuple(sorted(counts.syncs.items(), key=lambda kv: -kv[1])),
+                    inside=tuple(sorted(counts.inside)),
+                )
+            )
+        # In the order the code reads: by the checked cell's line, then by file and line.
+        lines.sort(key=lambda s: (s.cell_line if s.cell_line is not None else 1 << 30, s.where.file, s.where.line))
+        findings = list(self._flags)
+        for s in lines:
+            if s.sync_count >= LOOP_SYNCS:
+                findings.append(_sync_in_loop(s))
+        findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
+        return CheckReport(
+            lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
+            error=first_line(error) if error is not None else None, elapsed_s=elapsed_s,
+        )
+
+
+def _sync_in_loop(s: LineStats) -> Finding:
+    kinds = ", ".join(f"{k} ×{n}" for k, n in s.syncs)
+    inside = f" (inside {', '.join(s.inside)}, called from this line)" if s.inside else ""
+    if s.inside:
+        fix = (f"the waits happen inside {', '.join(s.inside)}: call it less often, or with fewer steps, "
+               "if the loop allows")
+    elif any(kind in (".item()", "float()", "int()", "print", ".tolist()") for kind, _ in s.syncs):
+        fix = "accumulate on the device (total += loss.detach()) and read it once after the loop"
+    elif any(kind == ".cpu()" for kind, _ in s.syncs):
+        fix = "keep the tensor on the device; copy to the host once, after the loop"
+    else:
+        fix = "avoid data-dependent shapes and Python control flow on device values inside the loop"
+    return Finding(
+        code="sync-in-loop", severity="warning", subject=s.where.label,
+        message=f"{s.where.label}: the host waits for the device {s.sync_count} times ({kinds}){inside}",
+        fix=Fix(summary=fix),
+    )
+
+
+def _fingerprint(value: Any) -> tuple[type, Any] | None:
+    """A key for a value that left the device (``.item()``, ``.tolist()``), to recognise it coming back.
+
+    Whole numbers below 2**16 are too common to tell apart; long lists cost too much.
+    """
+    vt = type(value)
+    if vt is float:
+        return None if value != value or float(value).is_integer() else (float, value)
+    if vt is int:
+        return (int, value) if abs(value) >= 1 << 16 else None
+    if vt is list:
+        flat: list = []
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if type(item) is list:
+                if len(flat) + len(item) > _FINGERPRINT_MAX:
+                    return None
+                stack.extend(reversed(item))
+            elif type(item) in (float, int, bool):
+                flat.append(item)
+            else:
+                return None
+        return (list, tuple(flat)) if flat else None
+    return None

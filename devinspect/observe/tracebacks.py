@@ -1,0 +1,108 @@
+"""Tracebacks without devinspect's own frames: an error leaving a checked cell, or raised
+by the simulated device, is drawn as it would be without devinspect.
+
+Drawing as the shell does needs the shell: the IPython layer registers its drawer
+(:func:`register_drawer`) when the extension loads; without one, nothing is changed.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Callable
+
+from ..collect.locations import is_own_file
+
+#: Draws ``(exc, tb)`` as the shell draws a traceback; registered by the IPython layer.
+_drawers: list[Callable[[BaseException, types.TracebackType | None], list[str]]] = []
+
+
+def register_drawer(draw: Callable[[BaseException, types.TracebackType | None], list[str]]) -> None:
+    """Let tidied tracebacks be drawn by ``draw`` (the shell's own traceback formatter)."""
+    if draw not in _drawers:
+        _drawers.append(draw)
+
+
+def unregister_drawer(draw: Callable[[BaseException, types.TracebackType | None], list[str]]) -> None:
+    if draw in _drawers:
+        _drawers.remove(draw)
+
+
+def ends_in_own_frames(tb: types.TracebackType | None) -> bool:
+    """Whether the innermost frame of a traceback is devinspect's (the check, the simulated device)."""
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    return last is not None and is_own_file(last.tb_frame.f_code.co_filename)
+
+
+def without_own_frames(tb: types.TracebackType | None, body_file: str | None = None) -> types.TracebackType | None:
+    """The same traceback with devinspect's frames left out (rebuilt; the original is untouched).
+
+    With ``body_file`` (a checked cell's compiled file name), the frames between the
+    shell's entry frame and the checked body (the call of the cell magic, IPython's
+    magic machinery) go too, so the traceback has the shape of a plain cell's.
+    """
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    start = 0
+    if body_file is not None:
+        body = next((i for i, e in enumerate(entries) if e.tb_frame.f_code.co_filename == body_file
+                     and e.tb_frame.f_code.co_name == "<module>"), None)
+        if body is not None and body > 0:
+            entries = entries[:1] + entries[body:]  # the shell's entry frame, then the body on
+    kept = [e for i, e in enumerate(entries) if i == start or not is_own_file(e.tb_frame.f_code.co_filename)]
+    rebuilt = None
+    for e in reversed(kept):
+        rebuilt = types.TracebackType(rebuilt, e.tb_frame, e.tb_lasti, e.tb_lineno)
+    return rebuilt
+
+
+class _RenderWithoutOwnFrames:
+    """IPython's own traceback, drawn without devinspect's frames (its ``_render_traceback_`` hook).
+
+    IPython hides frames marked ``__tracebackhide__`` except the innermost one; when
+    that one is devinspect's (an error raised by a C++ op called from the check, or
+    by the simulated device), this renders the traceback a plain cell would show.
+    It holds its exception only until IPython has drawn it once (exception and
+    renderer would otherwise keep each other, and the error's frames, alive until the
+    cyclic collector runs); later drawings (``%tb``) are IPython's usual ones.
+    """
+
+    def __init__(self, exc: BaseException, body_file: str | None = None):
+        self.exc: BaseException | None = exc
+        self.body_file = body_file
+
+    def __call__(self) -> list[str]:
+        exc, self.exc = self.exc, None
+        if exc is None:
+            raise RuntimeError("already drawn")  # IPython then draws its usual traceback
+        try:
+            exc.__dict__.pop("_render_traceback_", None)
+        except Exception:  # noqa: BLE001
+            pass
+        if not _drawers:
+            raise RuntimeError("no drawer")  # IPython then draws its usual traceback
+        return _drawers[-1](exc, without_own_frames(exc.__traceback__, self.body_file))
+
+
+def tidy_traceback(exc: BaseException, body_file: str | None = None) -> None:
+    """Let IPython show ``exc`` as it would without devinspect.
+
+    Without ``body_file``: only when devinspect's frames are the innermost ones (IPython
+    hides them elsewhere). With it (an error leaving a checked cell): always, shaped as
+    a plain cell's traceback. Does nothing to an exception that renders itself.
+    """
+    try:
+        if "_render_traceback_" in exc.__dict__ or hasattr(type(exc), "_render_traceback_"):
+            current = exc.__dict__.get("_render_traceback_")
+            if type(current) is _RenderWithoutOwnFrames and body_file is not None:
+                current.body_file = body_file
+            return
+        if not _drawers or (body_file is None and not ends_in_own_frames(exc.__traceback__)):
+            return
+        exc._render_traceback_ = _RenderWithoutOwnFrames(exc, body_file)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - only ever a nicer traceback, never a failure
+        pass

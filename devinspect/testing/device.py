@@ -1,0 +1,470 @@
+"""The simulated device ``sim``: a PrivateUse1 backend written in Python, its tensor class,
+kernels and device module (see :mod:`devinspect.testing`)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from ..collect import tensorbase as tb
+from ..model.units import parse_bytes
+from ..observe.tracebacks import tidy_traceback
+from .allocator import Allocator, Block
+
+#: Name of the simulated device type.
+DEVICE_TYPE = "sim"
+#: How many simulated devices exist (``sim:0`` … ``sim:{DEVICE_COUNT-1}``).
+DEVICE_COUNT = 2
+
+_lock = threading.Lock()
+_enabled = False
+
+# Ops whose inputs may legitimately sit on different devices.
+_CROSS_DEVICE_OPS = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "to", "set_"})
+
+
+class SimulatedDeviceError(RuntimeError):
+    """The simulated device cannot be set up in this process."""
+
+
+class _Books:
+    """Which host storages back a simulated device's tensors, and their allocator blocks.
+
+    A storage is booked when the first tensor on the device uses it and freed when the
+    last such tensor's data is gone (a finalizer on the host tensor each wrapper holds,
+    never on the user's tensor). Frees that arrive while the allocator is busy (the
+    garbage collector can run anywhere) wait for it.
+    """
+
+    def __init__(self, allocator: Allocator):
+        self.allocator = allocator
+        self.storages: dict[int, list[Any]] = {}  # storage key -> [blocks, users, booked bytes]
+        self._busy = False
+        self._waiting: list[int] = []
+
+    def reserve(self, nbytes: int) -> Block | None:
+        """Book ``nbytes`` before the host memory is taken (raises torch.OutOfMemoryError)."""
+        return self._malloc(nbytes) if nbytes else None
+
+    def track(self, data: torch.Tensor, block: Block | None = None) -> None:
+        with torch._C.DisableTorchFunction():
+            storage = tb.storage(data)
+            key, nbytes = storage._cdata, storage.nbytes()
+        entry = self.storages.get(key)
+        if entry is None:
+            if block is None and nbytes:
+                block = self._malloc(nbytes)
+            entry = self.storages[key] = [[block] if block is not None else [], 0, nbytes]
+        elif block is not None:
+            self._free(block)  # booked ahead for a storage already on the books
+        if nbytes > entry[2]:  # grown in place (resize_)
+            entry[0].append(self._malloc(nbytes - entry[2]))
+            entry[2] = nbytes
+        entry[1] += 1
+        weakref.finalize(data, self._release, key)
+
+    def _release(self, key: int) -> None:
+        if self._busy:
+            self._waiting.append(key)
+            return
+        entry = self.storages.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self.storages[key]
+            for block in entry[0]:
+                self._free(block)
+
+    def _malloc(self, nbytes: int) -> Block:
+        self._busy = True
+        try:
+            return self.allocator.malloc(nbytes)
+        finally:
+            self._busy = False
+            self._drain()
+
+    def _free(self, block: Block) -> None:
+        self._busy = True
+        try:
+            self.allocator.free(block)
+        finally:
+            self._busy = False
+            self._drain()
+
+    def _drain(self) -> None:
+        while self._waiting:
+            self._release(self._waiting.pop())
+
+
+def _parse_capacity(memory: Any) -> int | None:
+    if memory is None:
+        return None
+    try:
+        capacity = parse_bytes(memory)
+    except ValueError as exc:
+        raise ValueError(f"testing.enable(memory=...): {exc}") from None
+    if capacity <= 0:
+        raise ValueError(f"testing.enable(memory=...): a capacity must be more than 0 bytes, not {memory!r}")
+    return capacity
+
+
+_books = [_Books(Allocator(f"{DEVICE_TYPE}:{i}")) for i in range(DEVICE_COUNT)]
+_UNCHANGED: Any = object()
+
+
+def _index(device: Any) -> int:
+    if device is None:
+        return torch.sim.current_device()  # type: ignore[attr-defined]
+    if isinstance(device, int):
+        index = device
+    else:
+        d = torch.device(device)
+        if d.type != "sim":
+            raise ValueError(f"{d} is not a simulated device")
+        index = d.index if d.index is not None else torch.sim.current_device()  # type: ignore[attr-defined]
+    if not 0 <= index < len(_books):
+        raise ValueError(f"there are {len(_books)} simulated devices; index {index} is out of range")
+    return index
+
+
+def _allocator(device: Any = None) -> Allocator:
+    return _books[_index(device)].allocator
+
+
+class _BackendModule:
+    """What ``torch.sim`` answers: always available, never initialising anything real."""
+
+    def __init__(self) -> None:
+        self._current = 0
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return DEVICE_COUNT
+
+    def current_device(self) -> int:
+        return self._current
+
+    def set_device(self, index: int) -> None:
+        self._current = int(index)
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def manual_seed_all(self, seed: int) -> None:
+        pass
+
+    def synchronize(self, device: Any = None) -> None:
+        pass
+
+    # The memory calls, named as torch.cuda names them (see the module's docstring).
+
+    def memory_stats(self, device: Any = None) -> dict[str, int]:
+        return _allocator(device).memory_stats()
+
+    def memory_allocated(self, device: Any = None) -> int:
+        return _allocator(device).allocated
+
+    def memory_reserved(self, device: Any = None) -> int:
+        return _allocator(device).reserved
+
+    def max_memory_allocated(self, device: Any = None) -> int:
+        return _allocator(device).peak_allocated
+
+    def max_memory_reserved(self, device: Any = None) -> int:
+        return _allocator(device).peak_reserved
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        _allocator(device).reset_peaks()
+
+    def empty_cache(self) -> None:
+        for books in _books:
+            books._busy = True
+            try:
+                books.allocator.empty_cache()
+            finally:
+                books._busy = False
+                books._drain()
+
+    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        """(free, total) bytes, as ``torch.cuda.mem_get_info``."""
+        allocator = _allocator(device)
+        if allocator.capacity is None:
+            raise RuntimeError("the simulated device has no capacity (devinspect.testing.enable(memory='8GiB') "
+                               "sets one)")
+        return allocator.free_bytes() or 0, allocator.capacity
+
+
+class SimTensor(torch.Tensor):
+    """A tensor on a simulated device; its data is a CPU tensor in ``_data``.
+
+    It is a traceable wrapper subclass (``__tensor_flatten__``), so tools that know
+    how to look inside DTensor or nested tensors see its real size.
+    """
+
+    _data: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, device: torch.device) -> SimTensor:
+        wrapper = torch.Tensor._make_wrapper_subclass(
+            cls,
+            data.shape,
+            strides=data.stride(),
+            storage_offset=data.storage_offset(),
+            dtype=data.dtype,
+            layout=data.layout,
+            device=device,
+            requires_grad=False,
+        )
+        wrapper._data = data
+        return wrapper
+
+    def __init__(self, data: torch.Tensor, device: torch.device) -> None:
+        pass
+
+    def __tensor_flatten__(self) -> tuple[list[str], torch.device]:
+        return ["_data"], self.device
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, ctx: torch.device, outer_size: Any, outer_stride: Any) -> SimTensor:
+        return _wrap(inner["_data"], ctx)
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        __tracebackhide__ = True  # noqa: F841 - a GPU's kernels do not show in a traceback either
+        try:
+            return _function(func, args, kwargs or {})
+        except Exception as exc:
+            tidy_traceback(exc)
+            raise
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return _dispatch(func, args, kwargs or {})
+        except Exception as exc:
+            tidy_traceback(exc)  # as on a GPU, whose kernels raise from C++: no frame of this module shows
+            raise
+
+
+def _function(func: Any, args: tuple, kwargs: dict) -> Any:
+    """How a simulated tensor answers the calls a GPU tensor answers differently from a CPU one."""
+    __tracebackhide__ = True  # noqa: F841
+    name = getattr(func, "__name__", "")
+    if name == "__repr__" and args and type(args[0]) is SimTensor:
+        # Printing shows values like a GPU tensor does (a device-to-host copy). It goes
+        # through Tensor.__repr__, so torch-function modes see it, as they do for CUDA.
+        with torch._C.DisableTorchFunctionSubclass():
+            body = repr(args[0]._data.detach())
+        return body[:-1] + f", device='{args[0].device}')" if body.endswith(")") else body
+    if name == "tolist" and args and type(args[0]) is SimTensor:
+        # As on a GPU: a device-to-host copy, then Python numbers.
+        return args[0]._data.tolist()
+    if name == "__format__" and args and type(args[0]) is SimTensor:
+        # f"{loss:.3f}" works on a GPU scalar; Tensor.__format__ only allows exact Tensors.
+        return args[0]._data.__format__(*args[1:])
+    if name == "numpy" and args and type(args[0]) is SimTensor:
+        if kwargs.get("force") or (len(args) > 1 and args[1] is True):
+            return args[0]._data.detach().numpy().copy()  # numpy(force=True) copies to the host first
+        raise TypeError(
+            f"can't convert {args[0].device} device type tensor to numpy. "
+            "Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+    with torch._C.DisableTorchFunctionSubclass():
+        return func(*args, **kwargs)
+
+
+def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The simulated device's kernels: the op on the CPU data, a device-mismatch error as CUDA raises it."""
+    __tracebackhide__ = True  # noqa: F841
+    name = func.overloadpacket.__name__
+    if func is torch.ops.aten.copy_.default:
+        dst, src = args[0], args[1]
+        _data_of(dst).copy_(_data_of(src), **kwargs)
+        return dst
+    if name == "_to_copy":
+        return _to_copy(*args, **kwargs)
+    devices: set[torch.device] = set()
+    on: list[torch.device] = []
+
+    def unwrap(x: Any) -> Any:
+        if type(x) is SimTensor:
+            devices.add(x.device)
+            on.append(x.device)
+            return x._data
+        if isinstance(x, torch.Tensor) and x.dim() > 0:
+            # As on CUDA, a CPU scalar tensor may join a device op; nothing larger.
+            devices.add(x.device)
+        return x
+
+    plain_args = tree_map(unwrap, args)
+    plain_kwargs = tree_map(unwrap, kwargs)
+    if len(devices) > 1 and name not in _CROSS_DEVICE_OPS:
+        first, second = _two_devices(devices)
+        raise _mismatch(first, second)
+    out = func(*plain_args, **plain_kwargs)
+    if func is torch.ops.aten._local_scalar_dense.default or not on:
+        return out
+    device = on[0]
+    return tree_map(lambda x: _wrap(x, device) if type(x) is torch.Tensor else x, out)
+
+
+def _mismatch(first: str, second: str) -> RuntimeError:
+    """CUDA's device-mismatch error (decided from the inputs' devices, as CUDA's kernels do)."""
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
+    )
+
+
+def _two_devices(devices: set[torch.device]) -> tuple[str, str]:
+    names = sorted(str(d) for d in devices)
+    sim = [n for n in names if n.startswith(DEVICE_TYPE)]
+    others = [n for n in names if n not in sim[:1]]
+    return (sim[0], others[0]) if sim else (names[0], names[1])
+
+
+def _wrap(data: torch.Tensor, device: torch.device, block: Block | None = None) -> SimTensor:
+    """``data`` as a tensor on the simulated ``device``, its memory booked there."""
+    _books[device.index or 0].track(data, block)
+    return SimTensor(data, device)
+
+
+def _reserve(device: torch.device, nbytes: int) -> Block | None:
+    return _books[device.index or 0].reserve(nbytes)
+
+
+def _storage_bytes(size: Any, stride: Any, dtype: torch.dtype | None) -> int:
+    itemsize = (dtype or torch.get_default_dtype()).itemsize
+    if any(int(s) == 0 for s in size):
+        return 0
+    if stride is None:
+        return math.prod(int(s) for s in size) * itemsize
+    return (1 + sum((int(s) - 1) * int(st) for s, st in zip(size, stride))) * itemsize
+
+
+def _data_of(t: Any) -> Any:
+    return t._data if type(t) is SimTensor else t
+
+
+def _to_copy(src: torch.Tensor, *, device: Any = None, **kwargs: Any) -> torch.Tensor:
+    target = torch.device(device) if device is not None else src.device
+    plain = _data_of(src)
+    if target.type == DEVICE_TYPE:
+        target = _with_index(target)
+        block = _reserve(target, _storage_bytes(plain.shape, None, kwargs.get("dtype") or plain.dtype))
+        return _wrap(torch.ops.aten._to_copy.default(plain, **kwargs), target, block)
+    out = torch.ops.aten._to_copy.default(plain, **kwargs)
+    if target.type != "cpu":
+        return out.to(target)
+    return out
+
+
+def _with_index(device: torch.device) -> torch.device:
+    return device if device.index is not None else torch.device(DEVICE_TYPE, torch.sim.current_device())  # type: ignore[attr-defined]
+
+
+def _register_kernels() -> None:
+    def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+        target = _with_index(torch.device(device))
+        block = _reserve(target, _storage_bytes(size, None, dtype))  # before the host memory is taken
+        data = torch.empty(size, dtype=dtype, memory_format=memory_format or torch.contiguous_format)
+        return _wrap(data, target, block)
+
+    def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+        target = _with_index(torch.device(device))
+        block = _reserve(target, _storage_bytes(size, stride, dtype))
+        return _wrap(torch.empty_strided(size, stride, dtype=dtype), target, block)
+
+    def copy_from(src, dst, non_blocking=False):
+        # Reached without __torch_dispatch__ when torch.tensor(data, device=...) fills
+        # its new tensor with the Python dispatch key excluded.
+        _data_of(dst).copy_(_data_of(src))
+        return dst
+
+    def copy_from_and_resize(src, dst):
+        data = _data_of(dst)
+        data.resize_(src.shape)
+        _books[dst.device.index or 0].track(data)  # books any growth of the storage
+        data.copy_(_data_of(src))
+        return dst
+
+    for op, kernel in (("aten::empty.memory_format", empty_memory_format), ("aten::empty_strided", empty_strided),
+                       ("aten::_copy_from", copy_from), ("aten::_copy_from_and_resize", copy_from_and_resize)):
+        torch.library.impl(op, "privateuseone")(_kernel(kernel))
+
+
+def _kernel(kernel: Any) -> Any:
+    """A kernel whose errors (running out of simulated memory) show no frame of this module,
+    as a GPU's kernels raise from C++."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return kernel(*args, **kwargs)
+        except Exception as exc:
+            tidy_traceback(exc)
+            raise
+
+    run.__name__ = kernel.__name__
+    return run
+
+
+def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
+    """Register the simulated device (once per process) and return ``sim:0``.
+
+    ``memory`` is each simulated device's capacity: ``"8GiB"``, ``"512MiB"``, a number of
+    bytes, or None for no limit (the default). Left out, the capacity stays as it is, so
+    ``enable()`` in library code never lifts a limit a notebook set.
+
+    Backward passes then run on the calling thread
+    (``torch.autograd.set_multithreading_enabled(False)``): autograd's per-device
+    worker thread for a Python backend makes the interpreter abort at exit
+    ("terminate called without an active exception") in about half the runs.
+
+    Raises :class:`SimulatedDeviceError` when another PrivateUse1 backend already
+    owns the slot.
+    """
+    global _enabled
+    capacity = _parse_capacity(memory) if memory is not _UNCHANGED else None  # a wrong size fails before anything
+    with _lock:
+        if not _enabled:
+            current = torch._C._get_privateuse1_backend_name()
+            if current not in ("privateuseone", DEVICE_TYPE):
+                raise SimulatedDeviceError(
+                    f"PrivateUse1 is already registered as {current!r}; the simulated device needs it"
+                )
+            from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+            if current == "privateuseone":
+                _setup_privateuseone_for_python_backend(DEVICE_TYPE, backend_module=_BackendModule())
+            _register_kernels()
+            torch.autograd.set_multithreading_enabled(False)
+            _enabled = True
+        if memory is not _UNCHANGED:
+            for books in _books:
+                books.allocator.capacity = capacity
+    return torch.device(DEVICE_TYPE, 0)
+
+
+def is_enabled() -> bool:
+    """Whether :func:`enable` has run in this process."""
+    return _enabled
+
+
+def device(index: int = 0) -> torch.device:
+    """``sim:{index}``, enabling the simulated device first if needed."""
+    enable()
+    if not 0 <= index < DEVICE_COUNT:
+        raise ValueError(f"there are {DEVICE_COUNT} simulated devices; index {index} is out of range")
+    return torch.device(DEVICE_TYPE, index)
