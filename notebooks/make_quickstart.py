@@ -146,9 +146,13 @@ cells = [
         "features = torch.randn(4, 32)   # torch.randn makes it on the CPU\n"
         "scores = model.head(features)"
     ),
-    new_markdown_cell("The fix, as printed:"),
+    new_markdown_cell(
+        "The fix edits the line that made `features` on the host, since this cell makes it: moving it now would "
+        "not last, as the cell makes it again on every run. In JupyterLab **Apply fix** makes the edit in the cell "
+        "and **Re-run cell** runs it. The cell, as the fix edits it:"
+    ),
     new_code_cell(
-        "features = features.to(device)\n"
+        "features = torch.randn(4, 32, device=device)   # torch.randn makes it on the CPU\n"
         "scores = model.head(features)\n"
         "scores.shape"
     ),

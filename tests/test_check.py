@@ -91,7 +91,8 @@ def test_c_plain_module_attribute_not_moved_by_to(sim):
     scale = next(o for o in report.mismatch.operands if o.device == "cpu")
     assert (scale.name, scale.source) == ("model.scale", "attribute")
     fix = report.mismatch.fix
-    assert fix.code == 'model.register_buffer("scale", model.__dict__.pop("scale").to("sim:0"), persistent=False)'
+    assert fix.code == ('model.register_buffer("scale", (model.__dict__["scale"].to("sim:0"), '
+                        'model.__dict__.pop("scale"))[0], persistent=False)')
     assert fix.action == RegisterBuffer("model", "scale", "sim:0")
     (edit,) = fix.edits  # and the class's own line, so it does not come back
     assert edit.context == "ScaledNet" and edit.old == "self.scale = torch.ones(8)  # a plain attribute: .to() leaves it behind"
@@ -178,7 +179,7 @@ def test_g_positional_encoding_as_unregistered_attribute(sim):
     pe = next(o for o in report.mismatch.operands if o.device == "cpu")
     assert (pe.name, pe.source) == ("model[0].pe", "attribute") and "a view of model[0].pe" in pe.detail
     assert report.mismatch.module_path == "model[0]"
-    assert report.mismatch.fix.code.startswith('model[0].register_buffer("pe", model[0].__dict__.pop("pe").to("sim:0")')
+    assert report.mismatch.fix.code.startswith('model[0].register_buffer("pe", (model[0].__dict__["pe"].to("sim:0"), ')
 
 
 def test_h_loss_weight_left_on_cpu(sim):

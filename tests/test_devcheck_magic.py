@@ -133,7 +133,8 @@ def test_await_cells_are_rewritten_only_when_they_await(ip):
     assert "devcheck_async" not in ip.transform_cell("%%devcheck\nawait f()\n")
     ip.run_line_magic("load_ext", "devinspect")
     ip.run_line_magic("reload_ext", "devinspect")
-    assert sum(getattr(t, "devinspect", False) for t in ip.input_transformers_cleanup) == 1
+    # one for cells a fix edits, one for %%devcheck cells that await: each once
+    assert sum(getattr(t, "devinspect", False) for t in ip.input_transformers_cleanup) == 2
 
 
 def test_await_in_terminal_ipython(ip):

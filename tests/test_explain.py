@@ -167,8 +167,9 @@ def test_a_local_of_a_function_is_fixed_in_its_source(sim):
         model(inputs)
     except RuntimeError as exc:
         explanation = devinspect.explain(exc)  # the caller's globals: inputs is a local here
+    # The cause is the line that made inputs on the host: it gets device=, in the function's own words.
     (edit,) = explanation.mismatch.fix.edits
-    assert (edit.old, edit.new) == ("model(inputs)", 'model(inputs.to("sim:0"))')
+    assert (edit.old, edit.new) == ("inputs = torch.randn(3, 4)", "inputs = torch.randn(3, 4, device=sim)")
     assert edit.where.file == __file__
 
 

@@ -58,9 +58,11 @@ def test_quickstart_teaches_the_three_magics_and_runs_top_to_bottom():
     assert any("image/png" in o.get("data", {}) for o in by_source["%gpumem --untrack"].outputs)
     # After the fact: a plain failing cell explained, its printed fix run in the next cell.
     explained = outputs_text(failing[1])
-    assert "device mismatch in F.linear" in explained and 'features = features.to("sim:0")' in explained
+    assert "device mismatch in F.linear" in explained
+    assert "+ features = torch.randn(4, 32, device=device)" in explained  # the line that made it, edited
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in failing[1].outputs)
-    assert "torch.Size([4, 2])" in outputs_text(by_source["features = features.to(device)"])
+    edited = by_source["features = torch.randn(4, 32, device=device)   # torch.randn makes it on the CPU"]
+    assert "torch.Size([4, 2])" in outputs_text(edited)
     out_of_memory = outputs_text(failing[2])
     assert "out of memory on sim:0: tried to allocate 256.0 MiB" in out_of_memory
     assert re.search(r"cache\[0…15\] +64\.0 MiB +16 × float32\[1024, 1024\]", out_of_memory)

@@ -10,15 +10,19 @@ import torch
 
 from ..diagnose import fixes
 from ..model.fixes import (
+    EditCell,
     EmptyCache,
     Move,
+    MoveContainer,
     MoveOptimizerState,
     RebuildOptimizer,
     RegisterBuffer,
     ReleaseGraphs,
     ReleaseHistory,
+    SourceEdit,
     Steps,
 )
+from .cells import edit_cell
 from .memory import empty_cache, release_history
 from .move import move, release_graphs
 from .result import ActionResult, NamePath, find_named, held_bytes, human, parse_device, reason
@@ -104,8 +108,10 @@ def move_optimizer_state(namespace: MutableMapping[str, Any], name: str) -> Acti
 
 
 def rebuild_optimizer(namespace: MutableMapping[str, Any], name: str, module_name: str, class_path: str,
-                      kwargs: Iterable[tuple[str, str]] = ()) -> ActionResult:
-    """Replace the optimizer ``name`` with a new one of ``class_path`` over ``module_name``'s parameters."""
+                      kwargs: Iterable[tuple[str, str]] = (), schedulers: Iterable[Any] = ()) -> ActionResult:
+    """Replace the optimizer ``name`` with a new one of ``class_path`` over ``module_name``'s
+    parameters, and each scheduler of ``schedulers`` (``RebuildScheduler``) with one driving it.
+    Everything is made first; names are rebound only when all of it worked."""
     module, failed = find_named(namespace, module_name)
     if failed is not None:
         return failed
@@ -115,15 +121,81 @@ def rebuild_optimizer(namespace: MutableMapping[str, Any], name: str, module_nam
     cls = getattr(torch.optim, cls_name, None) if prefix == "torch.optim" else None
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
         return ActionResult(False, f"{class_path} is not a torch.optim optimizer")
+    made: list[tuple[str, Any]] = []
     try:
         values = {k: ast.literal_eval(v) for k, v in kwargs}
         new = cls(module.parameters(), **values)
-        NamePath(name).set(namespace, new)
-    except Exception as exc:  # noqa: BLE001 - the old optimizer is still in place
+        made.append((name, new))
+        for sched in schedulers:
+            made.append((sched.name, _scheduler(namespace, sched, new)))
+    except Exception as exc:  # noqa: BLE001 - nothing has been rebound yet
         return ActionResult(False, f"could not create {name} again: {reason(exc)} (nothing was changed)")
+    old = [(n, NamePath(n).get(namespace)) for n, _ in made]
+    try:
+        for n, value in made:
+            NamePath(n).set(namespace, value)
+    except Exception as exc:  # noqa: BLE001 - put back what was rebound
+        for n, value in old:
+            NamePath(n).set(namespace, value)
+        return ActionResult(False, f"could not assign {name}: {reason(exc)} (nothing was changed)")
     count = sum(1 for _ in module.parameters())
+    also = f"; {', '.join(n for n, _ in made[1:])} made again for it" if len(made) > 1 else ""
     return ActionResult(True, f"{name} = {class_path}({module_name}.parameters()…): a new optimizer over "
-                              f"{count} parameters, with fresh state")
+                              f"{count} parameters, with fresh state{also}")
+
+
+def _scheduler(namespace: MutableMapping[str, Any], sched: Any, optimizer: Any) -> Any:
+    """A scheduler made again for ``optimizer``: its class from ``torch.optim``, its arguments
+    literals or attributes of the old scheduler (expressions devinspect wrote, evaluated with
+    nothing but the old scheduler's root variable in reach)."""
+    module_path, _, cls_name = sched.class_path.rpartition(".")
+    module = {"torch.optim.lr_scheduler": torch.optim.lr_scheduler, "torch.optim.swa_utils": torch.optim.swa_utils}
+    cls = getattr(module.get(module_path), cls_name, None) if module_path in module else None
+    if not isinstance(cls, type):
+        raise ValueError(f"{sched.class_path} is not a PyTorch scheduler")
+    root = NamePath(sched.name).root
+    scope = {root: namespace[root]}
+    values = {}
+    for key, expr in sched.kwargs:
+        try:
+            values[key] = ast.literal_eval(expr)
+        except (ValueError, SyntaxError):
+            values[key] = eval(expr, {"__builtins__": {}}, scope)  # noqa: S307 - an attribute path devinspect wrote
+    return cls(optimizer, **values)
+
+
+def move_container(namespace: MutableMapping[str, Any], name: str, device: str) -> ActionResult:
+    """Move the tensors of the list, tuple or dict ``name`` to ``device``: a new container of the
+    same type (anything in it that is not a tensor kept as it is) replaces the old one once
+    every tensor has been copied; otherwise nothing changes."""
+    container, failed = find_named(namespace, name)
+    if failed is not None:
+        return failed
+    target, failed = parse_device(device)
+    if failed is not None:
+        return failed
+    kind = type(container)
+    if kind not in (list, tuple, dict):
+        return ActionResult(False, f"{name} is a {kind.__name__}, not a list, tuple or dict (nothing was changed)")
+    items = list(container.items()) if kind is dict else list(enumerate(container))
+    moved, nbytes = [], 0
+    try:
+        for key, value in items:
+            if isinstance(value, torch.Tensor) and value.device != target:
+                with torch.no_grad():
+                    value = value.to(target)
+                nbytes += held_bytes(value)
+            moved.append((key, value))
+    except Exception as exc:  # noqa: BLE001 - nothing has been replaced yet
+        return ActionResult(False, f"could not move {name} to {target}: {reason(exc)} (nothing was changed)")
+    new: Any = dict(moved) if kind is dict else kind(value for _, value in moved)
+    try:
+        NamePath(name).set(namespace, new)
+    except Exception as exc:  # noqa: BLE001 - the old container is still in place
+        return ActionResult(False, f"could not assign {name}: {reason(exc)} (nothing was changed)")
+    count = sum(1 for _, v in moved if isinstance(v, torch.Tensor))
+    return ActionResult(True, f"moved the {count} tensors of {name} to {target}, keeping the {kind.__name__} "
+                              f"({human(nbytes)})", nbytes)
 
 
 def apply_fix(namespace: MutableMapping[str, Any], action: Any, *, displayhook: Any = None,
@@ -135,12 +207,17 @@ def apply_fix(namespace: MutableMapping[str, Any], action: Any, *, displayhook: 
     try:
         if isinstance(action, Move) and isinstance(action.name, str) and isinstance(action.device, str):
             return move(namespace, action.name, action.device)
+        if isinstance(action, MoveContainer) and isinstance(action.name, str) and isinstance(action.device, str):
+            return move_container(namespace, action.name, action.device)
+        if isinstance(action, EditCell) and isinstance(action.edit, SourceEdit):
+            return edit_cell(action.edit)
         if isinstance(action, RegisterBuffer) and isinstance(action.module, str):
             return register_buffer(namespace, action.module, action.attr, action.device or None)
         if isinstance(action, MoveOptimizerState) and isinstance(action.optimizer, str):
             return move_optimizer_state(namespace, action.optimizer)
         if isinstance(action, RebuildOptimizer) and isinstance(action.optimizer, str):
-            return rebuild_optimizer(namespace, action.optimizer, action.module, action.class_path, action.kwargs)
+            return rebuild_optimizer(namespace, action.optimizer, action.module, action.class_path, action.kwargs,
+                                     action.schedulers)
         if isinstance(action, ReleaseGraphs):
             return release_graphs(namespace, action.names, action.traceback)
         if isinstance(action, ReleaseHistory):

@@ -4,9 +4,12 @@ Python (3.11+) records, for each frame of a traceback, the exact expression that
 running (``F.linear(input, self.weight, self.bias)``, ``x @ w``, ``table[ids]``); from
 the innermost frame outwards, that expression's operands are read statically (locals,
 globals, a module's parameters and buffers, plain attributes and items: no property,
-no ``__getattr__``, no user code). The first expression whose tensor operands sit on
-more than one device is the failing call. The error's message is only a hint: it
-decides nothing unless no frame's operands could be read.
+no ``__getattr__``, no user code). A tensor made right there by a factory call
+(``torch.ones(8)``) is an operand too: a :class:`Temporary`, on the device its
+``device=`` names (read statically) or the default device. The first expression whose
+operands sit on more than one device is the failing call. The error's message is only
+a hint: it decides nothing unless no frame's operands could be read, and even then
+only the locals of the library function that raised stand in, never the namespace.
 """
 
 from __future__ import annotations
@@ -22,48 +25,47 @@ import torch
 
 from . import locations
 from . import tensorbase as tb
-from .static import instance_dict, slot_values
+from .static import instance_dict
+from .values import MISSING, attribute_of, item_of
 
 _T = torch.Tensor
 _Module = torch.nn.Module
 _MISSING: Any = object()
 
-
 #: Messages that say a mismatch; used only when no frame's operands could be read.
 _MISMATCH_WORDS = re.compile(r"on the same device|same device as|should be the same|device type|"
                              r"Expected all tensors", re.IGNORECASE)
-
-
 #: Calls whose inputs may lawfully sit on different devices: their failing for mixed devices
 #: needs the message to say so too.
 _CROSS_DEVICE = frozenset({"to", "copy_", "cuda", "cpu", "xpu", "mps", "set_", "type", "index_put_",
                            "pin_memory", "_to_copy"})
-
-
 #: Methods that give a tensor on the same device as ``self`` (a stand-in for the operand).
 _SAME_DEVICE_METHODS = frozenset({
     "view", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "contiguous", "t", "float",
     "half", "bfloat16", "double", "long", "int", "bool", "detach", "clone", "expand", "expand_as", "view_as",
     "narrow", "chunk", "split", "T", "mT", "data", "mean", "sum", "abs", "exp", "log", "sqrt", "softmax",
+    "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor",
 })
-
-
+#: ``torch.<factory>(…)`` calls that make a tensor on the device their ``device=`` names, else the default.
+FACTORIES = frozenset({
+    "ones", "zeros", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace", "logspace",
+    "eye", "tensor", "as_tensor", "scalar_tensor", "normal", "bernoulli_", "tril_indices", "triu_indices",
+})
+#: ``torch.<factory>_like(t)`` calls: on ``t``'s device unless ``device=`` says otherwise.
+LIKE_FACTORIES = frozenset({"ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like",
+                            "randint_like"})
 _BINARY_DUNDERS = {
     ast.Add: "__add__", ast.Sub: "__sub__", ast.Mult: "__mul__", ast.MatMult: "__matmul__", ast.Div: "__truediv__",
     ast.FloorDiv: "__floordiv__", ast.Mod: "__mod__", ast.Pow: "__pow__", ast.BitAnd: "__and__",
     ast.BitOr: "__or__", ast.BitXor: "__xor__", ast.LShift: "__lshift__", ast.RShift: "__rshift__",
 }
-
-
 #: At most this many frames (innermost first) and operand tensors are looked at.
 _MAX_FRAMES = 12
-
-
 _MAX_TENSORS = 64
-
-
 #: How deep inside an operand's own calls its device is looked for.
 _MAX_DEPTH = 3
+#: Errors that are never a device mismatch, whatever their message says.
+_NEVER = (RecursionError, NotImplementedError)
 
 
 @dataclass(frozen=True)
@@ -76,38 +78,72 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Temporary:
+    """A tensor made by a factory call inside the failing expression: never named, its device
+    read from the call (``device=`` evaluated statically) or the default device."""
+
+    device: str
+    #: ``torch.ones``, ``torch.zeros_like`` …: the factory as written, and the call's source text.
+    factory: str
+    text: str
+    #: Whether the call says ``device=``.
+    given: bool
+    #: Where the call is: file, line and function, and the live frame when there is one.
+    filename: str
+    lineno: int
+    function: str
+    frame: types.FrameType | None = None
+
+
+@dataclass(frozen=True)
+class Traced:
+    """An operand of a call that ``torch.compile`` traced (never run): the name the user's line
+    gives it and the device tracing saw (a fake tensor's)."""
+
+    name: str
+    device: str
+    filename: str
+    lineno: int
+    function: str
+
+
+@dataclass(frozen=True)
 class FailingCall:
-    """The expression that raised, in which frame, and its operands' tensors."""
+    """The expression that raised, in which frame, and its operands: tensors and temporaries."""
 
     frame: types.FrameType
     op: str
     text: str
     tensors: list
     devices: list[str]
+    #: The line of ``frame`` the expression is on.
+    lineno: int = 0
 
 
-def traceback_entries(tb: types.TracebackType | None) -> Iterator[Entry]:
+def traceback_entries(tb_: types.TracebackType | None) -> Iterator[Entry]:
     seen = 0
-    while type(tb) is types.TracebackType and seen < 256:
-        yield Entry(tb.tb_frame, tb.tb_lineno or tb.tb_frame.f_lineno, tb.tb_lasti)
-        tb = tb.tb_next
+    while type(tb_) is types.TracebackType and seen < 256:
+        yield Entry(tb_.tb_frame, tb_.tb_lineno or tb_.tb_frame.f_lineno, tb_.tb_lasti)
+        tb_ = tb_.tb_next
         seen += 1
 
 
 def failing_call(entries: list[Entry], exc: BaseException) -> FailingCall | None:
     """From the innermost frame outwards (devinspect's own frames skipped, and none further
-    out than the user's innermost line), the first running expression whose tensor
-    operands sit on more than one device."""
-    hinted = bool(_MISMATCH_WORDS.search(_message(exc)))
+    out than the user's innermost line), the first running expression whose operands sit
+    on more than one device."""
+    if issubclass(type(exc), _NEVER):
+        return None
+    hinted = bool(_MISMATCH_WORDS.search(message(exc)))
     looked = 0
     for entry in reversed(entries):
         filename = entry.frame.f_code.co_filename
-        if locations.is_own_file(filename):
+        if locations.is_own_file(filename) or locations.is_compile_machinery(filename):
             continue
         looked += 1
         node = _running_expression(entry)
         if node is not None:
-            found = _call_from(node, entry.frame, hinted)
+            found = _call_from(node, entry, hinted)
             if found is not None:
                 return found
         if locations.is_user_code(entry.frame.f_code) or looked >= _MAX_FRAMES:
@@ -117,7 +153,8 @@ def failing_call(entries: list[Entry], exc: BaseException) -> FailingCall | None
     return None
 
 
-def _message(exc: BaseException) -> str:
+def message(exc: BaseException) -> str:
+    """An exception's message, read without calling a user class's ``__str__``."""
     try:
         return BaseException.__str__(exc)
     except Exception:  # noqa: BLE001
@@ -128,10 +165,12 @@ def _running_expression(entry: Entry) -> ast.AST | None:
     """The expression the frame was running when the error passed through it (Python 3.11+
     keeps its exact position), parsed; None when its source is not at hand."""
     code = entry.frame.f_code
-    try:
-        positions = list(code.co_positions())[entry.lasti // 2]
-    except (IndexError, ValueError):
-        positions = (None, None, None, None)
+    positions: tuple = (None, None, None, None)
+    if hasattr(code, "co_positions"):
+        try:
+            positions = list(code.co_positions())[entry.lasti // 2]
+        except (IndexError, ValueError):
+            pass
     lines = linecache.getlines(code.co_filename, entry.frame.f_globals)
     start, end, col, end_col = positions
     if None in positions or not lines or end > len(lines):
@@ -154,15 +193,16 @@ def _running_expression(entry: Entry) -> ast.AST | None:
     return None
 
 
-def _call_from(node: ast.AST, frame: types.FrameType, hinted: bool) -> FailingCall | None:
+def _call_from(node: ast.AST, entry: Entry, hinted: bool) -> FailingCall | None:
+    frame = entry.frame
     for candidate in _failing_nodes(node):
         op, cross_device = _op_of(candidate, frame)
         if cross_device and not hinted:
             continue
-        tensors = _tensors(_operand_nodes(candidate), frame)
-        devices = _devices(tensors)
+        operands = _operands(_operand_nodes(candidate), frame, entry.lineno)
+        devices = devices_of(operands)
         if len(devices) > 1:
-            return FailingCall(frame, op, ast.unparse(candidate), tensors, devices)
+            return FailingCall(frame, op, ast.unparse(candidate), operands, devices, entry.lineno)
     return None
 
 
@@ -182,7 +222,7 @@ def _op_of(node: ast.AST, frame: types.FrameType) -> tuple[str, bool]:
         func = node.func
         if isinstance(func, ast.Attribute):
             base = _value(func.value, frame)
-            if isinstance(base, _T):
+            if _is_tensor(base):
                 return f"Tensor.{func.attr}", func.attr in _CROSS_DEVICE
             return ast.unparse(func), func.attr in _CROSS_DEVICE
         return ast.unparse(func), False
@@ -216,29 +256,39 @@ def _operand_nodes(node: ast.AST) -> list[ast.AST]:
     return []
 
 
-def _tensors(nodes: list[ast.AST], frame: types.FrameType, depth: int = 0) -> list:
+def _is_tensor(value: Any) -> bool:
+    return issubclass(type(value), _T)
+
+
+def _is_module(value: Any) -> bool:
+    return issubclass(type(value), _Module)
+
+
+def _operands(nodes: list[ast.AST], frame: types.FrameType, lineno: int, depth: int = 0) -> list:
+    """The tensors and temporaries the expressions ``nodes`` stand for, in ``frame``."""
     out: list = []
     seen: set[int] = set()
 
-    def add(value: Any, depth: int = 0) -> None:
-        if len(out) >= _MAX_TENSORS or depth > 2:
+    def add(value: Any, level: int = 0) -> None:
+        if len(out) >= _MAX_TENSORS or level > 2:
             return
-        if isinstance(value, _T):
+        vt = type(value)
+        if issubclass(vt, _T) or vt is Temporary:
             if id(value) not in seen:
                 seen.add(id(value))
                 out.append(value)
-        elif isinstance(value, _Module):
+        elif issubclass(vt, _Module):
             for t in _module_sample(value):
-                add(t, depth + 1)
-        elif type(value) in (list, tuple):
+                add(t, level + 1)
+        elif vt is list or vt is tuple:
             for item in value[:_MAX_TENSORS]:
-                add(item, depth + 1)
-        elif type(value) is dict:
+                add(item, level + 1)
+        elif vt is dict:
             for item in list(dict.values(value))[:_MAX_TENSORS]:
-                add(item, depth + 1)
+                add(item, level + 1)
 
     for node in nodes:
-        value = _value(node, frame, depth)
+        value = _value(node, frame, depth, lineno)
         if value is not _MISSING:
             add(value)
     return out
@@ -246,7 +296,6 @@ def _tensors(nodes: list[ast.AST], frame: types.FrameType, depth: int = 0) -> li
 
 def _module_sample(module: Any) -> list:
     """One parameter or buffer per device of ``module`` (read from its own dicts)."""
-
     by_device: dict[str, Any] = {}
     stack, visited = [module], 0
     while stack and visited < 10_000:
@@ -254,41 +303,64 @@ def _module_sample(module: Any) -> list:
         visited += 1
         d = instance_dict(m)
         for group in ("_parameters", "_buffers"):
-            for t in dict.values(d.get(group) or {}):
-                if isinstance(t, _T):
+            members = d.get(group)
+            for t in dict.values(members) if type(members) is dict else ():
+                if _is_tensor(t):
                     by_device.setdefault(str(tb.device(t)), t)
-        stack.extend(c for c in dict.values(d.get("_modules") or {}) if isinstance(c, _Module))
+        children = d.get("_modules")
+        stack.extend(c for c in (dict.values(children) if type(children) is dict else ()) if _is_module(c))
     return list(by_device.values())
 
 
-def _devices(tensors: list) -> list[str]:
+def device_of(operand: Any) -> str:
+    """The device of a tensor, a :class:`Temporary` or a :class:`Traced` operand, as devinspect names it."""
+    return operand.device if type(operand) in (Temporary, Traced) else str(tb.device(operand))
+
+
+def devices_of(operands: list) -> list[str]:
     # A CPU scalar joins any device's op (as in CUDA's own checks): it is not a second device.
-    return sorted({str(tb.device(t)) for t in tensors if not (tb.device(t).type == "cpu" and tb.dim(t) == 0)})
+    found = set()
+    for o in operands:
+        if type(o) in (Temporary, Traced):
+            found.add(o.device)
+        elif not (tb.device(o).type == "cpu" and tb.dim(o) == 0):
+            found.add(str(tb.device(o)))
+    return sorted(found)
 
 
 def _from_locals(entries: list[Entry]) -> FailingCall | None:
-    """The message says mismatch but no expression could be read: the innermost frame's own
-    tensors (its locals, and ``self``'s parameters and buffers) stand in for the operands."""
-
-    frame = next((e.frame for e in reversed(entries) if not locations.is_own_file(e.frame.f_code.co_filename)), None)
-    if frame is None:
+    """The message says mismatch but no expression could be read: the tensors of the library
+    function that raised (its locals, and ``self``'s parameters and buffers) stand in for the
+    operands. Never a cell's own frame (its locals are the whole namespace) or user code."""
+    entry = next((e for e in reversed(entries) if not locations.is_own_file(e.frame.f_code.co_filename)), None)
+    if entry is None:
         return None
-    values = list(dict.values(frame.f_locals)) if type(frame.f_locals) is dict else []
-    owner = frame.f_locals.get("self") if type(frame.f_locals) is dict else None
-    if isinstance(owner, _Module):
+    frame = entry.frame
+    if locations.is_user_code(frame.f_code) or frame.f_locals is frame.f_globals:
+        return None
+    local_vars = frame.f_locals
+    values = list(dict.values(local_vars)) if type(local_vars) is dict else []
+    owner = dict.get(local_vars, "self") if type(local_vars) is dict else None
+    if _is_module(owner):
         d = instance_dict(owner)
-        values += [t for group in ("_parameters", "_buffers") for t in dict.values(d.get(group) or {})]
-        values += list(d.values())  # tensors kept as plain attributes
-    tensors = [v for v in values if isinstance(v, _T)][:_MAX_TENSORS]
-    devices = _devices(tensors)
+        for group in ("_parameters", "_buffers"):
+            members = d.get(group)
+            values += list(dict.values(members)) if type(members) is dict else []
+        values += list(dict.values(d))  # tensors kept as plain attributes
+    tensors = [v for v in values if _is_tensor(v)][:_MAX_TENSORS]
+    devices = devices_of(tensors)
     if len(devices) < 2:
         return None
-    return FailingCall(frame, frame.f_code.co_name, "", tensors, devices)
+    return FailingCall(frame, frame.f_code.co_name, "", tensors, devices, entry.lineno)
 
 
-def _value(node: ast.AST, frame: types.FrameType, depth: int = 0) -> Any:
+# -- reading an expression's value without running anything ----------------------------------
+
+
+def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 0) -> Any:
     """The value ``node`` had in ``frame``, read from dicts and C-level fields only; _MISSING when
-    reading it would run code (a property, ``__getattr__``, a call)."""
+    reading it would run code (a property, ``__getattr__``, a call). A factory call is a
+    :class:`Temporary`."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -296,67 +368,217 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0) -> Any:
         if type(local_vars) is dict and node.id in local_vars:
             return dict.__getitem__(local_vars, node.id)
         globals_ = frame.f_globals
-        return dict.get(globals_, node.id, _MISSING) if type(globals_) is dict else _MISSING
+        if type(globals_) is dict and node.id in globals_:
+            return dict.__getitem__(globals_, node.id)
+        builtins = dict.get(globals_, "__builtins__") if type(globals_) is dict else None
+        return dict.get(builtins, node.id, _MISSING) if type(builtins) is dict else _MISSING
     if isinstance(node, ast.Starred):
-        return _value(node.value, frame, depth)
+        return _value(node.value, frame, depth, lineno)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [_value(e, frame, depth, lineno) for e in node.elts]
+        return [v for v in items if v is not _MISSING]
     if isinstance(node, ast.Attribute):
-        base = _value(node.value, frame, depth)
-        return _MISSING if base is _MISSING else _attribute(base, node.attr)
+        base = _value(node.value, frame, depth, lineno)
+        if base is _MISSING:
+            return _MISSING
+        if (_is_tensor(base) or type(base) is Temporary) and node.attr in _SAME_DEVICE_METHODS:
+            return base  # same device: it stands in for the attribute
+        if type(base) is Temporary:
+            return _MISSING
+        value = attribute_of(base, node.attr)
+        return _MISSING if value is MISSING else value
     if isinstance(node, ast.Subscript):
-        base = _value(node.value, frame, depth)
-        if isinstance(base, _T):
+        base = _value(node.value, frame, depth, lineno)
+        if _is_tensor(base):
             return base  # indexing keeps the device: the tensor stands in for the part
-        key = _value(node.slice, frame, depth)
+        key = _value(node.slice, frame, depth, lineno)
         if base is _MISSING or key is _MISSING:
             return _MISSING
-        return _item(base, key)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_DEVICE_METHODS:
-        base = _value(node.func.value, frame, depth)
-        if isinstance(base, _T):
-            return base  # same device: it stands in for the result
+        value = item_of(base, key)
+        return _MISSING if value is MISSING else value
+    if isinstance(node, ast.Call):
+        made = _factory_call(node, frame, depth, lineno)
+        if made is not _MISSING:
+            return made
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_DEVICE_METHODS:
+            base = _value(node.func.value, frame, depth, lineno)
+            if _is_tensor(base) or type(base) is Temporary:
+                return base  # same device: it stands in for the result
     if isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp)) and depth < _MAX_DEPTH:
         # A result we may not compute (self.fc(x), a * b): when every input sits on one
         # device, so does the result, and one of the inputs stands in for it.
-        inputs = _tensors(_operand_nodes(node), frame, depth + 1)
-        devices = _devices(inputs)
+        inputs = _operands(_operand_nodes(node), frame, lineno, depth + 1)
+        devices = devices_of(inputs)
         if len(devices) == 1:
-            return next(t for t in inputs if str(tb.device(t)) == devices[0])
+            return next(t for t in inputs if device_of(t) == devices[0])
     return _MISSING
 
 
-def _attribute(base: Any, attr: str) -> Any:
-
-    if isinstance(base, _T):
-        if attr == "grad":
-            return tb.grad(base)
-        return base if attr in _SAME_DEVICE_METHODS else _MISSING
-    if isinstance(base, types.ModuleType):
-        return dict.get(base.__dict__, attr, _MISSING)
-    d = instance_dict(base)
-    if isinstance(base, _Module):
-        for group in ("_parameters", "_buffers", "_modules"):
-            members = d.get(group)
-            if type(members) is dict and attr in members:
-                return members[attr]
-    if attr in d:
-        return d[attr]
-    return next((v for k, v in slot_values(base) if k == attr), _MISSING)
-
-
-def _item(base: Any, key: Any) -> Any:
-    if isinstance(base, _Module):
-
-        modules = instance_dict(base).get("_modules")
-        if type(modules) is dict:
-            if type(key) is int:
-                children = list(modules.values())
-                return children[key] if -len(children) <= key < len(children) else _MISSING
-            if type(key) is str:
-                return modules.get(key, _MISSING)
+def _factory_call(node: ast.Call, frame: types.FrameType, depth: int, lineno: int) -> Any:
+    """A :class:`Temporary` for ``torch.<factory>(…)``, or _MISSING for any other call."""
+    func = node.func
+    if not (isinstance(func, ast.Attribute) and (func.attr in FACTORIES or func.attr in LIKE_FACTORIES)):
         return _MISSING
-    if isinstance(base, (list, tuple)) and type(key) is int:
-        getter = list.__getitem__ if isinstance(base, list) else tuple.__getitem__
-        return getter(base, key) if -len(base) <= key < len(base) else _MISSING
-    if isinstance(base, dict) and (type(key) in (str, int) or isinstance(key, _T)):
-        return dict.get(base, key, _MISSING)
-    return _MISSING
+    if _value(func.value, frame, depth, lineno) is not torch:
+        return _MISSING
+    keyword = next((k.value for k in node.keywords if k.arg == "device"), None)
+    device: Any = None
+    if keyword is not None:
+        device = _value(keyword, frame, depth, lineno)
+        device = _device_name(device)
+        if device is None:
+            return _MISSING  # a device= we cannot read: no guess
+    elif func.attr in LIKE_FACTORIES:
+        template = _value(node.args[0], frame, depth, lineno) if node.args else _MISSING
+        if not (_is_tensor(template) or type(template) is Temporary):
+            return _MISSING
+        device = device_of(template)
+    else:
+        device = str(torch.get_default_device()) if hasattr(torch, "get_default_device") else "cpu"
+    return Temporary(device, f"torch.{func.attr}", ast.unparse(node), keyword is not None, frame.f_code.co_filename,
+                     lineno or frame.f_lineno, frame.f_code.co_name, frame)
+
+
+def _device_name(value: Any) -> str | None:
+    """A device written as a ``torch.device``, a string or an int index, as devinspect names it."""
+    vt = type(value)
+    if vt is torch.device:
+        return str(value)
+    if vt is str:
+        try:
+            return str(torch.device(value))
+        except (RuntimeError, ValueError, TypeError):
+            return None
+    if vt is Temporary:
+        return value.device
+    return None
+
+
+# -- torch.compile ------------------------------------------------------------------------------
+
+#: Binary operators as the traced graph names their functions.
+_TRACED_OPS = {"mul": ast.Mult, "add": ast.Add, "sub": ast.Sub, "truediv": ast.Div, "matmul": ast.MatMult,
+               "floordiv": ast.FloorDiv, "pow": ast.Pow, "mod": ast.Mod}
+
+
+def compiled_call(exc: BaseException, entries: list[Entry]) -> FailingCall | None:
+    """A device mismatch that ``torch.compile`` met while tracing: the user's line from the
+    error's ``real_stack`` and its operands' devices from the fake tensors tracing used (read
+    from the frame that ran the traced op). None for any other error."""
+    d = instance_dict(exc)
+    real_stack = d.get("real_stack")
+    if real_stack is None or not issubclass(type(exc), RuntimeError):
+        return None
+    summaries = [f for f in list(real_stack) if type(getattr(f, "filename", None)) is str]
+    user = next((f for f in reversed(summaries) if not locations.is_library_file(f.filename)
+                 and not locations.is_own_file(f.filename)), None)
+    fakes = _traced_args(entries)
+    if user is None or not fakes:
+        return None
+    devices = sorted({dev for _, dev in fakes})
+    if len(devices) < 2:
+        return None
+    text = linecache.getline(user.filename, user.lineno).strip()
+    operands: list = []
+    node = None
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        tree = None
+    op_name = fakes[0][0]
+    if tree is not None:
+        node = _traced_node(tree, op_name, len(fakes))
+    if node is not None:
+        for part, (_, device) in zip(_operand_nodes(node)[-len(fakes):] if isinstance(node, ast.Call)
+                                     else _operand_nodes(node), fakes):
+            operands.append(_traced_operand(part, device, user))
+    if not operands:
+        operands = [Traced(f"operand {i + 1}", device, user.filename, user.lineno, _function_name(user.name))
+                    for i, (_, device) in enumerate(fakes)]
+    return FailingCall(entries[-1].frame, op_name, ast.unparse(node) if node is not None else text, operands,
+                       devices, user.lineno)
+
+
+#: The name torch.compile gives the rest of a function after a graph break.
+_RESUMED = re.compile(r"^torch_dynamo_resume_in_(\w+?)_at_\d+$")
+
+
+def _function_name(name: str) -> str:
+    """The user's function a traced frame belongs to (``forward`` for its resumed part)."""
+    match = _RESUMED.match(name)
+    return match.group(1) if match else name
+
+
+def _traced_operand(node: ast.AST, device: str, user: Any) -> Any:
+    calls = [n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch"
+             and (n.func.attr in FACTORIES or n.func.attr in LIKE_FACTORIES)]
+    if calls:
+        call = calls[0]
+        given = any(k.arg == "device" for k in call.keywords)
+        return Temporary(device, f"torch.{call.func.attr}", ast.unparse(call), given,  # type: ignore[attr-defined]
+                         user.filename, user.lineno, _function_name(user.name))
+    return Traced(ast.unparse(node), device, user.filename, user.lineno, _function_name(user.name))
+
+
+def _traced_node(tree: ast.AST, op: str, count: int) -> ast.AST | None:
+    """The expression of the user's line that ran the traced op ``op`` (``mul``, ``linear``)."""
+    binary = _TRACED_OPS.get(op)
+    for node in ast.walk(tree):
+        if binary is not None and isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, binary):
+            return node
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name == op or name.lstrip("_") == op:
+                return node
+    return None
+
+
+def _traced_args(entries: list[Entry]) -> list[tuple[str, str]]:
+    """(op name, device) of each tensor argument of the op that tracing ran when it failed."""
+    for entry in reversed(entries):
+        local_vars = entry.frame.f_locals
+        if type(local_vars) is not dict or not locations.is_compile_machinery(entry.frame.f_code.co_filename):
+            continue
+        node = dict.get(local_vars, "node")
+        args = dict.get(local_vars, "args")
+        kwargs = dict.get(local_vars, "kwargs")
+        if type(args) is not tuple:
+            continue
+        values = list(args) + (list(dict.values(kwargs)) if type(kwargs) is dict else [])
+        fakes = []
+        for value in values:
+            device = _fake_device(value)
+            if device is not None:
+                fakes.append(device)
+        if fakes:
+            return [(_node_op(node), device) for device in fakes]
+    return []
+
+
+def _node_op(node: Any) -> str:
+    """The name of the function a traced graph node calls (``mul``, ``linear``), read through the
+    node's own C getter; ``call`` when it cannot be read."""
+    base = getattr(torch._C, "_NodeBase", None)
+    getter = base.__dict__.get("target") if base is not None else None
+    if getter is None or not issubclass(type(node), base):
+        return "call"
+    try:
+        target = getter.__get__(node, type(node))
+    except Exception:  # noqa: BLE001
+        return "call"
+    name = target if type(target) is str else getattr(target, "__name__", None)
+    return name if type(name) is str else "call"
+
+
+def _fake_device(value: Any) -> str | None:
+    if not _is_tensor(value):
+        return None
+    fake = instance_dict(value).get("_fake_device")
+    if type(fake) is torch.device:
+        return str(fake)
+    # A wrapper subclass around a fake tensor (the simulated device's, DTensor's): its own device.
+    inner = [v for v in instance_dict(value).values() if _is_tensor(v)]
+    if inner and all(type(instance_dict(v).get("_fake_device")) is torch.device for v in inner):
+        return str(tb.device(value))
+    return None

@@ -154,3 +154,14 @@ def user_frames(frame: types.FrameType | None) -> list[types.FrameType]:
 
 def caller_frame(depth: int = 1) -> types.FrameType:
     return sys._getframe(depth + 1)
+
+
+#: Parts of torch that compile code (torch.compile's tracer and backends): their frames are
+#: the machinery between a compiled call and the user's code, never where a tensor is.
+_MACHINERY = tuple(_TORCH_ROOT + part for part in ("_dynamo", "_inductor", "fx", "_subclasses", "_functorch",
+                                                   "_guards.py", "_higher_order_ops", "_prims", "_refs", "_ops.py"))
+
+
+def is_compile_machinery(filename: str) -> bool:
+    """Whether ``filename`` is part of ``torch.compile``'s tracer or backends."""
+    return filename.startswith(_MACHINERY)

@@ -9,6 +9,7 @@ from the same walk.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import re
 import sys
@@ -18,10 +19,10 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from ..model.fixes import Finding
-from ..model.records import HistoryHold, TensorRecord, device_is_accelerator
+from ..model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, Selection
 from .names import HISTORY_RE, PLUMBING, child_name, namespace_items, root_items
-from .static import instance_dict, str_items
+from .static import instance_dict, str_items, type_module, type_name
 from .tensors import tensor_facts
 from .walk import ScanOptions, Walker
 
@@ -78,7 +79,15 @@ def scan(
         user, history = root_items(items, excluded, include_hidden)
     walker = Walker(options)
     _walk_paused(walker, items, roots is not None, user, history, all_objects)
-    return _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth, rules)
+    result = _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth, rules)
+    if rules is not None:
+        # What the user's cells pass to their models and functions: the rules read inputs from it.
+        from .sources import function_calls, model_calls
+
+        top = {m.name for m in walker.modules if "." not in m.name and "[" not in m.name}
+        result = dataclasses.replace(result, calls=tuple(model_calls(namespace, top)) if top else (),
+                                     function_calls=tuple(function_calls(namespace, top)))
+    return result
 
 
 def find_tensor(namespace: Mapping[str, Any], name: str, *, exclude: Iterable[str] = ()) -> Any:
@@ -180,9 +189,21 @@ def _result(walker: Walker, user_names: list[str], prefixes: list[str], include_
                  "swap_flag": bool(torch.__future__.get_swap_module_params_on_conversion()),
                  "has_traceback": type(sys.__dict__.get("last_traceback")) is types.TracebackType},
         optimizers=tuple(walker.optimizers),
+        schedulers=tuple(_schedulers(walker)),
         module_types=tuple(walker.module_types),
         rules=rules,
     )
+
+
+def _schedulers(walker: Walker) -> list[SchedulerSummary]:
+    """The learning-rate schedulers the walk met, each with the name of the optimizer it drives."""
+    out = []
+    for name, cls, optimizer_id, kwargs in walker.scheduler_parts:
+        tname = type_name(cls)
+        module = type_module(cls)
+        package = "torch.optim.lr_scheduler" if module.startswith("torch.optim.lr_scheduler") else "torch.optim.swa_utils"
+        out.append(SchedulerSummary(name, tname, f"{package}.{tname}", walker.optimizer_names.get(optimizer_id), kwargs))
+    return out
 
 
 _KIND_SOURCE = {"parameter": "parameter", "buffer": "buffer", "attribute": "attribute", "gradient": "gradient",

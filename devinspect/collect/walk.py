@@ -32,6 +32,7 @@ from . import locations
 from . import tensorbase as tb
 from .class_source import attribute_assignment, class_source_lines, library_of, recomputed_attributes
 from .names import attr_name, child_name, describe_error, key_text, literal_value
+from .placement import off_map, placement_of
 from .static import (
     ATOM_IDS,
     OPAQUE,
@@ -98,6 +99,9 @@ class Walker:
         self._out_of_budget = False
         self._held: list[str] = []
         self.module_types: list[tuple[str, str]] = []
+        #: (name, class, id of its optimizer, rebuild kwargs) of each LR scheduler met.
+        self.scheduler_parts: list[tuple[str, type, int, Any]] = []
+        self.optimizer_names: dict[int, str] = {}
         #: find_tensor's name: the one object this walk keeps a reference to, when it is met.
         self.wanted: str | None = None
         self.found: Any = None
@@ -305,9 +309,12 @@ class Walker:
                 if issubclass(type(p), _Tensor) and tb.use_count(p) > 2:
                     self._held.append(pfull)
         non_persistent = d.get("_non_persistent_buffers_set") or ()
+        on_host = _ON_HOST_BY_DESIGN.get((type_module(mt), type_name(mt)), ())
         for bname, b in str_items(d.get("_buffers")):
             if b is not None:
                 note = "non-persistent" if type(non_persistent) is set and bname in non_persistent else None
+                if bname in on_host:
+                    note = ON_HOST_NOTE
                 self._guarded(self._tensor_visit, b, child_name(name, bname, mt), root, "buffer", name, note)
         recomputed = recomputed_attributes(d)
         for attr, value in d.items():
@@ -326,7 +333,7 @@ class Walker:
                 before = len(self.records)
                 self._visit(value, full, root, 1, name)
                 if any(r.kind == "attribute" and r.owner == name for r in self.records[before:]):
-                    unregistered.append(self._unregistered(mt, full, name, attr))
+                    unregistered.append(self._unregistered(mt, full, name, attr, vt))
             elif not issubclass(vt, OPAQUE):
                 self._visit(value, full, root, 1, None)
         for cname, child in str_items(d.get("_modules")):
@@ -338,7 +345,7 @@ class Walker:
         if issubclass(type(t), _Tensor):
             self._tensor(t, name, root, kind, owner, note=note)
 
-    def _unregistered(self, mt: type, full: str, owner: str, attr: str) -> Unregistered:
+    def _unregistered(self, mt: type, full: str, owner: str, attr: str, vt: type) -> Unregistered:
         class_default = any(attr in plain_class_dict(k) for k in mro(mt) if k is not _Module and k is not object)
         where = None
         try:
@@ -353,7 +360,8 @@ class Walker:
                 default_at, init_at = class_source_lines(mt, attr)
             except Exception:  # noqa: BLE001
                 pass
-        return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at)
+        container = next((k.__name__ for k in (dict, tuple, list, set) if issubclass(vt, k)), None)
+        return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at, container)
 
     def _summarise(self, m: Any, name: str, records: list[TensorRecord], unregistered: list[Unregistered]) -> ModuleSummary:
         placed = [r for r in records if r.kind in ("parameter", "buffer")]
@@ -361,6 +369,8 @@ class Walker:
         owner_devices: dict[str, set[str]] = {}
         unmaterialised = 0
         for r in placed:
+            if r.note == ON_HOST_NOTE:
+                continue  # PyTorch keeps it on the host whatever device the model is on
             if r.device == "meta" or (r.note or "").startswith("lazy"):
                 unmaterialised += 1
             by_device[r.device] = by_device.get(r.device, 0) + (r.storage_bytes or r.nbytes or 0)
@@ -368,7 +378,7 @@ class Walker:
         devices = tuple(sorted(by_device, key=lambda d: (-by_device[d], d)))
         placement: tuple[tuple[str, str], ...] = ()
         if len(devices) > 1:
-            placement = tuple(_placement(name, owner_devices))
+            placement = tuple(placement_of(name, owner_devices))
         return ModuleSummary(
             name=name,
             type_name=type_name(type(m)),
@@ -382,13 +392,25 @@ class Walker:
             unregistered=tuple(unregistered),
             unmaterialised=unmaterialised,
             deliberate_split=issubclass(type(instance_dict(m).get("hf_device_map")), dict),
+            off_map=off_map(name, instance_dict(m).get("hf_device_map"), owner_devices),
             held_parameters=tuple(self._held),
             library=library_of(type(m)),
+            moves_inputs=_moves_inputs(instance_dict(m)),
         )
 
     # -- optimizers, loaders, containers, objects -----------------------------
 
+    def _scheduler(self, sched: Any, vt: type, name: str) -> None:
+        """A learning-rate scheduler: which optimizer it drives (named once the walk is done)."""
+        if self.hidden:
+            return
+        d = instance_dict(sched)
+        optimizer = d.get("optimizer")
+        if issubclass(type(optimizer), _Optimizer):
+            self.scheduler_parts.append((name, vt, id(optimizer), scheduler_kwargs(name, vt, d)))
+
     def _optimizer(self, opt: Any, name: str, root: str) -> None:
+        self.optimizer_names.setdefault(id(opt), name)
         d = instance_dict(opt)
         groups = d.get("param_groups")
         groups = list(list.__iter__(groups)) if issubclass(type(groups), list) else []
@@ -434,6 +456,8 @@ class Walker:
         if module in ("numpy", "pandas"):
             self._foreign_container(o, vt, name, module)
             return
+        if type_module(vt).startswith(_SCHEDULER_MODULES):
+            self._scheduler(o, vt, name)
         if issubclass(vt, torch.utils.data.DataLoader):
             d = instance_dict(o)
             batch_size = d.get("batch_size")
@@ -524,6 +548,55 @@ class Walker:
             self.truncated.append(Truncation(name, f"more than {limit:,} items", total - limit))
 
 
+def _moves_inputs(d: dict) -> bool:
+    """Whether a module has forward pre-hooks (or accelerate's ``_hf_hook``), which may move its inputs."""
+    hooks = d.get("_forward_pre_hooks")
+    return "_hf_hook" in d or (issubclass(type(hooks), dict) and dict.__len__(hooks) > 0)
+
+
+#: Buffers PyTorch keeps on the host by design, by the module class that holds them: they
+#: never make a model split across devices.
+_ON_HOST_BY_DESIGN = {("torch.optim.swa_utils", "AveragedModel"): ("n_averaged",)}
+ON_HOST_NOTE = "kept on the host by PyTorch"
+
+#: Where PyTorch's learning-rate schedulers live.
+_SCHEDULER_MODULES = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
+#: Constructor arguments that a rebuilt scheduler never takes over.
+_FRESH = frozenset({"self", "optimizer", "last_epoch", "verbose"})
+
+
+def scheduler_kwargs(name: str, cls: type, d: dict) -> tuple[tuple[str, str], ...] | None:
+    """Constructor arguments to make a PyTorch scheduler of ``cls`` again for another optimizer:
+    literals where its instance dict holds one, else the expression reading it from the old
+    scheduler (``sched.lr_lambdas[0]``); None when a required argument cannot be found."""
+    if not type_module(cls).startswith(_SCHEDULER_MODULES):
+        return None
+    try:
+        signature = inspect.signature(cls.__init__)  # torch's own class: reading it runs no user code
+    except (TypeError, ValueError):
+        return None
+    out = []
+    for pname, parameter in signature.parameters.items():
+        if pname in _FRESH or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        stored = pname if pname in d else f"{pname}s" if f"{pname}s" in d else None
+        if stored is None:
+            if parameter.default is inspect.Parameter.empty:
+                return None
+            continue
+        value = d[stored]
+        text = literal_value(value)
+        if text is not None and parameter.default is not inspect.Parameter.empty and \
+                _same_literal(value, parameter.default):
+            continue
+        if text is None:
+            # lr_lambda is kept as lr_lambdas, one per parameter group
+            one = stored != pname and type(value) is list and list.__len__(value) == 1
+            text = f"{name}.{stored}[0]" if one else f"{name}.{stored}"
+        out.append((pname, text))
+    return tuple(out)
+
+
 def _optimizer_summary(opt: Any, name: str, d: dict[str, Any], groups: int, parameters: int, orphans: int,
                        orphan_shapes: list) -> OptimizerSummary:
     cls = type(opt)
@@ -564,39 +637,3 @@ def _rebuild_kwargs(cls: type, defaults: Any) -> tuple[tuple[str, str], ...] | N
 
 def _same_literal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and literal_value(a) == literal_value(b) and literal_value(a) is not None
-
-
-def _placement(name: str, owner_devices: dict[str, set[str]]) -> list[tuple[str, str]]:
-    """The largest submodules that each sit on one device, for a mixed-device module."""
-    subtree: dict[str, set[str]] = {}
-    for owner, devices in owner_devices.items():
-        path = owner
-        while True:
-            subtree.setdefault(path, set()).update(devices)
-            if path == name or len(path) <= len(name):
-                break
-            cut = max(path.rfind("."), path.rfind("["))
-            if cut <= 0:
-                break
-            path = path[:cut]
-    out: list[tuple[str, str]] = []
-
-    def children_of(path: str) -> list[str]:
-        return sorted(p for p in subtree if p != path and p.startswith(path) and p[len(path)] in ".[" and
-                      max(p.rfind("."), p.rfind("[")) == len(path))
-
-    def descend(path: str) -> None:
-        devices = subtree.get(path, set())
-        if len(devices) == 1:
-            out.append((path, next(iter(devices))))
-            return
-        if path in owner_devices and len(owner_devices[path]) > 1:
-            for device in sorted(owner_devices[path]):
-                out.append((path, device))
-        elif path in owner_devices:
-            out.append((path, next(iter(owner_devices[path]))))
-        for child in children_of(path):
-            descend(child)
-
-    descend(name)
-    return out

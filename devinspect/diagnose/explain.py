@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import torch
 
 from ..collect import locations
-from ..collect.failing_call import failing_call, traceback_entries
+from ..collect.failing_call import Temporary, Traced, compiled_call, failing_call, traceback_entries
 from ..model.check_report import Mismatch
 from ..model.explanation import Explanation
 from .failed_call import Failure, diagnose, first_line
@@ -71,8 +71,13 @@ def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any]) -> Mismat
         return None
     with torch._C.DisableTorchFunction():
         call = failing_call(entries, exc)
+        traced = None
         if call is None:
-            return None
+            # torch.compile met the mismatch while tracing: the user's line is in the error itself.
+            call = compiled_call(exc, entries)
+            if call is None:
+                return None
+            traced = next((o for o in call.tensors if type(o) in (Temporary, Traced)), None)
         users = [e for e in entries if locations.is_user_code(e.frame.f_code)]
         cell = users[0].frame if users else None  # the outermost frame of the user's own code
         lines = {id(e.frame): e.lineno for e in entries}
@@ -81,5 +86,6 @@ def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any]) -> Mismat
             code = frame.f_code
             return locations.source_line(code.co_filename, lines.get(id(frame), frame.f_lineno), code.co_name)
 
-        failure = Failure(namespace, entries[-1].frame, lambda f: f is cell, source)
+        line = locations.source_line(traced.filename, traced.lineno, traced.function) if traced is not None else None
+        failure = Failure(namespace, entries[-1].frame, lambda f: f is cell, source, line=line)
         return diagnose(failure, call.op, call.tensors, call.devices, exc)

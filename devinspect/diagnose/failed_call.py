@@ -1,36 +1,57 @@
-"""Naming the operands of a call that failed on mixed devices, and choosing the fix.
+"""Naming the operands of a call that failed on mixed devices, and fixing the cause.
 
-Shared by ``%%devcheck`` (which sees the failing call itself, on the live stack) and
-the explanation after the fact (which finds it in the traceback's frames). Everything
-here runs only after an error, reads the user's objects statically, and never raises
-into the user's code: the callers catch.
+Shared by ``%%devcheck`` (which sees the failing call itself, on the live stack) and the
+explanation after the fact (which finds it in the traceback's frames). Each operand is
+named the way the user knows it (a namespace variable, a parameter, a local of their
+``forward``, a tensor made right there) and, when it is on the wrong device, fixed where
+its device is decided:
+
+* made by a line of the user's code (a factory without ``device=``, a loop over a
+  DataLoader, a buffer replaced in ``forward``): that line is edited; in the failed cell
+  the edit is what Apply fix makes, and Re-run cell then runs the edited cell;
+* made in an earlier cell and kept in the namespace: moved now (which lasts), and the
+  line that made it edited so it does not come back;
+* a part of a model (a module assigned after ``.to()``, a model loaded on the host, one
+  off accelerate's map): that part moves, the rest of the model and a deliberate split stay;
+* a list, tuple or dict of tensors: moved keeping its type; optimizer state: each to its
+  own parameter's device; a model on ``meta``: storage made and initialised.
+
+Everything here runs only after an error, reads the user's objects statically, and never
+raises into the user's code: the callers catch.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-from ..collect import locations
+from ..collect import locations, sources
 from ..collect import tensorbase as tb
+from ..collect.failing_call import Temporary, Traced
+from ..collect.static import instance_dict, str_items
+from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
-from ..model.fixes import Fix, Move
+from ..model.fixes import EditCell, Fix
 from ..model.records import SourceLine, device_is_accelerator
-from . import fixes
+from . import fixes, origins
 
 _T = torch.Tensor
+_COMPREHENSIONS = frozenset({"<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>"})
 
 
 def tensor_inputs(args: tuple, kwargs: dict) -> Iterator[Any]:
     for value in (*args, *kwargs.values()):
-        if isinstance(value, _T):
+        vt = type(value)
+        if issubclass(vt, _T):
             yield value
-        elif isinstance(value, (list, tuple)):
+        elif vt is list or vt is tuple:
             for item in value:
-                if isinstance(item, _T):
+                if issubclass(type(item), _T):
                     yield item
 
 
@@ -71,252 +92,553 @@ class Failure:
     source: Callable[[types.FrameType], SourceLine] = locations.frame_line
     #: (line, factory, device given) of a tensor the check saw being created, else None.
     created: Callable[[Any], Any] = lambda _tensor: None
+    #: The user's line of the failing call when no frame of it runs (a call torch.compile traced).
+    line: SourceLine | None = None
 
 
-def diagnose(failure: Failure, op: str, tensors: list, devices: list[str], exc: BaseException) -> Mismatch:
-    """Name the operands of a call that failed with inputs on ``devices`` and choose the fix."""
-    return _Diagnosis(failure, op, tensors, devices, exc).build()
+def diagnose(failure: Failure, op: str, operands: list, devices: list[str], exc: BaseException) -> Mismatch:
+    """Name the operands (tensors, or :class:`~devinspect.collect.failing_call.Temporary`) of a call
+    that failed with inputs on ``devices``, and choose the fix."""
+    return _Diagnosis(failure, op, operands, devices, exc).build()
+
+
+@dataclass
+class _Named:
+    """An operand, named, with what its fix needs."""
+
+    operand: Operand
+    value: Any
+    record: Any = None
+    #: The user frame it is a local of, and the local's name.
+    frame: Any = None
+    local: str | None = None
+    #: (line, factory, device given) where it was made, when known.
+    created: Any = None
+
+    @property
+    def device(self) -> str:
+        return self.operand.device
 
 
 class _Diagnosis:
     """Names the operands of a failed op and chooses the fix. Runs only after an error."""
 
-    def __init__(self, failure: Failure, op: str, tensors: list, devices: list[str], exc: BaseException):
-        self.failure, self.op, self.tensors, self.devices, self.exc = failure, op, tensors, devices, exc
+    def __init__(self, failure: Failure, op: str, operands: list, devices: list[str], exc: BaseException):
+        self.failure, self.op, self.values, self.devices, self.exc = failure, op, operands, devices, exc
+        self.whole_moves: set[str] = set()
+        self.replaced_in_methods: set[str] = set()  # buffers a method makes anew: their fix is that line
 
     def build(self) -> Mismatch:
         from ..collect.scan import NameIndex, module_paths
 
         failure = self.failure
         frames = locations.user_frames(failure.stack)
-        inner = frames[0] if frames else None
-        cell = next((f for f in frames if failure.is_cell_frame(f)), None)
+        self.user_frames = frames
+        self.inner = frames[0] if frames else None
+        self.cell = next((f for f in frames if failure.is_cell_frame(f)), None)
+        self.cell_file = self.cell.f_code.co_filename if self.cell is not None else None
+        self.failing_line = failure.source(self.cell).line if self.cell is not None else 1 << 30
         self.index = NameIndex(failure.namespace)
-        modules = module_paths(failure.namespace)
-        module_path = _innermost_module_path(modules, failure.stack)
-        operands = [self._operand(t, inner, modules) for t in self.tensors]
-        self.created = {id(o): failure.created(t) for o, t in zip(operands, self.tensors)}
-        target = self._target_device(operands)
-        fix = self._fix(operands, target, inner) if target else None
+        self.result = self.index.result
+        self.modules = module_paths(failure.namespace)
+        named = [self._name(v) for v in self.values]
+        self._named = named
+        target = self._target(named)
+        fix = self._fix(named, target) if target else None
         return Mismatch(
             op=self.op,
             error=first_line(self.exc),
             devices=tuple(self.devices),
-            operands=tuple(operands),
-            cell_line=failure.source(cell) if cell is not None else None,
-            user_frame=failure.source(inner) if inner is not None and inner is not cell else None,
-            module_path=module_path,
+            operands=tuple(n.operand for n in named),
+            cell_line=failure.source(self.cell) if self.cell is not None else None,
+            user_frame=failure.line or (failure.source(self.inner) if self.inner is not None
+                                        and self.inner is not self.cell else None),
+            module_path=_innermost_module_path(self.modules, failure.stack),
             target_device=target,
             fix=fix,
         )
 
-    def _operand(self, t: Any, frame: Any, modules: dict[int, str]) -> Operand:
-        device, dtype = str(tb.device(t)), str(tb.dtype(t)).removeprefix("torch.")
-        shape = tuple(int(s) for s in tb.shape(t))
-        created = self.failure.created(t)
+    # -- naming ---------------------------------------------------------------------------
+
+    def _name(self, value: Any) -> _Named:
+        if type(value) is Temporary:
+            where = locations.source_line(value.filename, value.lineno, value.function)
+            detail = f"made by {value.text} at {where.label}" + ("" if value.given else " (no device=)")
+            operand = Operand(None, "temporary", value.device, "?", None, detail)
+            return _Named(operand, value, frame=value.frame, created=(where, value.factory.split(".")[-1], value.given))
+        if type(value) is Traced:
+            where = locations.source_line(value.filename, value.lineno, value.function)
+            operand = Operand(value.name, "traced", value.device, "?", None,
+                              f"traced by torch.compile at {where.label}")
+            return _Named(operand, value, local=value.name)
+        device, dtype = str(tb.device(value)), str(tb.dtype(value)).removeprefix("torch.")
+        try:
+            shape = tuple(int(s) for s in tb.shape(value))
+        except Exception:  # noqa: BLE001 - a symbolic or unreadable shape
+            shape = None
+        created = self.failure.created(value)
         detail = ""
         if created is not None:
             where, factory, given = created
             detail = f"created at {where.label} by torch.{factory}" + ("" if given else " without device=")
-        found = self.index.lookup(t)
+        found = self.index.lookup(value)
         if found is not None:
             record, is_view = found
             if is_view:
                 detail = "; ".join(filter(None, [f"a view of {record.name}", detail]))
-            return Operand(record.name, self.index.source(record), device, dtype, shape, detail)
-        if frame is not None:
-            local = _local_name(frame, t, modules)
+            return _Named(Operand(record.name, self.index.source(record), device, dtype, shape, detail), value,
+                          record=record, created=created)
+        for frame in self.user_frames:
+            local = _local_name(frame, value, self.modules)
             if local is not None:
                 name, source = local
-                return Operand(name, source, device, dtype, shape, detail or f"in {frame.f_code.co_name}")
+                operand = Operand(name, source, device, dtype, shape, detail or f"in {frame.f_code.co_name}")
+                return _Named(operand, value, frame=frame, local=name if source == "local" else None,
+                              created=created)
         inside = next((locations.package_of(f.f_code.co_filename) for f in _frames(self.failure.stack)
                        if not locations.is_user_code(f.f_code) and not locations.is_own_file(f.f_code.co_filename)), "")
-        return Operand(None, "created" if created else "unknown", device, dtype, shape,
-                       detail or (f"made inside {inside}" if inside else "a temporary"))
+        source = "created" if created else "unknown"
+        return _Named(Operand(None, source, device, dtype, shape,
+                              detail or (f"made inside {inside}" if inside else "a temporary")), value, created=created)
 
-    def _target_device(self, operands: list[Operand]) -> str | None:
-        # One rule with %devices: an accelerator wins over the CPU; between accelerators,
-        # the device of the model whose parameter is an operand (most of its bytes).
-        devices = [o.device for o in operands]
-        accelerators = {d for d in devices if device_is_accelerator(d)}
+    # -- the one device everything should be on -------------------------------------------------
+
+    def _target(self, named: list[_Named]) -> str | None:
+        real = [n.device for n in named if n.device not in ("meta", "?")]
+        accelerators = list(dict.fromkeys(d for d in real if device_is_accelerator(d)))
         if len(accelerators) > 1:
-            for o in operands:
-                module = self._module_of(o)
-                if module is not None:
-                    return fixes.target_device(module.devices)
-        return fixes.target_device(devices)
+            # Between accelerators (a pipeline, a dispatched model): the device of the module
+            # whose forward is running, else of the model whose parameter is an operand.
+            running = _running_module_device(self.failure.stack)
+            if running in accelerators:
+                return running
+            for n in named:
+                model = self._model_of(n)
+                if model is not None:
+                    return fixes.target_device(model.devices)
+        return fixes.target_device(real)
 
-    def _module_of(self, o: Operand) -> Any:
+    def _model_of(self, n: _Named) -> Any:
         from .findings import root_module
 
-        if o.name is None or o.source not in ("parameter", "buffer", "gradient", "attribute"):
+        if n.operand.name is None or n.operand.source not in ("parameter", "buffer", "gradient", "attribute"):
             return None
-        return root_module(self.index.result, o.name)
+        return root_module(self.result, n.operand.name)
 
-    def _fix(self, operands: list[Operand], target: str, frame: Any) -> Fix | None:
-        result = self.index.result
+    # -- fixes ----------------------------------------------------------------------------------
+
+    def _fix(self, named: list[_Named], target: str) -> Fix | None:
         parts: list[Fix] = []
-        moved_modules: set[str] = set()
-        misplaced = [o for o in operands if o.device != target]
-        derived: list[Fix] = []
-
-        def move_model(module: Any) -> None:
-            if module.name not in moved_modules:
-                moved_modules.add(module.name)
-                parts.append(self._move_module(result, module, target))
-
-        for o in misplaced:
-            module = self._module_of(o)
-            if module is not None and o.source in ("parameter", "buffer", "gradient"):
-                move_model(module)  # a model in the wrong place moves whole, to the one target
-                continue
-            fix = self._operand_fix(o, target, frame, operands, module)
-            if fix is not None:
-                if o.source == "local" and fix.edits and self.created.get(id(o)) is None:
-                    derived.append(fix)  # a local computed from the inputs, not made on the wrong device
+        seen: set[str] = set()
+        misplaced = [n for n in named if n.device != target]
+        self.handled = {n.operand.name for n in misplaced if n.operand.name}
+        for n in misplaced:
+            fix = self._operand_fix(n, target)
+            if fix is not None and fix.summary not in seen:
+                seen.add(fix.summary)
                 parts.append(fix)
-            elif o.source in ("created", "unknown", "local"):
-                # A temporary made inside library code: a split model it met explains it.
-                for other in operands:
-                    split = self._module_of(other)
-                    if split is not None and len([d for d in split.devices if d != "meta"]) > 1:
-                        move_model(split)
-        # A model split between the host and an accelerator fails at its next part whatever
-        # moves now: it moves whole, as %devices says (a split across accelerators may be
-        # deliberate model parallelism, and moves only when its own part is misplaced).
-        for o in operands:
-            split = self._module_of(o)
-            if split is not None and split.name not in moved_modules and not split.deliberate_split:
-                real = [d for d in split.devices if d != "meta"]
-                if len(real) > 1 and any(not device_is_accelerator(d) for d in real):
-                    move_model(split)
-                    parts.insert(0, parts.pop())  # the model first: the larger change
-        # Inputs named on the user's line that are elsewhere move too: the next one would fail
-        # next, and after a split model moves they would fail at its first layer.
-        named = {p.action.name for p in parts if isinstance(p.action, Move)}
-        inputs = [f for f in self._user_inputs([frame, self._cell_or(frame)], target)
-                  if not (isinstance(f.action, Move) and f.action.name in named)]
-        if inputs and derived:
-            # A local computed from inputs that sit on the wrong device moves with them: moving
-            # the inputs is the fix (an edit is for a tensor the function makes on the wrong device).
-            parts = [p for p in parts if not any(p is d for d in derived)]
-        parts.extend(inputs)
+        # A model split between the host and an accelerator fails at its next part whatever moves
+        # now: its parts off the target move too (a split across accelerators may be deliberate).
+        for n in named:
+            model = self._model_of(n)
+            if model is None or model.name in self.whole_moves or model.deliberate_split:
+                continue
+            if not self._off_target_tensors(model, target):
+                continue
+            real = [d for d in model.devices if d != "meta"]
+            if len(real) > 1 and any(not device_is_accelerator(d) for d in real):
+                fix = self._model_parts_fix(n, target)
+                if fix is not None and fix.summary not in seen:
+                    seen.add(fix.summary)
+                    parts.insert(0, fix)  # the model first: the larger change
+        moved = {n.operand.name for n in misplaced if n.operand.source == "namespace" and n.operand.name}
+        if moved:
+            # The other inputs of the call that passed a misplaced tensor would fail next (labels after ids).
+            parts.extend(f for f in self._passed_tensors(target, lambda call: bool(moved & _arguments(call)))
+                         if f.summary not in seen and not seen.add(f.summary))
+        if any(n.operand.source == "unknown" for n in misplaced):
+            # Made inside library code from what the user passed in: those inputs are the cause.
+            parts.extend(f for f in self._inputs_on_lines(target) if f.summary not in seen)
+        parts.extend(f for f in self._inputs_of_moved_models(target) if f.summary not in seen)
         if not parts:
-            names = ", ".join(o.name or o.detail for o in misplaced)
+            names = ", ".join(n.operand.name or n.operand.detail for n in misplaced)
             return Fix(summary=f"put {names} on {target}",
                        note=f"{names} is made inside library code from your inputs: move the inputs you pass in "
                             f"to {target}")
-        return fixes.combine(parts)
+        fix = fixes.combine(parts)
+        note = self._hook_gap(misplaced, target)
+        return dataclasses.replace(fix, note=" ".join(filter(None, [fix.note, note])) or None) if note else fix
 
-    def _cell_or(self, frame: Any) -> Any:
-        """The checked cell's frame (the user's own line that called everything), else ``frame``."""
-        return next((f for f in locations.user_frames(self.failure.stack) if self.failure.is_cell_frame(f)), frame)
+    def _operand_fix(self, n: _Named, target: str) -> Fix | None:
+        source = n.operand.source
+        if n.device == "meta":
+            return self._meta_fix(n, target)
+        if source in ("parameter", "buffer", "gradient"):
+            if source == "buffer":
+                made = self._forward_buffer_fix(n, target)
+                if made is not None:
+                    return made
+            return self._model_parts_fix(n, target)
+        if source == "attribute":
+            return self._attribute_fix(n, target)
+        if source == "optimizer_state" and n.operand.name:
+            return dataclasses.replace(fixes.optimizer_state(n.operand.name.split(".state[", 1)[0]), rerun=True)
+        if source == "namespace" and n.record is not None:
+            return self._namespace_fix(n, target)
+        if source == "local" and n.frame is not None:
+            return self._local_fix(n, target)
+        if source == "traced":
+            return self._traced_fix(n, target)
+        if n.created is not None:
+            return self._line_fix(n.created[0], target, n.frame)
+        return self._comprehension_fix(n, target)
 
-    def _move_module(self, result: Any, module: Any, target: str) -> Fix:
-        from .findings import move_fix
+    def _edit_fix(self, origin: origins.Origin, summary: str) -> Fix:
+        """A fix that is an edit of the user's line: made by Apply fix when it is in the failed cell."""
+        in_cell = origin.edit is not None and origin.where.cell is not None and origin.where.file == self.cell_file
+        action = EditCell(origin.edit) if in_cell else None
+        note = None if in_cell else (f"then run {origin.where.where} again, and the cells after it that use it"
+                                     if origin.where.cell is not None else None)
+        return Fix(summary=summary, edits=(origin.edit,) if origin.edit else (), action=action, rerun=in_cell,
+                   note=note)
 
-        swap_flag = bool(result.options.get("swap_flag"))
-        if module.held_parameters and any(not fixes.moves_in_place(d, target, swap_flag) for d in module.devices):
-            # The failing call's frames hold the graph that saved them; they become the traceback.
-            names = tuple(r.name for r in result.records if r.kind == "tensor" and r.requires_grad and not r.is_leaf
-                          and fixes.assignment(r.name, f"{r.name}.detach()"))
-            return fixes.move_module(module.name, target, release=names, release_traceback=True,
-                                     optimizers=_optimizers_of(result, module.name))
-        return move_fix(result, module, target)
+    def _namespace_fix(self, n: _Named, target: str) -> Fix | None:
+        record = n.record
+        root = fixes.root_of(record.name)
+        parent = _parent(record.name)
+        container = object_at(self.failure.namespace, parent) if parent else MISSING
+        if type(container) in (list, tuple, dict):
+            return self._container_fix(parent, container, target)
+        device_expr = origins.device_expression(self.failure.namespace, target)
+        wrong = self._wrong_loop_targets(root, target)
+        origin = origins.namespace_origin(root, self.cell, self.failing_line, wrong, device_expr)
+        if origin is not None and origin.in_failed_cell and origin.edit is not None:
+            what = "the loop's batches" if origin.kind == "loop" else root
+            return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if origin.kind == 'loop' else 'it'}")
+        grads = {r.param for r in self.result.records if r.kind == "gradient"}
+        moved = fixes.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
+                                  is_leaf=record.is_leaf, is_parameter=record.type_name == "Parameter",
+                                  has_grad=record.name in grads, swap_flag=bool(self.result.options.get("swap_flag")))
+        edits = (origin.edit,) if origin is not None and origin.edit is not None else ()
+        note = f"and {origin.where.where} makes it on {target} from now on" if edits else None
+        return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None,
+                                   note=" ".join(filter(None, [moved.note, note])) or None)
 
-    def _operand_fix(self, o: Operand, target: str, frame: Any, operands: list[Operand], module: Any) -> Fix | None:
-        result = self.index.result
-        record = next((r for r in result.records if r.name == o.name), None) if o.name else None
-        if o.source == "namespace" and record is not None:
-            grads = {r.param for r in result.records if r.kind == "gradient"}
-            return fixes.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
-                                     is_leaf=record.is_leaf, is_parameter=record.type_name == "Parameter",
-                                     has_grad=record.name in grads, swap_flag=bool(result.options.get("swap_flag")))
-        if o.source == "optimizer_state" and o.name:
-            return fixes.optimizer_state(o.name.split(".state[", 1)[0])
-        if o.source == "attribute" and module is not None:
-            u = next((u for m in result.modules for u in m.unregistered if o.name and (
-                o.name == u.name or o.name.startswith(u.name + "[") or o.name.startswith(u.name + "."))), None)
-            if u is not None:
-                return fixes.register_buffer(u, target)
-        if o.source == "local" and o.name and frame is not None and locations.is_user_code(frame.f_code):
-            return self._local_fix(o, target, frame, operands)
-        return None
+    def _wrong_loop_targets(self, root: str, target: str) -> list[str]:
+        """The names a ``for`` loop binds together with ``root`` whose tensors are off ``target``."""
+        current = sources.current_cell(self.cell_file) if self.cell_file else None
+        statement = sources.assignment_in_session(root, current, self.failing_line) if current else None
+        if statement is None or not isinstance(statement.node, (ast.For, ast.AsyncFor)):
+            return [root]
+        out = []
+        for name in sorted(sources.assigned_names(statement.node), key=lambda x: statement.node.target.col_offset):
+            value = dict.get(self.failure.namespace, name) if issubclass(type(self.failure.namespace), dict) else None
+            if issubclass(type(value), _T) and str(tb.device(value)) != target:
+                out.append(name)
+        ordered = [e.id for e in ast.walk(statement.node.target) if isinstance(e, ast.Name) and e.id in out]
+        return ordered or [root]
 
-    def _local_fix(self, o: Operand, target: str, frame: Any, operands: list[Operand]) -> Fix | None:
-        """A local of the user's own function: edit their line (never rebind a variable from outside)."""
-        local = o.name.split(".")[0] if o.name else ""
-        anchor = next((x.name for x in operands if x.device == target and x.source == "local" and x.name
-                       and fixes.is_identifier(x.name)), None)
-        if anchor is None:
-            anchor = next((k for k, v in frame.f_locals.items()
-                           if k != "self" and isinstance(v, _T) and str(tb.device(v)) == target), None)
-        device_expr = f"{anchor}.device" if anchor else fixes.device_literal(target)
-        edit = None
-        created = self.created.get(id(o))
-        if created is not None and not created[2]:
-            line, factory, _given = created
-            edit = fixes.factory_device_edit(line, factory, device_expr)
-        if edit is None:
-            edit = fixes.wrap_name_edit(self.failure.source(frame), local, device_expr)
+    def _local_fix(self, n: _Named, target: str) -> Fix | None:
+        frame, local = n.frame, n.local
+        if frame.f_code.co_name in _COMPREHENSIONS:
+            return self._comprehension_fix(n, target)
+        line = self.failure.source(frame).line
+        operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
+        device_expr = origins.device_expression(self.failure.namespace, target, frame, avoid={local}, prefer=operands)
+        origin = origins.local_origin(local, frame, line, [local], device_expr)
+        if origin is None and n.created is not None:
+            origin = origins.line_origin(n.created[0], device_expr, n.created[0].file == self.cell_file)
+        if origin is not None and origin.edit is not None:
+            return self._edit_fix(origin, f"create {local} on the device of the other inputs, in "
+                                          f"{origin.edit.context or 'your code'}")
+        passed = self._passed_in(frame, local, line, target)
+        if passed is not None:
+            return passed
+        edit = fixes.wrap_name_edit(self.failure.source(frame), local, device_expr)
         if edit is None:
             return None
-        return Fix(summary=f"create {local} on the device of the other inputs, in {edit.context or 'your code'}",
-                   edits=(edit,))
+        return Fix(summary=f"move {local} to the device of the other inputs where it is used", edits=(edit,),
+                   note=f"{local} is computed from values on {n.device}: this copies it on every call; making "
+                        "those values on the right device avoids the copy")
 
-    def _user_inputs(self, frames: list[Any], target: str) -> list[Fix]:
-        """Namespace tensors named on the user's lines (the innermost one and the cell's) that are
-        not on ``target``: an input passed into code that failed further in."""
-        import ast
+    def _passed_in(self, frame: Any, local: str, line: int, target: str) -> Fix | None:
+        """A local computed from (or being) a parameter of the user's function: the caller passed a
+        namespace tensor on the wrong device there (``project(x)``), and that tensor is the fix."""
+        caller = next((f for f in self.user_frames if f is frame.f_back), None)
+        if caller is None:
+            return None
+        caller_line = self.failure.source(caller).text
+        records = {r.name: r for r in self.result.records if r.kind == "tensor" and r.alias_of is None}
+        for name in origins.local_inputs(local, frame, line):
+            argument = origins.call_argument(caller, caller_line, frame.f_code.co_name, frame.f_code, name)
+            record = records.get(argument or "")
+            if record is not None and record.device != target:
+                return self._namespace_fix(_Named(Operand(record.name, "namespace", record.device, "?", None),
+                                                  None, record=record), target)
+        return None
 
-        wanted: set[str] = set()  # the expressions on those lines, compared by their parsed form
-        for frame in {id(f): f for f in frames if f is not None}.values():
+    def _traced_fix(self, n: _Named, target: str) -> Fix | None:
+        """A local of a function torch.compile traced: the line that made it, read from the source."""
+        traced = n.value
+        if not traced.name.isidentifier():
+            return None
+        anchor = next((o.local for o in self._named if o.operand.source == "traced" and o.device == target
+                       and o.local and o.local.isidentifier()), None)
+        device_expr = f"{anchor}.device" if anchor else origins.device_expression(self.failure.namespace, target)
+        origin = origins.local_origin_at(traced.filename, traced.function, traced.lineno, traced.name, device_expr)
+        if origin is None or origin.edit is None:
+            return None
+        return self._edit_fix(origin, f"create {traced.name} on the device of the other inputs, in "
+                                      f"{origin.edit.context or 'your code'}")
+
+    def _line_fix(self, where: SourceLine, target: str, frame: Any) -> Fix | None:
+        in_cell = where.file == self.cell_file
+        operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
+        device_expr = origins.device_expression(self.failure.namespace, target, None if in_cell else frame,
+                                                prefer=operands)
+        origin = origins.line_origin(where, device_expr, in_cell)
+        if origin is None:
+            return None
+        return self._edit_fix(origin, f"make the tensor of {where.label} on {target}")
+
+    def _comprehension_fix(self, n: _Named, target: str) -> Fix | None:
+        """An item of a namespace list or tuple that a comprehension on the failing line walks:
+        the container moves, keeping its type."""
+        if self.cell is None:
+            return None
+        try:
+            tree = ast.parse(self.failure.source(self.cell).text)
+        except SyntaxError:
+            return None
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
+                for generator in node.generators:
+                    name = ast.unparse(generator.iter)
+                    container = object_at(self.failure.namespace, name)
+                    items = list(container) if type(container) in (list, tuple) else []
+                    if any(item is n.value for item in items):
+                        return self._container_fix(name, container, target)
+        return None
+
+    def _container_fix(self, name: str, container: Any, target: str) -> Fix:
+        """A list, tuple or dict of tensors in the namespace: moved whole, keeping its type, and the
+        line of an earlier cell that made it edited."""
+        device_expr = origins.device_expression(self.failure.namespace, target)
+        origin = origins.namespace_origin(fixes.root_of(name), self.cell, self.failing_line, [], device_expr)
+        values = list(dict.values(container)) if type(container) is dict else list(container)
+        moved = fixes.move_container(name, target, type(container).__name__,
+                                     all_tensors=all(issubclass(type(v), _T) for v in values))
+        if origin is not None and origin.in_failed_cell and origin.edit is not None:
+            return self._edit_fix(origin, f"make {fixes.root_of(name)} on {target} where this cell makes it")
+        edits = (origin.edit,) if origin is not None and origin.edit else ()
+        return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None)
+
+    def _attribute_fix(self, n: _Named, target: str) -> Fix | None:
+        name = n.operand.name or ""
+        for module in self.result.modules:
+            for u in module.unregistered:
+                if name == u.name:
+                    return dataclasses.replace(fixes.register_buffer(u, target), rerun=True)
+                if name.startswith((u.name + "[", u.name + ".")):
+                    container = object_at(self.failure.namespace, u.name)
+                    kind = type(container).__name__ if type(container) in (list, tuple, dict) else "list"
+                    return dataclasses.replace(fixes.move_container(u.name, target, kind, attribute_of=u), rerun=True)
+        return None
+
+    def _forward_buffer_fix(self, n: _Named, target: str) -> Fix | None:
+        """A buffer that a method other than ``__init__`` replaces (``self.scale = torch.ones(8)`` in
+        ``forward``): it gets its device there on every call, so that line is the fix."""
+        name, owner = n.operand.name or "", n.record.owner if n.record is not None else None
+        if owner is None:
+            return None
+        module = object_at(self.failure.namespace, owner) if owner else MISSING
+        if module is MISSING:
+            return None
+        attr = name.rsplit(".", 1)[-1]
+        statements = origins.assignments_in_methods(type(module), attr)
+        if not statements:
+            return None
+        statement = statements[0]
+        frame = next((f for f in self.user_frames if f.f_code.co_filename == statement.filename
+                      and f.f_code.co_name == statement.function), None)
+        operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
+        device_expr = origins.device_expression(self.failure.namespace, target, frame, prefer=operands)
+        made = origins.creation_edit(statement, device_expr)
+        if made is None or made[0] != "factory":
+            return None
+        where = locations.source_line(statement.filename, statement.line, statement.function)
+        fix = self._edit_fix(origins.Origin(where, "factory", made[1]),
+                             f"make {attr} on {target} where {statement.function} replaces it")
+        self.replaced_in_methods.add(name)
+        note = (f"{statement.function} replaces the buffer {name} with a new tensor on every call, so "
+                f"moving it would not last")
+        return dataclasses.replace(fix, note=" ".join(filter(None, [note, fix.note])))
+
+    def _off_target_tensors(self, model: Any, target: str) -> list[str]:
+        """The parameters and buffers of ``model`` off ``target``, less those a method replaces."""
+        prefixes = (model.name + ".", model.name + "[")
+        return [r.name for r in self.result.records
+                if r.kind in ("parameter", "buffer") and r.name.startswith(prefixes) and r.device not in (target, "meta")
+                and r.name not in self.replaced_in_methods]
+
+    def _model_parts_fix(self, n: _Named, target: str) -> Fix | None:
+        model = self._model_of(n)
+        if model is None:
+            return None
+        if model.deliberate_split and model.off_map:
+            self.whole_moves.add(model.name)
+            return dataclasses.replace(fixes.redispatch(model.name, model.off_map), rerun=True)
+        parts = parts_off(model, target)
+        if not model.deliberate_split:
+            self.whole_moves.add(model.name)  # wholly on the target once this is done
+        fix = self._move(model, target, parts)
+        # The line that made the part (model.head = nn.Linear(...)) or the model gets .to(): it does
+        # not come back when those cells run again.
+        edits = [origin.edit for origin in (self._module_origin(p, target) for p in (parts or [model.name]))
+                 if origin is not None and origin.edit is not None]
+        return dataclasses.replace(fix, edits=tuple(dict.fromkeys(edits)), rerun=True)
+
+    def _module_origin(self, path: str, target: str) -> origins.Origin | None:
+        device_expr = origins.device_expression(self.failure.namespace, target)
+        for name in (path, fixes.root_of(path)):
+            origin = origins.namespace_origin(name, self.cell, self.failing_line, [], device_expr, wrap=True)
+            if origin is not None:
+                return origin
+        return None
+
+    def _move(self, model: Any, target: str, parts: list[str] | None = None) -> Fix:
+        """Move a model (or its ``parts``). Where the move swaps tensors (a Python device backend,
+        DTensor, the swap flag), the failed call's frames still hold some of its parameters:
+        they become the traceback, which the fix releases first, with any graph that saved them."""
+        from .findings import move_fix, optimizers_with_state_under
+
+        swap_flag = bool(self.result.options.get("swap_flag"))
+        names = parts or [model.name]
+        optimizers = tuple(dict.fromkeys(o for p in names for o in optimizers_with_state_under(self.result, p)))
+        part_of = model.name if parts else None
+        swapped = [r for r in self.result.records if r.kind == "parameter"
+                   and r.name.startswith(tuple(f"{n}{sep}" for n in names for sep in ".["))]
+        # Buffers are reassigned, never swapped: a module with no parameters is never refused
+        # (one with any is: every parameter is swapped, those already on the target too).
+        if not swapped or all(fixes.moves_in_place(d, target, swap_flag) for d in model.devices if d != target):
+            if parts is None:
+                return move_fix(self.result, model, target)
+            return fixes.move_module(names, target, optimizers=optimizers, part_of=part_of)
+        held = tuple(r.name for r in self.result.records if r.kind == "tensor" and r.requires_grad and not r.is_leaf
+                     and fixes.assignment(r.name, f"{r.name}.detach()"))
+        return fixes.move_module(names, target, release=held, release_traceback=True, optimizers=optimizers,
+                                 part_of=part_of)
+
+    def _meta_fix(self, n: _Named, target: str) -> Fix | None:
+        model = self._model_of(n)
+        if model is None:
+            return None
+        whole = all(d == "meta" for d in model.devices)
+        if whole:
+            self.whole_moves.add(model.name)
+        release = tuple(r.name for r in self.result.records if r.kind == "tensor" and r.requires_grad
+                        and not r.is_leaf and fixes.assignment(r.name, f"{r.name}.detach()"))
+        fix = fixes.materialise(model.name, target if whole else None, max(1, model.unmaterialised),
+                                hf_model=model.library == "transformers", release=release, release_traceback=True)
+        return dataclasses.replace(fix, rerun=fix.code is not None)
+
+    def _inputs_on_lines(self, target: str) -> list[Fix]:
+        """Namespace tensors off ``target`` passed to calls on the user's lines (the failed cell's
+        and the innermost user frame's)."""
+        return self._passed_tensors(target, lambda call: True)
+
+    def _inputs_of_moved_models(self, target: str) -> list[Fix]:
+        """Tensors passed on the user's lines to a model that the fix leaves wholly on ``target``:
+        they would fail next, at its first layer."""
+        if not self.whole_moves:
+            return []
+        return self._passed_tensors(target, lambda call: fixes.root_of(ast.unparse(call.func)) in self.whole_moves)
+
+    def _passed_tensors(self, target: str, wanted: Callable[[ast.Call], bool]) -> list[Fix]:
+        """Fixes of the namespace tensors off ``target`` that the user's lines pass to the calls
+        ``wanted`` picks, each fixed where it is made (as an operand would be)."""
+        out = []
+        records = {r.name: r for r in self.result.records}
+        for frame in {id(f): f for f in (self.inner, self.cell) if f is not None}.values():
             try:
                 tree = ast.parse(self.failure.source(frame).text)
             except SyntaxError:
                 continue
-            moved = set()  # expressions the line itself moves (batch["ids"].to(device)) need no fix
             for node in ast.walk(tree):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr in ("to", "cuda", "xpu", "mps")):
-                    moved.add(ast.dump(node.func.value, annotate_fields=False, include_attributes=False))
-            bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, (ast.Attribute, ast.Subscript))}
-            for node in ast.walk(tree):
-                # An expression used whole (x, batch["ids"], model(**batch)), not only as the base of one.
-                if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) and id(node) not in bases:
-                    dump = ast.dump(node, annotate_fields=False, include_attributes=False)
-                    if dump not in moved:
-                        wanted.add(dump)
-        result = self.index.result
-        grads = {r.param for r in result.records if r.kind == "gradient"}
-        out = []
-        for r in result.records:
-            loose = r.kind == "tensor" or (r.kind == "parameter" and r.owner is None)
-            if not loose or r.alias_of is not None or r.device == target:
-                continue
-            if _named_in(r.name, wanted):
-                out.append(fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad,
-                                             is_leaf=r.is_leaf, is_parameter=r.type_name == "Parameter",
-                                             has_grad=r.name in grads,
-                                             swap_flag=bool(result.options.get("swap_flag"))))
+                if not isinstance(node, ast.Call) or not wanted(node):
+                    continue
+                for arg in [*node.args, *(k.value for k in node.keywords)]:
+                    r = records.get(ast.unparse(arg))
+                    if r is None or r.device == target or r.alias_of is not None or r.kind != "tensor" \
+                            or r.name in self.handled:
+                        continue
+                    self.handled.add(r.name)
+                    fix = self._namespace_fix(_Named(Operand(r.name, "namespace", r.device, r.dtype or "?", None),
+                                                     None, record=r), target)
+                    if fix is not None:
+                        out.append(fix)
         return out
 
+    def _hook_gap(self, misplaced: list[_Named], target: str) -> str | None:
+        """A module whose forward pre-hook moves positional arguments only, while a misplaced
+        operand reached its ``forward`` as a keyword argument."""
+        frame = self.failure.stack
+        while frame is not None:
+            local_vars = frame.f_locals
+            owner = dict.get(local_vars, "self") if type(local_vars) is dict else None
+            if frame.f_code.co_name == "forward" and issubclass(type(owner), torch.nn.Module):
+                d = instance_dict(owner)
+                hooks = d.get("_forward_pre_hooks")  # an OrderedDict, read through dict's own methods
+                with_kwargs = d.get("_forward_pre_hooks_with_kwargs")
+                kwargs_aware = set(dict.keys(with_kwargs)) if issubclass(type(with_kwargs), dict) else set()
+                plain = [h for k, h in (dict.items(hooks) if issubclass(type(hooks), dict) else ())
+                         if k not in kwargs_aware]
+                keywords = {k for k, v in dict.items(local_vars) if type(k) is str}
+                missed = [n for n in misplaced if n.operand.name in keywords or n.local in keywords]
+                call_line = self.failure.source(self.cell).text if self.cell is not None else ""
+                passed = [n for n in missed if f"{_param_of(local_vars, n.value)}=" in call_line]
+                if plain and passed:
+                    path = self.modules.get(id(owner), type(owner).__name__)
+                    hook = getattr(plain[0], "__name__", "its pre-hook")
+                    names = ", ".join(n.operand.name or "" for n in passed)
+                    return (f"{path}'s forward pre-hook {hook} moves positional arguments only: {names} reached "
+                            f"forward as a keyword argument, which the hook never sees (register it with "
+                            "with_kwargs=True to move keyword arguments too, or pass it positionally).")
+                return None
+            frame = frame.f_back
+        return None
 
-def _named_in(name: str, wanted: set[str]) -> bool:
-    """Whether ``name`` (or a container it is in: ``batch`` for ``batch["ids"]``) is among ``wanted``."""
-    import ast
 
+def _arguments(call: ast.Call) -> set[str]:
+    return {ast.unparse(a) for a in [*call.args, *(k.value for k in call.keywords)]}
+
+
+def _parent(name: str) -> str | None:
+    """``batch`` for ``batch["ids"]``, ``shards`` for ``shards[0]``; None for a plain name or attribute."""
     try:
         node = ast.parse(name, mode="eval").body
     except SyntaxError:
-        return False
-    while True:
-        if ast.dump(node, annotate_fields=False, include_attributes=False) in wanted:
-            return True
-        if isinstance(node, (ast.Attribute, ast.Subscript)):
-            node = node.value
-        else:
-            return False
+        return None
+    return ast.unparse(node.value) if isinstance(node, ast.Subscript) else None
+
+
+def _param_of(local_vars: dict, value: Any) -> str:
+    return next((k for k, v in dict.items(local_vars) if v is value and type(k) is str), "")
+
+
+def parts_off(model: Any, target: str) -> list[str] | None:
+    """The submodules of a model on other devices than ``target``, to move alone; None when the
+    model moves whole (it is all elsewhere, or in many places). A deliberate split keeps its
+    accelerators: only its parts on the host move."""
+    if len([d for d in model.devices if d != "meta"]) < 2 or not model.placement:
+        return None
+    off = [(path, device) for path, device in model.placement if device != target]
+    if model.deliberate_split or all(device_is_accelerator(d) for d in model.devices):
+        off = [(path, device) for path, device in off if not device_is_accelerator(device)]
+    paths = list(dict.fromkeys(path for path, _ in off))
+    if not paths or model.name in paths or len(paths) > 3:
+        return None if not model.deliberate_split else paths
+    return paths
 
 
 def _frames(frame: Any) -> Iterator[Any]:
@@ -325,16 +647,28 @@ def _frames(frame: Any) -> Iterator[Any]:
         frame = frame.f_back
 
 
-def _optimizers_of(result: Any, module: str) -> tuple[str, ...]:
-    from .findings import optimizers_with_state_under
-
-    return optimizers_with_state_under(result, module)
+def _running_module_device(frame: types.FrameType | None) -> str | None:
+    """The one device of the parameters of the innermost module whose ``forward`` is running."""
+    while frame is not None:
+        local_vars = frame.f_locals
+        owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name == "forward" else None
+        if issubclass(type(owner), torch.nn.Module):
+            devices = set()
+            for _, p in str_items(instance_dict(owner).get("_parameters")):
+                if issubclass(type(p), _T):
+                    devices.add(str(tb.device(p)))
+            if len(devices) == 1:
+                return devices.pop()
+        frame = frame.f_back
+    return None
 
 
 def _innermost_module_path(modules: dict[int, str], frame: types.FrameType | None) -> str | None:
     """Path of the innermost module whose method is on the stack (``model.fc1``)."""
     while frame is not None:
-        owner = frame.f_locals.get("self") if frame.f_code.co_name in ("forward", "_call_impl") else None
+        local_vars = frame.f_locals
+        owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name in (
+            "forward", "_call_impl") else None
         if owner is not None and id(owner) in modules:
             return modules[id(owner)]
         frame = frame.f_back
@@ -342,22 +676,22 @@ def _innermost_module_path(modules: dict[int, str], frame: types.FrameType | Non
 
 
 def _local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] | None:
-    from ..collect.static import instance_dict
-
     local_vars = frame.f_locals
-    for key, value in local_vars.items():
-        if value is t and key != "self":
+    if type(local_vars) is not dict or local_vars is frame.f_globals:
+        return None
+    for key, value in dict.items(local_vars):
+        if value is t and key != "self" and type(key) is str:
             return key, "local"
-    owner = local_vars.get("self")
-    if owner is not None and issubclass(type(owner), torch.nn.Module):
+    owner = dict.get(local_vars, "self")
+    if issubclass(type(owner), torch.nn.Module):
         d = instance_dict(owner)
         path = modules.get(id(owner))
         prefix = path if path is not None else "self"
         for group, source in (("_parameters", "parameter"), ("_buffers", "buffer")):
-            for key, value in (d.get(group) or {}).items():
+            for key, value in str_items(d.get(group)):
                 if value is t:
                     return f"{prefix}.{key}", source
-        for key, value in d.items():
-            if value is t:
+        for key, value in dict.items(d):
+            if value is t and type(key) is str:
                 return f"{prefix}.{key}", "attribute"
     return None

@@ -109,16 +109,68 @@ def _graph_holders(result: ScanResult) -> tuple[tuple[str, ...], bool]:
     return names, bool(result.options.get("has_traceback"))
 
 
-def move_fix(result: ScanResult, module: ModuleSummary, device: str, why: str = "") -> fixes.Fix:
-    """Move a whole model to ``device``, with its optimizers' state, releasing graphs a swap needs."""
+def move_fix(result: ScanResult, module: ModuleSummary, device: str, why: str = "", part: str | None = None) -> fixes.Fix:
+    """Move a whole model (or its submodule ``part``) to ``device``, with its optimizers' state,
+    releasing the graphs a swap needs."""
+    name = part or module.name
     release: tuple[str, ...] = ()
     traceback_too = False
     swap_flag = bool(result.options.get("swap_flag"))
     needs_swap = any(not fixes.moves_in_place(d, device, swap_flag) for d in module.devices if d != device)
-    if needs_swap and module.held_parameters:
+    held = [p for p in module.held_parameters if is_under(p, name)]
+    if needs_swap and held:
         release, traceback_too = _graph_holders(result)
-    return fixes.move_module(module.name, device, optimizers=optimizers_with_state_under(result, module.name),
-                             release=release, release_traceback=traceback_too, why=why)
+    return fixes.move_module(name, device, optimizers=optimizers_with_state_under(result, name),
+                             release=release, release_traceback=traceback_too, why=why,
+                             part_of=module.name if part else None)
+
+
+def _meta_call(result: ScanResult, module: ModuleSummary, call: Any, reported: set[str]) -> Iterator[Finding]:
+    """A model wholly on ``meta`` (no data) that a cell calls with tensors on a device."""
+    args = [r for r in result.records if r.kind == "tensor" and not r.hidden and r.alias_of is None
+            and (r.name == call.argument or r.name.startswith(call.argument + "[")) and r.device != "meta"]
+    if not args:
+        return
+    target = fixes.target_device([r.device for r in args])
+    release, traceback_too = _graph_holders(result)
+    reported.add(module.name)
+    yield Finding(
+        code="partly-materialised-module",
+        severity="error",
+        subject=module.name,
+        message=(f"{module.name} ({module.type_name}) is on the meta device: its parameters have shapes but no "
+                 f"data, and {call.where.where} passes it {call.argument} on {target}: that call fails"),
+        fix=fixes.materialise(module.name, target, max(1, module.unmaterialised),
+                              hf_model=module.library == "transformers", release=release,
+                              release_traceback=traceback_too),
+        names=_module_records(result, module.name),
+    )
+
+
+def _functions_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding]:
+    """A recent cell calls a function with namespace tensors on different devices (``F.linear(x, w, b)``)."""
+    records = {r.name: r for r in result.records if not r.hidden and r.kind in ("tensor", "parameter")}
+    for call in result.function_calls:
+        args = [records[a] for a in call.arguments if a in records]
+        devices = [r.device for r in args if not (r.device == "cpu" and r.shape == ())]
+        if len(set(devices)) < 2 or "meta" in devices:
+            continue
+        target = fixes.target_device(devices)
+        wrong = [r for r in args if r.device != target and not (r.device == "cpu" and r.shape == ())
+                 and r.name not in reported]
+        if not wrong or any(r.owner is not None for r in wrong):
+            continue
+        reported.update(r.name for r in wrong)
+        yield Finding(
+            code="input-on-other-device",
+            severity="warning",
+            subject=wrong[0].name,
+            message=(f"{call.where.where} calls {call.callee} with {', '.join(r.name for r in wrong)} on "
+                     f"{', '.join(sorted({r.device for r in wrong}))} and the rest on {target}: that call fails "
+                     "when it runs again"),
+            fix=fixes.combine([_move_record(result, r, target) for r in wrong]),
+            names=tuple(r.name for r in wrong),
+        )
 
 
 def _module_records(result: ScanResult, module: str) -> tuple[str, ...]:
@@ -139,6 +191,18 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
             where += f", … ({len(module.placement) - 6} more)"
         target = model_device(module)
         accelerators = [d for d in real if device_is_accelerator(d)]
+        if module.deliberate_split and module.off_map:
+            parts = ", ".join(f"{part} is on {device}" for part, device, _ in module.off_map)
+            yield Finding(
+                code="mixed-device-module",
+                severity="error",
+                subject=module.name,
+                message=(f"{module.name} ({module.type_name}) is dispatched by a device_map, but {parts}, not where "
+                         "the map puts it: a forward pass raises a device mismatch there"),
+                fix=fixes.redispatch(module.name, module.off_map),
+                names=_module_records(result, module.name),
+            )
+            continue
         if module.deliberate_split:
             severity, why = "hint", "its device_map puts parts on different devices on purpose"
         elif len(accelerators) == len(real):
@@ -167,7 +231,7 @@ def partly_materialised_modules(result: ScanResult) -> Iterator[Finding]:
             subject=module.name,
             message=(f"{module.name} ({module.type_name}) has {module.unmaterialised} parameter(s)/buffer(s) with no data "
                      f"(meta) next to ones on {', '.join(real)}: a forward pass fails and .to() cannot copy them"),
-            fix=fixes.materialise(module.name, fixes.target_device(real), module.unmaterialised),
+            fix=fixes.materialise(module.name, None, module.unmaterialised),  # to_empty would lose the real ones
             names=_module_records(result, module.name),
         )
 
@@ -187,20 +251,22 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
             where = f" It is on {first.device} while {module.name} is on {target}." if elsewhere else ""
             if direct:
                 fix = fixes.register_buffer(u, target)
+            elif u.container in ("list", "tuple", "dict") and target and elsewhere:
+                # Records say nothing of items that are not tensors: the code keeps any such item.
+                fix = fixes.move_container(u.name, target, u.container, attribute_of=u, all_tensors=False)
             else:
-                code = fixes.assignment(u.name, f"[t.to({fixes.device_literal(target)}) for t in {u.name}]") \
-                    if target and elsewhere and first.name.startswith(u.name + "[") else None
                 fix = fixes.Fix(
-                    summary=f"keep the tensors of {u.name} as buffers (or in nn.ParameterList / nn.ParameterDict)",
-                    code=code,
+                    summary=f"keep the tensors of {u.name} as buffers",
                     note=f"{u.name} holds tensors that .to() and state_dict() skip; register each as a buffer in "
-                         f"{u.class_name}.__init__" + (", or move them now with the code above" if code else ""),
+                         f"{u.class_name}.__init__ (self.register_buffer(...))",
                 )
             yield Finding(
                 code="unregistered-tensor-attribute",
                 severity="error" if elsewhere else "warning",
                 subject=u.name,
-                message=f"{u.name} is a plain tensor attribute, not a buffer: .to() and state_dict() skip it.{where}",
+                message=(f"{u.name} is a {u.container} of tensors in a plain attribute: .to() and state_dict() skip "
+                         f"them.{where}" if u.container else
+                         f"{u.name} is a plain tensor attribute, not a buffer: .to() and state_dict() skip it.{where}"),
                 fix=fix,
                 storage_bytes=sum(r.counted_bytes for r in records),
                 names=tuple(r.name for r in records),
@@ -247,7 +313,8 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
                                  and r.owner is not None and is_under(r.name, m.name) and r.alias_of is None) == wanted]
         module = candidates[0].name if len(candidates) == 1 else None
         likely = f"; it looks like the parameters of an earlier {module}" if module else ""
-        fix = fixes.rebuild_optimizer(opt, module) if module else fixes.Fix(
+        bound = [s for s in result.schedulers if s.optimizer == opt.name]
+        fix = fixes.rebuild_optimizer(opt, module, bound) if module else fixes.Fix(
             summary=f"create {opt.name} again over the parameters of the model you train",
             note=f"{opt.name} trains tensors that nothing else in the namespace holds")
         yield Finding(
@@ -263,16 +330,18 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
 
 
 def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
-    """A model on an accelerator while tensors named like its inputs are elsewhere."""
+    """Tensors the user's cells pass to a model on another device (the call fails when it runs
+    again), then tensors named like inputs on another device than a model on an accelerator."""
+    reported: set[str] = set()
+    yield from _calls_elsewhere(result, reported)
+    yield from _functions_elsewhere(result, reported)
     placed = [m for m in result.modules if len(m.devices) == 1 and device_is_accelerator(m.devices[0])]
     if not placed:
         return
     model_devices = {m.devices[0] for m in result.modules if m.devices}
     accelerated = sorted({m.devices[0] for m in placed})
-    swap_flag = bool(result.options.get("swap_flag"))
-    grads = {r.param for r in result.records if r.kind == "gradient"}
     for r in result.records:
-        if r.kind != "tensor" or r.alias_of is not None or r.hidden or r.device in model_devices:
+        if r.kind != "tensor" or r.alias_of is not None or r.hidden or r.device in model_devices or r.name in reported:
             continue
         base = re.split(r"[.\[]", r.name, maxsplit=1)[0]
         if base not in INPUT_NAMES:
@@ -289,10 +358,56 @@ def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
             subject=r.name,
             message=(f"{r.name} is on {r.device} while {', '.join(m.name for m in models)} is on {target}: "
                      f"move it there before passing it in{itself}"),
-            fix=fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad, is_leaf=r.is_leaf,
-                                  is_parameter=r.type_name == "Parameter", has_grad=r.name in grads,
-                                  swap_flag=swap_flag),
+            fix=_move_record(result, r, target),
             names=(r.name,),
+        )
+
+
+def _move_record(result: ScanResult, r: TensorRecord, target: str) -> fixes.Fix:
+    grads = {x.param for x in result.records if x.kind == "gradient"}
+    return fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad, is_leaf=r.is_leaf,
+                             is_parameter=r.type_name == "Parameter", has_grad=r.name in grads,
+                             swap_flag=bool(result.options.get("swap_flag")))
+
+
+def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding]:
+    """A cell passes a tensor (or a list of them) to a model that sits on another device."""
+    modules = {m.name: m for m in result.modules}
+    for call in result.calls:
+        module = modules.get(call.module)
+        real = [d for d in module.devices if d != "meta"] if module is not None else []
+        if module is not None and not real and call.module not in reported:
+            yield from _meta_call(result, module, call, reported)
+            continue
+        if module is None or len(real) != 1 or module.unmaterialised or module.moves_inputs:
+            continue  # a module whose hooks move its inputs takes them from anywhere
+        here = real[0]
+        args = [r for r in result.records if r.kind in ("tensor", "parameter") and r.owner is None and not r.hidden
+                and r.alias_of is None and (r.name == call.argument or r.name.startswith(call.argument + "["))]
+        wrong = [r for r in args if r.device not in (here, "meta") and r.name not in reported]
+        if not wrong:
+            continue
+        target = fixes.target_device([here, *(r.device for r in wrong)])
+        if target == here:
+            if call.container is not None:
+                fix = fixes.move_container(call.argument, target, call.container, all_tensors=False)
+            else:
+                fix = fixes.combine([_move_record(result, r, target) for r in wrong])
+            what = f"{call.argument} is on {', '.join(sorted({r.device for r in wrong}))}"
+            names = tuple(r.name for r in wrong)
+        else:
+            fix = move_fix(result, module, target)
+            what = f"{module.name} is on {here} while {call.argument} is on {target}"
+            names = tuple(r.name for r in wrong) + _module_records(result, module.name)
+        reported.update(r.name for r in wrong)
+        yield Finding(
+            code="input-on-other-device",
+            severity="warning",
+            subject=call.argument,
+            message=(f"{call.where.where} passes {call.argument} to {module.name}, but {what}: that call fails "
+                     f"when it runs again"),
+            fix=fix,
+            names=names,
         )
 
 

@@ -26,14 +26,17 @@ from ..collect.names import is_identifier, literal
 from ..model.fixes import (
     Fix,
     Move,
+    MoveContainer,
     MoveOptimizerState,
     RebuildOptimizer,
+    RebuildScheduler,
     RegisterBuffer,
     ReleaseGraphs,
     ReleaseHistory,
     SourceEdit,
+    Steps,
 )
-from ..model.records import OptimizerSummary, SourceLine, Unregistered, device_is_accelerator
+from ..model.records import OptimizerSummary, SchedulerSummary, SourceLine, Unregistered, device_is_accelerator
 
 #: Device types whose tensors PyTorch moves in place (``param.data = …``), keeping a
 #: Parameter's identity even while an autograd graph holds it. Any other device
@@ -151,24 +154,31 @@ STAYS_ON_HOST_CODE = "v.dim() == 0 and v.device.type == \"cpu\""
 # -- moving -----------------------------------------------------------------------------
 
 
-def move_module(name: str, device: str, *, optimizers: Iterable[str] = (), release: Iterable[str] = (),
-                release_traceback: bool = False, why: str = "") -> Fix:
-    """``model.to(device)``, with the state of ``optimizers`` that hold its parameters following.
+def move_module(name: str | Iterable[str], device: str, *, optimizers: Iterable[str] = (),
+                release: Iterable[str] = (), release_traceback: bool = False, why: str = "",
+                part_of: str | None = None) -> Fix:
+    """``model.to(device)`` (or each of several submodules ``name`` of ``part_of``), with the state
+    of ``optimizers`` that hold their parameters following.
 
     ``release`` / ``release_traceback`` come first when an autograd graph saved some
     of the parameters and this move has to swap tensors (see :data:`DENSE_DEVICE_TYPES`).
     """
+    names = [name] if isinstance(name, str) else list(name)
     optimizers = tuple(optimizers)
     lines = _release_lines(tuple(release), release_traceback)
-    lines.append(f"{name}.to({device_literal(device)})")
+    lines.extend(f"{n}.to({device_literal(device)})" for n in names)
     for opt in optimizers:
         lines.extend(optimizer_state_code(opt, comment="its optimizer's state follows"))
-    summary = f"move all of {name} to {device}" + (f" ({why})" if why else "")
+    shown = " and ".join(names)
+    summary = (f"move {shown} to {device}, where the rest of {part_of} is" if part_of
+               else f"move all of {shown} to {device}") + (f" ({why})" if why else "")
     if optimizers:
         summary += f", and the state of {', '.join(optimizers)} with it"
-    action = Move(name, device, optimizers) if is_path(name) else None
-    code = "\n".join(lines) if is_path(name) else None
-    return Fix(summary=summary, code=code, action=action, note=_release_note(release, release_traceback))
+    typed = all(is_path(n) for n in names)
+    moves = [Move(n, device, optimizers if i == len(names) - 1 else ()) for i, n in enumerate(names)]
+    action = (moves[0] if len(moves) == 1 else Steps(tuple(moves))) if typed else None
+    return Fix(summary=summary, code="\n".join(lines) if typed else None, action=action,
+               note=_release_note(release, release_traceback))
 
 
 def move_tensor(name: str, device: str, *, source: str, requires_grad: bool = False, is_leaf: bool = True,
@@ -236,14 +246,17 @@ def combine(parts: list[Fix]) -> Fix:
 
     if len(parts) == 1:
         return parts[0]
-    codes = [p.code for p in parts]
+    # Each part's code runs on its own; together they run in order. An edit-only part adds
+    # its edits (and its cell edit to the button's steps).
+    codes = [p.code for p in parts if p.code]
     actions = tuple(p.action for p in parts if p.action is not None)
     return Fix(
         summary="; ".join(p.summary for p in parts),
-        code="\n".join(c for c in codes if c) if all(codes) else None,
-        edits=tuple(e for p in parts for e in p.edits),
+        code="\n".join(codes) or None,
+        edits=tuple(dict.fromkeys(e for p in parts for e in p.edits)),
         action=Steps(actions) if len(actions) > 1 else (actions[0] if actions else None),
         note=" ".join(p.note for p in parts if p.note) or None,
+        rerun=all(p.rerun for p in parts) and bool(actions),
     )
 
 
@@ -267,18 +280,34 @@ def optimizer_state(opt: str) -> Fix:
                action=MoveOptimizerState(opt) if code else None)
 
 
-def rebuild_optimizer(opt: OptimizerSummary, module: str) -> Fix:
-    """A new optimizer over ``module``'s parameters, with the old one's settings."""
+def rebuild_optimizer(opt: OptimizerSummary, module: str, schedulers: Iterable[SchedulerSummary] = ()) -> Fix:
+    """A new optimizer over ``module``'s parameters, with the old one's settings, and every
+    learning-rate scheduler that drove the old one made again for the new one."""
+    schedulers = tuple(schedulers)
     note = (f"{opt.name} holds parameters of an earlier {module}: a new one starts with fresh state "
-            "(its old state belongs to parameters that are no longer trained); rebuild any LR scheduler too.")
+            "(its old state belongs to parameters that are no longer trained)")
+    if schedulers:
+        note += f"; {', '.join(s.name for s in schedulers)} then drive the new one, from their first step."
+    else:
+        note += "."
+    summary = f"create {opt.name} again over {module}.parameters()" + (
+        f", and {', '.join(s.name for s in schedulers)} with it" if schedulers else "")
     if opt.class_path is None or opt.rebuild_kwargs is None or opt.groups != 1 or not is_path(opt.name):
-        return Fix(summary=f"create {opt.name} again over {module}.parameters()",
-                   note=note + (" It had several parameter groups: rebuild it the way you built it."
-                                if opt.groups != 1 else ""))
+        return Fix(summary=summary, note=note + (" It had several parameter groups: rebuild it the way you built it."
+                                                 if opt.groups != 1 else ""))
     kwargs = "".join(f", {k}={v}" for k, v in opt.rebuild_kwargs)
-    code = _compiles(f"{opt.name} = {opt.class_path}({module}.parameters(){kwargs})")
-    action = RebuildOptimizer(opt.name, module, opt.class_path, opt.rebuild_kwargs) if code else None
-    return Fix(summary=f"create {opt.name} again over {module}.parameters()", code=code, action=action, note=note)
+    lines = [f"{opt.name} = {opt.class_path}({module}.parameters(){kwargs})"]
+    rebuilt = []
+    for sched in schedulers:
+        if sched.class_path is None or sched.rebuild_kwargs is None or not is_path(sched.name):
+            return Fix(summary=summary, code=_compiles(lines[0]),
+                       note=note + f" Make {sched.name} again for the new {opt.name} the way you made it.")
+        args = "".join(f", {k}={v}" for k, v in sched.rebuild_kwargs)
+        lines.append(f"{sched.name} = {sched.class_path}({opt.name}{args})")
+        rebuilt.append(RebuildScheduler(sched.name, sched.class_path, sched.rebuild_kwargs))
+    code = _compiles("\n".join(lines))
+    action = RebuildOptimizer(opt.name, module, opt.class_path, opt.rebuild_kwargs, tuple(rebuilt)) if code else None
+    return Fix(summary=summary, code=code, action=action, note=note, rerun=action is not None)
 
 
 # -- attributes, meta models, history ------------------------------------------------------
@@ -292,9 +321,10 @@ def register_buffer(u: Unregistered, device: str | None) -> Fix:
     ``register_buffer`` refuses the name: the runnable part then only moves the
     tensor, and the edits change the class.
     """
-    value = f"{u.owner}.__dict__.pop({literal(u.attr)})"
-    if device is not None:
-        value += f".to({device_literal(device)})"
+    # The copy comes before the attribute leaves the module's __dict__ (register_buffer refuses a
+    # name that is still there): when the copy fails, the attribute is still there.
+    pop = f"{u.owner}.__dict__.pop({literal(u.attr)})"
+    value = pop if device is None else f"({u.owner}.__dict__[{literal(u.attr)}].to({device_literal(device)}), {pop})[0]"
     edits = []
     if u.assigned_at is not None:
         new = _register_line(u.assigned_at.text, u.attr)
@@ -354,16 +384,65 @@ def _register_line(text: str, attr: str) -> str | None:
     return f"self.register_buffer({literal(attr)}, {value}, persistent=False){rest}"
 
 
-def materialise(name: str, device: str | None, meta_count: int) -> Fix:
-    """A model partly on ``meta``: ``.to()`` cannot copy out of meta tensors."""
-    target = device or "the device"
-    return Fix(
-        summary=f"load the {meta_count} parameter(s) of {name} that have no data yet",
-        note=(f"{meta_count} parameter(s) of {name} are on the meta device (no data); .to() cannot copy them. "
-              f"Load them with {name}.load_state_dict(state_dict, assign=True), or create storage with "
-              f"{name}.to_empty(device={device_literal(target)}) and then load or initialise the weights "
-              "(to_empty leaves every parameter uninitialised)."),
-    )
+def materialise(name: str, device: str | None, meta_count: int, hf_model: bool = False,
+                release: Iterable[str] = (), release_traceback: bool = False) -> Fix:
+    """A model (partly) on ``meta``: its tensors hold no data, which ``.to()`` cannot copy. For a
+    model wholly on meta the runnable part makes storage on ``device`` and initialises it as at
+    construction; ``device`` None (a model partly on meta, whose real tensors ``to_empty`` would
+    replace too) gives advice only. Loading a checkpoint is the usual cause to fix."""
+    note = (f"{meta_count} parameter(s) of {name} are on the meta device: they have a shape but no data, so "
+            f".to() cannot copy them. If you have its weights, load them instead: "
+            f"{name}.load_state_dict(state_dict, assign=True).")
+    if device is None or not is_path(name):
+        note += (f" ({name}.to_empty(device=...) would make storage for every tensor, replacing the ones that have "
+                 "data too: load the weights instead.)")
+        return Fix(summary=f"give the {meta_count} parameter(s) of {name} data", note=note)
+    # Storage for meta tensors comes by swapping them (meta has no data to move in place), which
+    # PyTorch refuses while a graph or the failed call's traceback still uses them.
+    lines = _release_lines(tuple(release), release_traceback)
+    lines.append(f"{name}.to_empty(device={device_literal(device)})  # storage for every tensor; values not set yet")
+    if hf_model:
+        lines.append(f"{name}.init_weights()  # the model's own initialisation")
+    else:
+        lines += [f"for module in {name}.modules():  # initialise as at construction",
+                  '    if hasattr(module, "reset_parameters"):',
+                  "        module.reset_parameters()"]
+    note = " ".join(filter(None, [_release_note(release, release_traceback), note]))
+    return Fix(summary=f"make storage for {name} on {device} and initialise it", code="\n".join(lines), note=note)
+
+
+def move_container(name: str, device: str, kind: str, *, attribute_of: Unregistered | None = None,
+                   all_tensors: bool = True) -> Fix:
+    """The tensors of the list, tuple or dict ``name`` moved to ``device``, keeping its type; for a
+    module attribute, the advice to make them buffers so that ``.to()`` moves them from now on."""
+    target = device_literal(device)
+    if kind == "dict":
+        moved = f"v.to({target})" if all_tensors else f"v.to({target}) if torch.is_tensor(v) else v"
+        value = f"{{k: {moved} for k, v in {name}.items()}}"
+    else:
+        moved = f"t.to({target})" if all_tensors else f"t.to({target}) if torch.is_tensor(t) else t"
+        value = f"tuple({moved} for t in {name})" if kind == "tuple" else f"[{moved} for t in {name}]"
+    code = assignment(name, value)
+    note = None
+    if attribute_of is not None:
+        note = (f"{name} is a {kind} of tensors, which .to() and state_dict() skip: this moves them now, keeping "
+                f"the {kind}; to have .to() move them from now on, register each as a buffer in "
+                f"{attribute_of.class_name}.__init__ (self.register_buffer(...)).")
+    return Fix(summary=f"move the tensors of {name} to {device}, keeping the {kind}", code=code,
+               action=MoveContainer(name, device) if code else None, note=note)
+
+
+def redispatch(name: str, off_map: Iterable[tuple[str, str, str]]) -> Fix:
+    """A dispatched model with parts off its ``device_map``: dispatched again with its own map,
+    which puts each part where the map says and gives it accelerate's hook (one set after the
+    first dispatch has none, so its inputs stay where the previous part left them)."""
+    parts = ", ".join(f"{part} ({device}, mapped to {mapped})" for part, device, mapped in off_map)
+    code = None
+    if is_path(name):
+        code = "\n".join(["from accelerate import dispatch_model",
+                          f"{name} = dispatch_model({name}, device_map={name}.hf_device_map)"])
+    return Fix(summary=f"dispatch {name} again with its own device_map", code=code,
+               note=f"{parts}: not where the device_map puts it, and without accelerate's hook")
 
 
 def release_history() -> Fix:

@@ -82,7 +82,6 @@ class CheckedCell:
         __tracebackhide__ = True  # noqa: F841
         import inspect
 
-        error = None
         self.start = time.perf_counter()
         self.mode.__enter__()
         try:
@@ -91,11 +90,12 @@ class CheckedCell:
                 if inspect.CO_COROUTINE & code.co_flags:
                     await value
         except BaseException as exc:
-            error = exc
+            # Reported before the traceback is tidied: a mismatch torch.compile met is read
+            # from the frames of its tracer.
+            self._finish(exc)
             tracebacks.tidy_traceback(exc, self.filename)
             raise
-        finally:
-            self._finish(error)
+        self._finish(None)
         return self._result()
 
     def _finish(self, error: BaseException | None) -> None:
@@ -171,6 +171,27 @@ def await_devcheck_cells(shell: Any) -> Any:
             line = (m.group(1) or "").strip()
             return [f"await get_ipython().find_cell_magic('devcheck').__self__.devcheck_async({line!r}, {body!r})\n"]
         except Exception:  # noqa: BLE001 - never break a cell; the magic reports its own errors
+            return lines
+
+    transform.devinspect = True  # type: ignore[attr-defined]
+    return transform
+
+
+def edited_cells(shell: Any) -> Any:
+    """An input transformer that runs a cell's pending edit (:mod:`devinspect.actions.cells`):
+    when the text of a cell whose fix was applied runs again, the edited text runs instead,
+    once, and the notebook is asked to show it in the cell (``set_next_input`` with
+    ``replace=True``). Any other cell passes through unchanged."""
+    from ..actions.cells import take_pending
+
+    def transform(lines: list[str]) -> list[str]:
+        try:
+            pending = take_pending("".join(lines))
+            if pending is None:
+                return lines
+            shell.set_next_input(pending.edited, replace=True)
+            return pending.edited.splitlines(keepends=True) + ([] if pending.edited.endswith("\n") else ["\n"])
+        except Exception:  # noqa: BLE001 - never break a cell
             return lines
 
     transform.devinspect = True  # type: ignore[attr-defined]

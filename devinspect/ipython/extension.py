@@ -8,7 +8,7 @@ from typing import Any
 from .. import actions
 from ..collect import locations
 from ..observe import tracebacks
-from .cell_runner import await_devcheck_cells
+from .cell_runner import await_devcheck_cells, edited_cells
 from .common import cell_numbers, error_forgetter, traceback_drawer
 from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
@@ -49,6 +49,7 @@ def load(shell: Any) -> None:
     here = Loaded(shell)
     for family in here.families:
         shell.register_magics(family)
+    shell.input_transformers_cleanup.insert(0, edited_cells(shell))  # before anything reads the text
     shell.input_transformers_cleanup.append(await_devcheck_cells(shell))
     locations.register_cell_numbers(here.cell_numbers)
     tracebacks.register_drawer(here.draw_traceback)

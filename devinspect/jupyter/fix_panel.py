@@ -96,17 +96,22 @@ def fix_panel(fix: Fix, namespace: MutableMapping[str, Any], rerun: Callable[[],
             except Exception as exc:  # noqa: BLE001 - shown in the panel
                 print(f"{type(exc).__name__}: {exc}")
 
-    again = rerun_button(run_here) if rerun is not None else None
-    if again is None:
+    # Re-run cell only where running the cell again can work once the fix is applied; a fix
+    # of code that runs before the cell (a class, an earlier cell) says which cells to run.
+    offered = rerun is not None and fix.rerun
+    again = rerun_button(run_here) if offered else None
+    if again is None and offered:
         again = widgets.Button(description="Re-run cell", icon="redo", disabled=True,
                                layout=widgets.Layout(width="auto", min_width="fit-content"))
-        again.on_click(lambda _b: run_here() if rerun is not None else None)
+        again.on_click(lambda _b: run_here())
 
     def enable_rerun(_result: Any) -> None:
-        again.disabled = rerun is None
+        if again is not None:
+            again.disabled = False
 
     apply = FixButton(fix, namespace, shell=shell, after=enable_rerun)
-    panel = widgets.VBox([widgets.HBox([apply.box, again], layout=widgets.Layout(flex_flow="row wrap")), output])
+    buttons = [apply.box] + ([again] if again is not None else [])
+    panel = widgets.VBox([widgets.HBox(buttons, layout=widgets.Layout(flex_flow="row wrap")), output])
     panel.apply = apply  # for tests and the re-run logic
     panel.again = again
     return panel

@@ -37,6 +37,23 @@ class RegisterBuffer:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveContainer:
+    """Move the tensors in the list, tuple or dict called ``name`` (a variable or a module's
+    attribute) to ``device``, keeping the container's type and anything in it that is not a
+    tensor; all or nothing."""
+
+    name: str
+    device: str
+
+
+@dataclass(frozen=True, slots=True)
+class EditCell:
+    """Make ``edit`` in the cell that is running again next (the notebook shows the edited cell)."""
+
+    edit: SourceEdit
+
+
+@dataclass(frozen=True, slots=True)
 class MoveOptimizerState:
     """Move each state tensor of ``optimizer`` to the device of its own parameter."""
 
@@ -44,13 +61,26 @@ class MoveOptimizerState:
 
 
 @dataclass(frozen=True, slots=True)
+class RebuildScheduler:
+    """A learning-rate scheduler made again for a rebuilt optimizer: ``class_path`` called with
+    the optimizer and ``kwargs``, each a Python expression (a literal, or an attribute of the
+    old scheduler, read before it is replaced)."""
+
+    name: str
+    class_path: str
+    kwargs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RebuildOptimizer:
-    """Replace the optimizer ``optimizer`` with a new one over ``module``'s parameters."""
+    """Replace the optimizer ``optimizer`` with a new one over ``module``'s parameters, and every
+    scheduler bound to the old one with one bound to the new."""
 
     optimizer: str
     module: str
     class_path: str
     kwargs: tuple[tuple[str, str], ...] = ()
+    schedulers: tuple[RebuildScheduler, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +109,17 @@ class Steps:
     actions: tuple[Any, ...]
 
 
-Action = (Move | RegisterBuffer | MoveOptimizerState | RebuildOptimizer | ReleaseHistory | EmptyCache | ReleaseGraphs
-          | Steps)
+Action = (Move | RegisterBuffer | MoveContainer | EditCell | MoveOptimizerState | RebuildOptimizer | ReleaseHistory
+          | EmptyCache | ReleaseGraphs | Steps)
 
 
 @dataclass(frozen=True, slots=True)
 class SourceEdit:
-    """Rewrite one line of the user's own source: ``old`` (as written) becomes ``new``
-    (an empty ``new`` deletes the line)."""
+    """Rewrite one line of the user's own source: ``old`` (as written) becomes ``new``.
+
+    An empty ``new`` deletes the line; a ``new`` of several lines replaces it with all of
+    them, each line after the first indented relative to the line it replaces.
+    """
 
     where: SourceLine
     old: str
@@ -110,6 +143,10 @@ class Fix:
     edits: tuple[SourceEdit, ...] = ()
     action: Action | None = None
     note: str | None = None
+    #: Whether running the failed cell again after ``action`` can work (Re-run cell is offered
+    #: only then): False when the cause is in code that runs before the cell (a class, a model
+    #: built in an earlier cell), which the edits change.
+    rerun: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,12 +148,17 @@ class ModuleSummary:
     unmaterialised: int = 0
     #: Set by transformers' ``device_map``: the split across devices is deliberate.
     deliberate_split: bool = False
+    #: For a dispatched model: ``(part, device, mapped device)`` for each part that is not where
+    #: its ``device_map`` says (one set after ``dispatch_model`` has no hook to move its inputs).
+    off_map: tuple[tuple[str, str, str], ...] = ()
     #: Parameters an autograd graph has saved (a graph kept alive by a variable or a
     #: traceback): PyTorch refuses to swap those, which a move to or from a Python
     #: device backend (or DTensor) needs. Moves on CUDA/CPU are not affected.
     held_parameters: tuple[str, ...] = ()
     #: The package the module's class comes from (``transformers``), or ``""`` for user code.
     library: str = ""
+    #: A forward pre-hook (or accelerate's hook) may move its inputs: where they come from differs.
+    moves_inputs: bool = False
 
     @property
     def is_mixed(self) -> bool:
@@ -180,6 +185,8 @@ class Unregistered:
     default_at: SourceLine | None = None
     #: The ``super().__init__()`` line of the class's ``__init__``, where a buffer is registered.
     init_at: SourceLine | None = None
+    #: "list", "tuple", "dict" or "set" when the attribute holds tensors in a container, else None.
+    container: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +208,44 @@ class OptimizerSummary:
     orphans: int
     orphan_shapes: tuple[tuple[int, ...], ...] = ()
     rebuild_kwargs: tuple[tuple[str, str], ...] | None = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSummary:
+    """A learning-rate scheduler reached from the namespace, and the optimizer it drives.
+
+    ``optimizer`` is that optimizer's name (None when no name reaches it). ``rebuild_kwargs``
+    are the constructor arguments to make it again for another optimizer, each a Python
+    expression (a literal, or an attribute of this scheduler); None when one is unknown.
+    """
+
+    name: str
+    type_name: str
+    class_path: str | None
+    optimizer: str | None
+    rebuild_kwargs: tuple[tuple[str, str], ...] | None = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """A namespace variable passed to a namespace module in the session's latest cell that calls
+    it (``model(feats)``; ``[model(t) for t in shards]`` passes ``shards``, a ``container``)."""
+
+    module: str
+    argument: str
+    #: "list", "tuple" or "dict" when the call walks the argument's items, else None.
+    container: str | None
+    where: SourceLine
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCall:
+    """A call in one of the session's latest cells that passes several namespace tensors to a
+    function (``F.linear(x, w, b)``): they must share a device when it runs again."""
+
+    callee: str
+    arguments: tuple[str, ...]
+    where: SourceLine
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,13 @@ from .fixes import Finding
 from .records import (
     FRAME_COLUMNS,
     DeviceTotal,
+    FunctionCall,
     HistoryHold,
     LoaderSummary,
+    ModelCall,
     ModuleSummary,
     OptimizerSummary,
+    SchedulerSummary,
     TensorRecord,
     Truncation,
 )
@@ -44,6 +47,11 @@ class ScanResult:
     roots: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
     optimizers: tuple[OptimizerSummary, ...] = ()
+    schedulers: tuple[SchedulerSummary, ...] = ()
+    #: Namespace tensors the session's cells pass to its modules (the latest call of each module).
+    calls: tuple[ModelCall, ...] = ()
+    #: Calls of functions with several namespace tensors in the session's latest cells.
+    function_calls: tuple[FunctionCall, ...] = ()
     #: ``(path, class name)`` of every module and submodule the namespace reaches by name.
     module_types: tuple[tuple[str, str], ...] = ()
     #: The rules that say what looks wrong (:func:`devinspect.find`), given by whoever

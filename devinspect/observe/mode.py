@@ -229,6 +229,10 @@ class DeviceCheckMode(TorchFunctionMode):
         __tracebackhide__ = True  # noqa: F841 - IPython hides this frame from the user's traceback
         if kwargs is None:
             kwargs = {}
+        if torch.compiler.is_compiling():
+            # torch.compile traces this mode into its graph: there it is only the op, so compiled
+            # code runs as in a plain cell (a mismatch it meets is explained from its error).
+            return func(*args, **kwargs)
         name = getattr(func, "__name__", None)
         if name not in _INTERESTING:
             try:
@@ -523,6 +527,17 @@ class DeviceCheckMode(TorchFunctionMode):
         except Exception:  # noqa: BLE001
             self.internal_errors += 1
 
+    def _explained_after(self, error: BaseException) -> Mismatch | None:
+        """A mismatch no op of this mode saw fail (torch.compile meets it while tracing, on fake
+        tensors): explained from the error and its traceback, as a plain cell's is."""
+        from ..diagnose.explain import explain_mismatch
+
+        try:
+            return explain_mismatch(error, self.namespace)
+        except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
+            self.internal_errors += 1
+            return None
+
     # -- result ---------------------------------------------------------------------------
 
     def report(self, error: BaseException | None = None, elapsed_s: float | None = None) -> CheckReport:
@@ -544,6 +559,8 @@ class DeviceCheckMode(TorchFunctionMode):
             if s.sync_count >= LOOP_SYNCS:
                 findings.append(_sync_in_loop(s))
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
+        if self.mismatch is None and error is not None:
+            self.mismatch = self._explained_after(error)
         return CheckReport(
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
             error=first_line(error) if error is not None else None, elapsed_s=elapsed_s,

@@ -14,8 +14,20 @@ from ..model.holders import Holders
 from ..model.memory import MemoryHistory, MemorySnapshot
 from ..model.ranks import RankReport
 from ..model.scan_result import ScanView
-from . import check_html, check_text, explain_html, explain_text, holders, html, memory_html, memory_plot
-from . import memory_text, ranks_html, ranks_text, text
+from . import (
+                 check_html,
+                 check_text,
+                 explain_html,
+                 explain_text,
+                 holders,
+                 html,
+                 memory_html,
+                 memory_plot,
+                 memory_text,
+                 ranks_html,
+                 ranks_text,
+                 text,
+)
 
 display.register(ScanView, text=text.render_scan, html=html.render_scan)
 display.register(CheckReport, text=check_text.render_check, html=check_html.render_check)

@@ -9,8 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from ..model.check_report import CheckReport, Mismatch, Operand
-from ..model.units import shape_text
-from .check_text import WORST_LINES, summary_line, transfer_text
+from .check_text import WORST_LINES, operand_kind, summary_line, transfer_text
 from .html import CELL, NUM, fix_html
 
 _NOWRAP = CELL + ";white-space:nowrap"
@@ -27,7 +26,7 @@ def _operand_row(o: Operand) -> str:
         "<tr>"
         f'<td style="{_NAME}" title="{escape(name, quote=True)}">{_code(name)}</td>'
         f'<td style="{_NOWRAP}">{escape(o.device)}</td>'
-        f'<td style="{_NOWRAP}">{escape(o.dtype)}{escape(shape_text(o.shape))}</td>'
+        f'<td style="{_NOWRAP}">{escape(operand_kind(o))}</td>'
         f'<td style="{_NOWRAP}">{escape(o.source)}</td>'
         f'<td style="{CELL}">{escape(o.detail)}</td>'
         "</tr>"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model.check_report import CheckReport, Mismatch
+from ..model.check_report import CheckReport, Mismatch, Operand
 from ..model.units import human_bytes, shape_text
 from .table import SEVERITY_MARK
 from .text import fix_block, render_findings
@@ -21,13 +21,22 @@ def mismatch_lines(m: Mismatch) -> list[str]:
         lines.append(f"  raised in {m.user_frame.label}{via}: {m.user_frame.text}")
     elif m.module_path:
         lines.append(f"  inside module {m.module_path}")
+    temporaries = [o for o in m.operands if o.source == "temporary"]
+    if temporaries:
+        count = "one unnamed tensor" if len(temporaries) == 1 else f"{len(temporaries)} unnamed tensors"
+        lines.append(f"  {count} made on the failing line: {', '.join(o.device for o in temporaries)}")
     for o in m.operands:
         name = o.name or "(unnamed)"
         extra = f" — {o.detail}" if o.detail else ""
-        lines.append(f"  {name:<28} {o.device:<8} {o.dtype}{shape_text(o.shape)}  [{o.source}]{extra}")
+        lines.append(f"  {name:<28} {o.device:<8} {operand_kind(o):<14}  [{o.source}]{extra}")
     if m.fix:
         lines.extend(fix_block(m.fix, "  "))
     return lines
+
+
+def operand_kind(o: Operand) -> str:
+    """``float32[4, 8]``, or ``""`` for an operand never run (its dtype and shape unknown)."""
+    return "" if o.dtype == "?" and o.shape is None else f"{o.dtype}{shape_text(o.shape)}"
 
 
 def transfer_text(count: int, nbytes: int) -> str:

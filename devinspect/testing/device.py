@@ -303,6 +303,12 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             devices.add(x.device)
             on.append(x.device)
             return x._data
+        if isinstance(x, torch.Tensor) and x.device.type == DEVICE_TYPE:
+            # A tensor torch.compile made on this device while tracing (a fake factory result):
+            # it holds no data, so a host stand-in of the same shape takes its place.
+            devices.add(x.device)
+            on.append(x.device)
+            return x.to("cpu")
         if isinstance(x, torch.Tensor) and x.dim() > 0:
             # As on CUDA, a CPU scalar tensor may join a device op; nothing larger.
             devices.add(x.device)
@@ -317,7 +323,15 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     if func is torch.ops.aten._local_scalar_dense.default or not on:
         return out
     device = on[0]
-    return tree_map(lambda x: _wrap(x, device) if type(x) is torch.Tensor else x, out)
+    return tree_map(lambda x: _wrap(x, device) if type(x) is torch.Tensor else _rewrap(x, device), out)
+
+
+def _rewrap(x: Any, device: torch.device) -> Any:
+    """An output of a kernel run while torch.compile traces (a fake or functional tensor): on
+    the simulated device as well, with no memory booked (it holds none)."""
+    if isinstance(x, torch.Tensor) and type(x) is not SimTensor:
+        return SimTensor(x, device)
+    return x
 
 
 def _mismatch(first: str, second: str) -> RuntimeError:

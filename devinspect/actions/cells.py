@@ -1,0 +1,67 @@
+"""Edits of the cell that failed, made when it runs again.
+
+A kernel cannot change the text of a cell in the notebook; the notebook can, when the
+kernel answers the cell's next run with the edited text (IPython's ``set_next_input``
+with ``replace=True``, as ``%load`` uses). Apply fix on an edit of the failed cell
+therefore records the edit here; the IPython layer's input transformer runs the edited
+text instead the next time that cell's exact text runs, once, and has the notebook show it.
+"""
+
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass
+
+from ..model.fixes import SourceEdit
+from .result import ActionResult
+
+
+@dataclass(frozen=True)
+class PendingEdit:
+    """The text of a cell as it failed, and as it runs next."""
+
+    original: str
+    edited: str
+    cell: int | None
+
+
+#: Pending edits, by the cell's text as it failed (stripped of trailing whitespace).
+_pending: dict[str, PendingEdit] = {}
+
+
+def apply_lines(text: str, edits: list[SourceEdit]) -> str | None:
+    """``text`` with ``edits`` made (each names a line by number); None when a line is not as the edit says."""
+    lines = text.split("\n")
+    for edit in sorted(edits, key=lambda e: -e.where.line):
+        index = edit.where.line - 1
+        if not 0 <= index < len(lines) or lines[index].strip() != edit.old.strip():
+            return None
+        original = lines[index]
+        indent = original[: len(original) - len(original.lstrip())]
+        lines[index: index + 1] = [indent + part if part else part for part in edit.new.split("\n")] if edit.new else []
+    return "\n".join(lines)
+
+
+def edit_cell(edit: SourceEdit) -> ActionResult:
+    """Record ``edit`` of a cell: the next run of that cell's text runs the edited text."""
+    if edit.where.cell is None:
+        return ActionResult(False, f"{edit.where.where} is not a notebook cell; make the edit there (nothing was changed)")
+    original = "".join(linecache.getlines(edit.where.file)).rstrip()
+    if not original:
+        return ActionResult(False, f"the text of {edit.where.where} is no longer at hand (nothing was changed)")
+    edited = apply_lines(original, [edit])
+    if edited is None:
+        return ActionResult(False, f"line {edit.where.line} of Cell In[{edit.where.cell}] is not {edit.old!r} any more "
+                                   "(nothing was changed)")
+    _pending[original] = PendingEdit(original, edited, edit.where.cell)
+    return ActionResult(True, f"Cell In[{edit.where.cell}], line {edit.where.line} becomes: {edit.new.strip()} — "
+                              "it runs so when the cell runs again (Re-run cell)")
+
+
+def take_pending(text: str) -> PendingEdit | None:
+    """The pending edit of a cell whose text is ``text``, removed; None when there is none."""
+    return _pending.pop(text.rstrip(), None)
+
+
+def forget_pending() -> None:
+    _pending.clear()

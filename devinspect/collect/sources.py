@@ -1,0 +1,256 @@
+"""The user's code as text: the session's cells and the functions of their frames, parsed, never run.
+
+Where a tensor got its device is usually written in the user's own code: a factory call
+without ``device=`` in the cell that failed, an input made in an earlier cell, a ``for``
+loop over a DataLoader, a local of ``forward``. These readers find such lines from the
+source text IPython keeps for every cell (``linecache``) and from a frame's code object.
+Parsed cells are kept by file name and size (a cell's text never changes once run).
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import types
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from . import locations
+
+#: How many of the most recent cells are looked through for an assignment.
+MAX_CELLS = 200
+_parsed: dict[tuple[str, int], ast.Module | None] = {}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell of the session: its execution count, compiled file name and text."""
+
+    number: int
+    filename: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement of the user's code: where it is and its parsed form."""
+
+    filename: str
+    #: Line of the statement's start, 1-based, in its file or cell.
+    line: int
+    node: ast.stmt
+    #: The execution count of its cell, or None for a file.
+    cell: int | None
+    #: The function it is in (``forward``), or ``""`` at a cell's top level.
+    function: str = ""
+
+    @property
+    def text(self) -> str:
+        return linecache.getline(self.filename, self.line).strip()
+
+
+def parse(filename: str) -> ast.Module | None:
+    """The parsed text of a cell or file (None when it is not at hand or does not parse)."""
+    lines = linecache.getlines(filename)
+    if not lines:
+        return None
+    key = (filename, sum(len(line) for line in lines))
+    if key not in _parsed:
+        if len(_parsed) > 512:
+            _parsed.clear()
+        # IPython's own syntax (%magic, %%cell magic, !shell) becomes blank lines: the Python
+        # around it parses, and every line keeps its number.
+        text = "".join("\n" if line.lstrip().startswith(("%", "!")) else line for line in lines)
+        try:
+            _parsed[key] = ast.parse(text, filename)
+        except (SyntaxError, ValueError):
+            _parsed[key] = None
+    return _parsed[key]
+
+
+def session_cells() -> list[Cell]:
+    """The cells IPython has run in this session, oldest first (only those linecache still holds)."""
+    found = []
+    for filename in list(linecache.cache):
+        number = locations.cell_number(filename)
+        if number is not None:
+            found.append(Cell(number, filename, "".join(linecache.getlines(filename))))
+    found.sort(key=lambda c: c.number)
+    return found[-MAX_CELLS:]
+
+
+def function_node(code: types.CodeType) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The ``def`` of a code object in its file's parsed text."""
+    tree = parse(code.co_filename)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if first <= code.co_firstlineno <= node.lineno:
+                return node
+    return None
+
+
+def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement of a block, nested blocks included, not entering nested functions or classes."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from statements([n for n in inner if isinstance(n, ast.stmt)] +
+                                      [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body])
+
+
+def assigned_names(node: ast.stmt) -> set[str]:
+    """Top-level names a statement binds (assignment targets, ``for`` targets, ``with … as``)."""
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    elif isinstance(node, (ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, (ast.With, ast.AsyncWith)):
+        targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+    out: set[str] = set()
+    for target in targets:
+        for n in ast.walk(target):
+            if isinstance(n, ast.Name):
+                out.add(n.id)
+        parts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+        for part in parts:
+            if isinstance(part, (ast.Attribute, ast.Subscript)):
+                out.add(ast.unparse(part))  # model.head = ..., model[2] = ...
+    return out
+
+
+def last_assignment(name: str, filename: str, body: list[ast.stmt], before: int, cell: int | None,
+                    function: str = "") -> Statement | None:
+    """The last statement in ``body`` binding ``name`` that starts before line ``before``
+    (a ``for`` loop whose body holds that line counts: it binds the name on every pass)."""
+    found = None
+    for node in statements(body):
+        if node.lineno >= before and not (isinstance(node, (ast.For, ast.AsyncFor))
+                                          and node.lineno < before <= (node.end_lineno or node.lineno)):
+            continue
+        if name in assigned_names(node):
+            if found is None or node.lineno >= found.line:
+                found = Statement(filename, node.lineno, node, cell, function)
+    return found
+
+
+def assignment_in_session(name: str, current: Cell | None, line: int) -> Statement | None:
+    """Where the namespace variable ``name`` was last bound: in the current cell before ``line``,
+    else in the most recent earlier cell that binds it at its top level."""
+    cells = session_cells()
+    if current is not None:
+        tree = parse(current.filename)
+        if tree is not None:
+            found = last_assignment(name, current.filename, tree.body, line, current.number)
+            if found is not None:
+                return found
+    for cell in reversed(cells):
+        if current is not None and cell.number >= current.number:
+            continue
+        tree = parse(cell.filename)
+        if tree is None:
+            continue
+        found = last_assignment(name, cell.filename, tree.body, 1 << 30, cell.number)
+        if found is not None:
+            return found
+    return None
+
+
+def current_cell(filename: str) -> Cell | None:
+    """The cell compiled as ``filename`` (None for a file that is not a cell)."""
+    number = locations.cell_number(filename)
+    if number is None:
+        return None
+    return Cell(number, filename, "".join(linecache.getlines(filename)))
+
+
+def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
+    """The namespace variables the session's latest cell calling each of ``modules`` passes to it
+    (module roots as the namespace names them), read from the cells' text."""
+    from ..model.records import ModelCall
+    from .values import MISSING, object_at
+
+    found: dict[str, list[ModelCall]] = {}
+    for cell in reversed(session_cells()):
+        tree = parse(cell.filename)
+        if tree is None:
+            continue
+        calls: dict[str, list[ModelCall]] = {}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = _root(node.func)
+            if callee not in modules or callee in found:
+                continue
+            loops = {g.target.id: ast.unparse(g.iter) for comp in ast.walk(tree)
+                     if isinstance(comp, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp))
+                     for g in comp.generators if isinstance(g.target, ast.Name)}
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                text = ast.unparse(arg)
+                container = None
+                if isinstance(arg, ast.Name) and arg.id in loops:
+                    text = loops[arg.id]
+                    value = object_at(namespace, text)
+                    container = type(value).__name__ if type(value) in (list, tuple, dict) else None
+                    if container is None:
+                        continue
+                elif object_at(namespace, text) is MISSING:
+                    continue
+                where = locations.source_line(cell.filename, node.lineno)
+                calls.setdefault(callee, []).append(ModelCall(callee, text, container, where))
+        for callee, made in calls.items():
+            found.setdefault(callee, made)
+        if len(found) == len(modules):
+            break
+    return [c for made in found.values() for c in made]
+
+
+def _root(node: ast.AST) -> str:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+#: How many of the latest cells are read for function calls.
+RECENT_CELLS = 10
+
+
+def function_calls(namespace: Any, modules: set[str]) -> list[Any]:
+    """Calls in the latest cells (not of ``modules``) that pass two or more namespace tensors."""
+    from ..model.records import FunctionCall
+    from .values import object_at
+
+    out = []
+    seen: set[str] = set()
+    for cell in reversed(session_cells()[-RECENT_CELLS:]):
+        tree = parse(cell.filename)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or _root(node.func) in modules:
+                continue
+            arguments = []
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                parts = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
+                for part in parts:
+                    if isinstance(part, (ast.Name, ast.Attribute, ast.Subscript)):
+                        text = ast.unparse(part)
+                        if issubclass(type(object_at(namespace, text)), torch.Tensor):
+                            arguments.append(text)
+            key = ast.unparse(node)
+            if len(arguments) >= 2 and key not in seen:
+                seen.add(key)
+                out.append(FunctionCall(ast.unparse(node.func), tuple(arguments),
+                                        locations.source_line(cell.filename, node.lineno)))
+    return out

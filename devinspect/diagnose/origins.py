@@ -1,0 +1,411 @@
+"""Where a tensor got its device in the user's code, and the edit that fixes it there.
+
+A tensor on the wrong device was put there by a line of the user's code: a factory call
+without ``device=`` (``torch.zeros(out.shape)``), a ``for`` loop over a DataLoader that
+yields host batches, an assignment in ``forward`` that replaces a buffer every call. The
+fix of the cause is an edit of that line; a runtime ``.to()`` of the variable only helps
+when nothing makes the tensor again before the next run. These functions find such lines
+(statically, from the source text: :mod:`devinspect.collect.sources`) and write the edit,
+keeping the user's arguments and naming the device the way their code already does.
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import torch
+
+from ..collect import locations, sources
+from ..collect import tensorbase as tb
+from ..collect.failing_call import FACTORIES, LIKE_FACTORIES
+from ..collect.names import namespace_items
+from ..model.fixes import SourceEdit
+from ..model.records import SourceLine
+
+_T = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The line of user code that decides an operand's device, and the edit there."""
+
+    where: SourceLine
+    #: "factory" (a call without device=), "loop" (a for loop's target), "value" (any other
+    #: assignment, moved as a whole), "comprehension" (the container a comprehension walks).
+    kind: str
+    edit: SourceEdit | None
+    #: Whether the line is in the cell that failed (its edit can be made there and run again).
+    in_failed_cell: bool = False
+
+
+# -- naming the device in the user's own words ---------------------------------------------------
+
+
+def device_variable(namespace: Mapping[str, Any], device: str) -> str | None:
+    """A namespace variable holding ``device`` (``dev = torch.device("cuda")``), if the user has one."""
+    wanted = torch.device(device)
+    found = []
+    for name, value in namespace_items(namespace):
+        if name.startswith("_"):
+            continue
+        vt = type(value)
+        if vt is torch.device:
+            same = value == wanted or (value.index is None and value.type == wanted.type and (wanted.index or 0) == 0)
+        elif vt is str and len(value) < 20:
+            try:
+                parsed = torch.device(value)
+            except (RuntimeError, ValueError):
+                continue
+            same = parsed == wanted or (parsed.index is None and parsed.type == wanted.type and (wanted.index or 0) == 0)
+        else:
+            continue
+        if same:
+            found.append(name)
+    preferred = ("device", "dev", "DEVICE")
+    found.sort(key=lambda n: (n not in preferred, len(n), n))
+    return found[0] if found else None
+
+
+def device_in_frame(frame: types.FrameType | None, device: str, avoid: set[str] = frozenset(),
+                    prefer: tuple[str, ...] = ()) -> str | None:
+    """``h.device`` for a local tensor of ``frame`` on ``device`` (the user's own code keeps working
+    when the model moves), else None; the names in ``prefer`` (the failing call's operands) first."""
+    if frame is None or frame.f_locals is frame.f_globals:
+        return None
+    local_vars = frame.f_locals
+    if type(local_vars) is not dict:
+        return None
+    for name, value in dict.items(local_vars):
+        if type(name) is str and name.isidentifier() and type(value) is torch.device and str(value) == device:
+            if not any(n in local_vars for n in prefer):
+                return name  # the function's own device variable
+    ordered = [(n, dict.get(local_vars, n)) for n in prefer if n in local_vars] + list(dict.items(local_vars))
+    for name, value in ordered:
+        if (type(name) is str and name.isidentifier() and name != "self" and name not in avoid
+                and issubclass(type(value), _T) and str(tb.device(value)) == device):
+            return f"{name}.device"
+    return None
+
+
+def device_expression(namespace: Mapping[str, Any], device: str, frame: types.FrameType | None = None,
+                      avoid: set[str] = frozenset(), prefer: tuple[str, ...] = ()) -> str:
+    """How an edit names ``device``: a local tensor's ``.device`` inside a function, else the
+    user's device variable, else a literal."""
+    from . import fixes
+
+    return (device_in_frame(frame, device, avoid, prefer) or device_variable(namespace, device)
+            or fixes.device_literal(device))
+
+
+# -- edits -------------------------------------------------------------------------------------
+
+
+def _source_line(statement: sources.Statement) -> SourceLine:
+    return locations.source_line(statement.filename, statement.line, statement.function or "<module>")
+
+
+def _single_line(statement: sources.Statement) -> bool:
+    node = statement.node
+    return node.lineno == (node.end_lineno or node.lineno)
+
+
+def factory_calls(node: ast.AST) -> list[ast.Call]:
+    """``torch.<factory>(…)`` calls in ``node`` that do not say ``device=``."""
+    out = []
+    for n in ast.walk(node):
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+                and n.func.value.id == "torch" and (n.func.attr in FACTORIES or n.func.attr in LIKE_FACTORIES)
+                and not any(k.arg == "device" for k in n.keywords)):
+            out.append(n)
+    return out
+
+
+def with_device(text: str, calls: list[ast.Call], device_expr: str, offset: int = 0) -> str | None:
+    """``text`` (one line, stripped) with ``device=<device_expr>`` added to each of ``calls``
+    (their columns are ``offset`` more than in ``text``: the line's indentation)."""
+    spans = []
+    for call in calls:
+        if call.end_col_offset is None or call.lineno != call.end_lineno:
+            return None
+        start, end = call.col_offset - offset, call.end_col_offset - offset
+        segment = text[start:end]
+        if not segment.endswith(")"):
+            return None
+        spans.append((start, end, segment))
+    new = text
+    for start, end, segment in sorted(spans, reverse=True):
+        inner = segment[:-1].rstrip()
+        sep = "" if inner.endswith("(") else ", "
+        new = new[:start] + f"{inner}{sep}device={device_expr})" + new[end:]
+    return new
+
+
+def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = False) -> tuple[str, SourceEdit] | None:
+    """The edit that makes ``statement`` create its tensors on the right device: ``device=`` on its
+    factory calls, or ``.to()`` of its value (always, with ``wrap``: a module or model that is
+    built on the host). None for a statement spanning several lines."""
+    if not _single_line(statement):
+        return None
+    where = _source_line(statement)
+    text = where.text
+    node = statement.node
+    if not text:
+        return None
+    column = node.col_offset
+    calls = [] if wrap else factory_calls(node)
+    if calls:
+        new = with_device(text, calls, device_expr, offset=column)
+        if new is not None and new != text:
+            return "factory", SourceEdit(where, text, new, statement.function)
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        if wrap and _moved_already(node.value):
+            return None
+        moved = _host_move(node.value)
+        if moved is not None:
+            # x = batch.cpu() / x = t.to("cpu"): the move to the host is the cause; it goes to the device instead
+            start, end = moved.col_offset - column, (moved.end_col_offset or 0) - column
+            base = text[start:end]
+            cut = base.rfind(".")
+            new = f"{text[:start]}{base[:cut]}.to({device_expr}){text[end:]}"
+            return "value", SourceEdit(where, text, new, statement.function)
+        value = text[node.value.col_offset - column: (node.value.end_col_offset or 0) - column]
+        if value:
+            head = text[: node.value.col_offset - column]
+            tail = text[(node.value.end_col_offset or 0) - column:]
+            wrapped = value if _is_atom(node.value) else f"({value})"
+            return "value", SourceEdit(where, text, f"{head}{wrapped}.to({device_expr}){tail}", statement.function)
+    return None
+
+
+def _host_move(node: ast.AST) -> ast.Call | None:
+    """The outermost ``.cpu()`` or ``.to("cpu")`` call a value ends with, else None."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    if node.func.attr == "cpu" and not node.args:
+        return node
+    if node.func.attr == "to" and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == "cpu":
+        return node
+    return None
+
+
+def _moved_already(node: ast.AST) -> bool:
+    """``nn.Linear(4, 2).to(dev)``: a value already moved (the cause is elsewhere)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda")
+
+
+def _is_atom(node: ast.AST) -> bool:
+    return isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+
+
+def loop_edit(statement: sources.Statement, names: list[str], device_expr: str) -> SourceEdit | None:
+    """A ``for`` loop whose targets come from the host: a first line in its body moves them."""
+    node = statement.node
+    if not isinstance(node, (ast.For, ast.AsyncFor)) or not node.body or not names:
+        return None
+    where = _source_line(statement)
+    if node.lineno != getattr(node.target, "end_lineno", node.lineno):
+        return None
+    indent = " " * max(4, node.body[0].col_offset - node.col_offset)
+    moved = ", ".join(f"{n}.to({device_expr})" for n in names)
+    line = f"{', '.join(names)} = {moved}"
+    return SourceEdit(where, where.text, f"{where.text}\n{indent}{line}", statement.function)
+
+
+# -- finding the line -------------------------------------------------------------------------
+
+
+def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
+                     device_expr: str, wrap: bool = False) -> Origin | None:
+    """Where the namespace variable ``name`` was made: in the failed cell before its failing line
+    (a ``for`` loop over host batches included), else in the latest earlier cell that binds it."""
+    current = sources.current_cell(cell_frame.f_code.co_filename) if cell_frame is not None else None
+    statement = sources.assignment_in_session(name, current, failing_line)
+    if statement is None:
+        return None
+    here = current is not None and statement.cell == current.number
+    if isinstance(statement.node, (ast.For, ast.AsyncFor)):
+        edit = loop_edit(statement, wrong, device_expr)
+        return Origin(_source_line(statement), "loop", edit, here) if edit is not None else None
+    if wrap:
+        later = _later_placement(name, statement, failing_line if here else 1 << 30)
+        if later is not None:
+            return _placement_origin(name, later, device_expr, here)
+    made = creation_edit(statement, device_expr, wrap=wrap)
+    if made is None:
+        return None
+    kind, edit = made
+    return Origin(_source_line(statement), kind, edit, here)
+
+
+def _places_on_host(call: ast.Call) -> bool:
+    """``m.cpu()``, ``m.to("cpu")``, ``m.load_state_dict(sd, assign=True)`` (it takes the tensors
+    of ``sd`` where they are): a statement after a model's creation that decides its device."""
+    method = call.func.attr if isinstance(call.func, ast.Attribute) else ""
+    if method == "load_state_dict":
+        return any(k.arg == "assign" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                   for k in call.keywords)
+    return _host_move(call) is not None
+
+
+def _later_placement(name: str, statement: sources.Statement, before: int) -> sources.Statement | None:
+    """The last statement after ``statement`` in its cell, before line ``before``, that puts the
+    module ``name`` on the host (when no later statement moves it on)."""
+    tree = sources.parse(statement.filename)
+    if tree is None:
+        return None
+    found = None
+    for node in tree.body:
+        if node.lineno <= statement.line or node.lineno >= before:
+            continue
+        value = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and ast.unparse(value.func.value) == name:
+            placed = _places_on_host(value)
+            found = sources.Statement(statement.filename, node.lineno, node, statement.cell) if placed else None
+    return found
+
+
+def _placement_origin(name: str, statement: sources.Statement, device_expr: str, here: bool) -> Origin | None:
+    """The edit of a statement that puts a module on the host: its move goes to the device
+    instead, or the module moves to the device on the next line."""
+    if not _single_line(statement):
+        return None
+    where = _source_line(statement)
+    text = where.text
+    call = statement.node.value
+    if _host_move(call) is not None:
+        start, end = call.col_offset - statement.node.col_offset, (call.end_col_offset or 0) - statement.node.col_offset
+        new = f"{text[:start]}{name}.to({device_expr}){text[end:]}"
+    else:
+        new = f"{text}\n{name}.to({device_expr})"
+    return Origin(where, "value", SourceEdit(where, text, new, statement.function), here)
+
+
+def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: list[str],
+                 device_expr: str) -> Origin | None:
+    """Where a local of a user function got its value: its last assignment before the failing
+    line (or the ``for`` loop binding it), read from the function's source."""
+    node = sources.function_node(frame.f_code)
+    if node is None:
+        return None
+    statement = sources.last_assignment(name, frame.f_code.co_filename, node.body, failing_line,
+                                        locations.cell_number(frame.f_code.co_filename), frame.f_code.co_name)
+    if statement is None:
+        return None
+    if isinstance(statement.node, (ast.For, ast.AsyncFor)):
+        edit = loop_edit(statement, wrong, device_expr)
+        return Origin(_source_line(statement), "loop", edit) if edit is not None else None
+    made = creation_edit(statement, device_expr)
+    if made is None or made[0] != "factory":
+        return None
+    return Origin(_source_line(statement), made[0], made[1])
+
+
+def local_origin_at(filename: str, function: str, lineno: int, name: str, device_expr: str) -> Origin | None:
+    """:func:`local_origin` for a function known by file, name and a line inside it (one that
+    torch.compile traced: no frame of it ever ran)."""
+    tree = sources.parse(filename)
+    if tree is None:
+        return None
+    node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == function and n.lineno <= lineno <= (n.end_lineno or n.lineno)), None)
+    if node is None:
+        return None
+    statement = sources.last_assignment(name, filename, node.body, lineno, locations.cell_number(filename), function)
+    if statement is None or isinstance(statement.node, (ast.For, ast.AsyncFor)):
+        return None
+    made = creation_edit(statement, device_expr)
+    if made is None or made[0] != "factory":
+        return None
+    return Origin(_source_line(statement), made[0], made[1])
+
+
+def local_inputs(name: str, frame: types.FrameType, failing_line: int) -> list[str]:
+    """The names the last assignment of the local ``name`` reads (``a`` for ``scaled = a * 2``),
+    or ``[name]`` when it is a parameter of the function, never assigned."""
+    node = sources.function_node(frame.f_code)
+    if node is None:
+        return []
+    statement = sources.last_assignment(name, frame.f_code.co_filename, node.body, failing_line, None)
+    if statement is None:
+        return [name]
+    value = getattr(statement.node, "value", None) or getattr(statement.node, "iter", None)
+    if value is None:
+        return []
+    return [n.id for n in ast.walk(value) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+
+
+def call_argument(caller: types.FrameType, caller_line: str, function: str, code: types.CodeType,
+                  parameter: str) -> str | None:
+    """The expression the caller's line passes as ``parameter`` of ``function``
+    (``x`` in ``out = project(x)``), or None."""
+    try:
+        tree = ast.parse(caller_line.strip())
+    except SyntaxError:
+        return None
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        if callee != function and not (function == "forward" and callee is not None):
+            continue
+        offset = 1 if names and names[0] == "self" else 0
+        for keyword in node.keywords:
+            if keyword.arg == parameter:
+                return ast.unparse(keyword.value)
+        if parameter in names:
+            index = names.index(parameter) - offset
+            if 0 <= index < len(node.args) and not isinstance(node.args[index], ast.Starred):
+                return ast.unparse(node.args[index])
+    return None
+
+
+def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Origin | None:
+    """A tensor made on a known line (a temporary, or one the check saw being made): ``device=``
+    on the factory calls of that line that lack it."""
+    text = where.text.strip()
+    if not text or locations.is_library_file(where.file):
+        return None
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    calls = factory_calls(tree)
+    if not calls:
+        return None
+    new = with_device(text, calls, device_expr)
+    if new is None or new == text:
+        return None
+    return Origin(where, "factory", SourceEdit(where, text, new, where.function), in_failed_cell)
+
+
+def assignments_in_methods(cls: type, attr: str, skip: tuple[str, ...] = ("__init__",)) -> list[sources.Statement]:
+    """``self.<attr> = …`` statements in the user's own methods of ``cls`` other than ``skip``
+    (a buffer reassigned in ``forward`` gets its device there on every call)."""
+    from ..collect.static import FUNCTION_CODE, mro, plain_class_dict
+
+    out = []
+    for klass in mro(cls):
+        if klass is torch.nn.Module or klass is object:
+            break
+        for method, value in dict.items(plain_class_dict(klass)):
+            if type(value) is not types.FunctionType or method in skip:
+                continue
+            code = FUNCTION_CODE(value)
+            if not locations.is_user_code(code):
+                continue
+            node = sources.function_node(code)
+            if node is None:
+                continue
+            for statement in sources.statements(node.body):
+                targets = statement.targets if isinstance(statement, ast.Assign) else \
+                    [statement.target] if isinstance(statement, (ast.AnnAssign, ast.AugAssign)) else []
+                if any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+                       and t.value.id == "self" for t in targets):
+                    out.append(sources.Statement(code.co_filename, statement.lineno, statement,
+                                                 locations.cell_number(code.co_filename), code.co_name))
+    return out

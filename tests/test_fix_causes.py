@@ -1,0 +1,160 @@
+"""Fixes at the cause: the line that made a tensor, the part of a model off its map, a container
+kept whole, a scheduler rebuilt with its optimizer; and explanations that stay honest about
+temporaries, compiled code and buffers PyTorch keeps on the host.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import devinspect
+from conftest import run
+
+
+def test_a_tensor_made_in_the_failed_cell_is_fixed_by_editing_that_cell(ip, sim):
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "model = torch.nn.Linear(8, 2).to(dev)")
+    cell = "features = torch.randn(4, 8)\nscores = model(features)\n"
+    result, _, _, _ = run(ip, cell)
+    assert result.error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    (edit,) = fix.edits
+    assert (edit.old, edit.new) == ("features = torch.randn(4, 8)", "features = torch.randn(4, 8, device=dev)")
+    assert fix.code is None and fix.rerun  # moving features now would not last: the cell makes it again
+    from devinspect.jupyter.fix_panel import FixButton
+
+    button = FixButton(fix, ip.user_ns, shell=ip)
+    button.button.click()
+    assert button.status.value.startswith("✔") and "when the cell runs again" in button.status.value
+    ip.rl_next_input = None
+    result, _, _, _ = run(ip, cell)  # Re-run cell: the notebook sends the cell's text again
+    assert result.error_in_exec is None and ip.user_ns["scores"].device == sim
+    assert ip.rl_next_input.startswith("features = torch.randn(4, 8, device=dev)")  # the cell shows the edit
+    ip.rl_next_input = None
+    result, _, _, _ = run(ip, cell)  # the edit is made once: the same old text runs as written
+    assert result.error_in_exec is not None
+
+
+def test_a_loop_over_a_host_loader_moves_its_batches_at_the_loop(ip, sim):
+    run(ip, "import torch\nfrom torch.utils.data import DataLoader, TensorDataset\nfrom devinspect import testing\n"
+            "dev = testing.enable()\nmodel = torch.nn.Linear(8, 2).to(dev)\n"
+            "loader = DataLoader(TensorDataset(torch.randn(6, 8), torch.randn(6, 2)), batch_size=2)")
+    cell = "for xb, yb in loader:\n    loss = torch.nn.functional.mse_loss(model(xb), yb)\n"
+    run(ip, cell)
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    (edit,) = fix.edits
+    assert edit.old == "for xb, yb in loader:" and edit.new == "for xb, yb in loader:\n    xb, yb = xb.to(dev), yb.to(dev)"
+    assert fix.code is None  # xb = xb.to(dev) would not last: the next batch comes from the loader again
+
+
+def test_a_list_attribute_moves_whole_keeping_its_type_and_a_failure_changes_nothing(sim):
+    from devinspect import actions
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.anchors = [torch.zeros(4), torch.ones(4), "a label"]
+
+    model = Net().to(sim)
+    ns = {"model": model}
+    (f,) = [f for f in devinspect.scan(ns).findings if f.code == "unregistered-tensor-attribute"]
+    exec(f.fix.code, {**ns, "torch": torch})  # as printed: a list again, the label kept
+    assert type(model.anchors) is list and [t.device.type for t in model.anchors[:2]] == ["sim", "sim"]
+    assert model.anchors[2] == "a label"
+    model.anchors = [torch.zeros(4), torch.empty(4, device="meta")]  # the second cannot be copied
+    before = list(model.anchors)
+    result = actions.apply_fix(ns, f.fix.action)
+    assert not result.ok and "nothing was changed" in result.message
+    assert all(a is b for a, b in zip(model.anchors, before))
+
+
+def test_register_buffer_as_printed_copies_before_the_attribute_leaves(sim):
+    class PE(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.pe = torch.empty(4, device="meta")  # no data: the copy to the device fails
+
+    model = PE()
+    model.lin.to(sim)
+    (f,) = [f for f in devinspect.scan({"model": model}).findings if f.code == "unregistered-tensor-attribute"]
+    with pytest.raises(NotImplementedError):
+        exec(f.fix.code, {"model": model})
+    assert "pe" in model.__dict__  # nothing was lost
+
+
+def test_a_stale_optimizer_is_rebuilt_with_the_schedulers_that_drive_it(sim):
+    model = torch.nn.Linear(4, 2).to(sim)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    decay = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda=lambda epoch: 0.5 ** epoch)
+    steps = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.1)
+    model = torch.nn.Linear(4, 2).to(sim)  # the model's cell ran again
+    ns = {"model": model, "opt": opt, "decay": decay, "steps": steps, "torch": torch}
+    (f,) = [f for f in devinspect.scan(ns).findings if f.code == "stale-optimizer"]
+    assert "decay" in f.fix.code and "steps" in f.fix.code
+    exec(f.fix.code, ns)
+    assert ns["decay"].optimizer is ns["opt"] and ns["steps"].optimizer is ns["opt"]
+    assert ns["steps"].step_size == 3 and ns["decay"].lr_lambdas[0](2) == 0.25
+    assert ns["opt"].param_groups[0]["params"][0] is model.weight
+
+
+def test_a_pre_hook_that_misses_a_keyword_argument_is_named_and_the_split_is_kept(ip, sim):
+    run(ip, "import torch, torch.nn as nn\nfrom devinspect import testing\ntesting.enable()\n"
+            "class Stage(nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(4, 4)\n"
+            "    def forward(self, h, shift=None):\n        h = self.lin(h)\n"
+            "        return h if shift is None else h + shift\n"
+            "first, second = Stage().to('sim:0'), Stage().to('sim:1')\n"
+            "second.register_forward_pre_hook(lambda module, args: tuple(a.to('sim:1') for a in args))\n"
+            "x = torch.randn(2, 4, device='sim:0')\nshift = torch.zeros(4, device='sim:0')")
+    run(ip, "out = second(first(x), shift=shift)")
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    assert fix.code == 'shift = shift.to("sim:1")'  # x stays on sim:0, where first is
+    assert "moves positional arguments only" in fix.note and "with_kwargs=True" in fix.note
+
+
+def test_tensors_made_inline_are_said_to_be_unnamed_and_nothing_else_is_blamed(ip, sim):
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "aux = torch.ones(2)\nref = torch.ones(2, device=dev)")
+    run(ip, "pair = torch.cat([torch.ones(2), torch.ones(2, device=dev)])")
+    explanation = devinspect.explain(namespace=ip.user_ns)
+    text = repr(explanation)
+    assert "2 unnamed tensors made on the failing line: cpu, sim:0" in text
+    assert "aux" not in text and "ref" not in text
+    (edit,) = explanation.mismatch.fix.edits
+    assert edit.new == "pair = torch.cat([torch.ones(2, device=dev), torch.ones(2, device=dev)])"
+
+
+def test_a_mismatch_met_while_compiling_is_explained_at_the_users_line(ip):
+    run(ip, "import torch, torch.nn as nn\n"
+            "class Net(nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(4, 4)\n"
+            "    def forward(self, x):\n        h = self.lin(x)\n        mask = torch.ones(4)\n"
+            "        return h * mask\n"
+            "model = torch.compile(Net().to('meta'), backend='eager')\nx = torch.randn(2, 4, device='meta')")
+    result, _, _, _ = run(ip, "out = model(x)")
+    assert type(result.error_in_exec).__name__ == "TorchRuntimeError"
+    mismatch = devinspect.explain(namespace=ip.user_ns).mismatch
+    assert mismatch is not None and set(mismatch.devices) == {"cpu", "meta"}
+    assert mismatch.user_frame.text == "return h * mask" and mismatch.user_frame.function == "forward"
+    assert [o.name for o in mismatch.operands] == ["h", "mask"]
+
+
+def test_buffers_pytorch_keeps_on_the_host_do_not_split_a_model(sim):
+    model = torch.nn.Linear(4, 2).to(sim)
+    ema = torch.optim.swa_utils.AveragedModel(model)
+    assert ema.n_averaged.device.type == "cpu"
+    assert devinspect.scan({"model": model, "ema": ema}).findings == ()
+
+
+@pytest.mark.parametrize("error", ["recursion", "user"])
+def test_errors_that_are_not_mismatches_are_not_explained_as_one(ip, sim, error):
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "x = torch.ones(3, device=dev)\ny = torch.ones(3)")
+    cell = ("def deeper(t):\n    return deeper(t + 1)\ndeeper(x)" if error == "recursion" else
+            "raise ValueError(f'not on the same device: {x.device} and {y.device}')")
+    result, _, _, _ = run(ip, cell)
+    assert result.error_in_exec is not None
+    assert devinspect.explain(namespace=ip.user_ns).mismatch is None
