@@ -40,7 +40,6 @@ def main() -> int:
     warnings.filterwarnings("ignore")
     import torch
     from IPython.testing.globalipapp import get_ipython
-
     from scenario_runner import ScenarioRun
     from scenarios import generate
 

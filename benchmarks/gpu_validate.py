@@ -3,12 +3,15 @@
 Builds the scenario of ``tests/fixtures/gpumem_cuda.json`` on cuda:0: 256 MiB and
 1000 bytes named (the allocator rounds 1000 up to one 1024-byte block), 64 MiB held
 by an ``Out`` history entry, a closure holding a 32 MiB leaf and its ``sin()`` (whose
-saved input only C++ holds), and a 512 MiB tensor freed to leave a cached segment.
+saved input, ``leaf * 2``, keeps its Python object: PyTorch preserves it while autograd
+holds it, so the gc walk finds it, as measured on an H100), and a 512 MiB tensor freed
+to leave a cached segment.
 It prints the snapshot and reconciliation and checks:
 
 * named, history and other-live tensor bytes against the sizes allocated;
 * allocated grew by the sizes rounded up to 512-byte blocks, requested by the sizes;
-* autograd's saved tensor shows up as "not reachable from Python";
+* the saved ``leaf * 2`` is found with the closure's tensors (all three, 96 MiB), and
+  "not reachable from Python" is what is left (no negative figure);
 * every reconciliation total equals the rows above it;
 * empty_cache() released what the snapshot announced.
 
@@ -56,7 +59,7 @@ def main() -> int:
     namespace: dict = {k: torch.empty(n, dtype=torch.uint8, device="cuda:0") for k, n in sizes.items()}
     namespace["Out"] = {3: torch.empty(64 * MiB, dtype=torch.uint8, device="cuda:0")}  # output history
     leaf = torch.ones(8 * MiB, device="cuda:0", requires_grad=True)  # 32 MiB float32
-    out = (leaf * 2).sin()  # SinBackward keeps leaf * 2 (32 MiB) where only C++ sees it
+    out = (leaf * 2).sin()  # SinBackward keeps leaf * 2 (32 MiB); its Python object lives on
     closure = (lambda a, b: (lambda: (a, b)))(leaf, out)  # noqa: F841 - alive under no name
     del leaf, out
     big = torch.empty(512 * MiB, dtype=torch.uint8, device="cuda:0")
@@ -78,7 +81,8 @@ def main() -> int:
     t = d.tensors
     check("named tensor bytes", t.named_bytes == sum(sizes.values()), f"{t.named_bytes} == {sum(sizes.values())}")
     check("history bytes", t.history_bytes == 64 * MiB, f"{t.history_bytes} == {64 * MiB}")
-    check("closure's tensors found by the gc walk", t.other_bytes >= 64 * MiB, f"{t.other_bytes} >= {64 * MiB}")
+    check("closure's tensors and the saved input found by the gc walk", t.other_bytes >= 96 * MiB,
+          f"{t.other_bytes} >= {96 * MiB}")
     grown = d.allocated_bytes - base.allocated_bytes
     expected = 256 * MiB + 1024 + 64 * MiB + 3 * 32 * MiB
     check("allocated growth, 512-byte blocks", grown == expected, f"{grown} == {expected}")
@@ -88,8 +92,8 @@ def main() -> int:
     rows = {r.label.split(" (")[0]: r for r in d.reconciliation}
     unreachable = rows.get("not reachable from Python")
     if unreachable is not None:
-        check("autograd's saved tensor is 'not reachable'", unreachable.value_bytes >= 32 * MiB,
-              f"{unreachable.value_bytes} >= {32 * MiB}")
+        check("'not reachable from Python' is not negative", unreachable.value_bytes >= 0,
+              f"{unreachable.value_bytes} >= 0")
     running, adds_up = 0, True
     for r in d.reconciliation:
         if r.total and r.value_bytes != running:
@@ -111,10 +115,10 @@ def main() -> int:
                 f"NVML driver {(readings.get('nvml') or {}).get('driver_version')}, host {platform.node()}. "
                 "Re-capture with python benchmarks/gpu_validate.py --capture tests/fixtures/gpumem_cuda.json"
             ),
-            "scenario": {"named": sizes, "history": {"Out[3]": 64 * MiB}, "other_at_least": 64 * MiB,
-                         "unreachable_at_least": 32 * MiB, "cached_at_least": 512 * MiB,
+            "scenario": {"named": sizes, "history": {"Out[3]": 64 * MiB}, "other_at_least": 96 * MiB,
+                         "unreachable_at_least": 0, "cached_at_least": 512 * MiB,
                          "what": "a, b named; Out[3] history; a closure holding a leaf and its sin(); "
-                                 "sin's saved input in C++ only; a 512 MiB tensor freed"},
+                                 "sin's saved input keeps its Python object; a 512 MiB tensor freed"},
             "tensors": {k: {f: getattr(v, f) for f in ("named_bytes", "history_bytes", "other_bytes", "named_count",
                                                         "history_count", "other_count")}
                         for k, v in tallies.items()},

@@ -64,6 +64,10 @@ def ip():
     for key in set(shell.user_ns["Out"]) - outputs_before:
         del shell.user_ns["Out"][key]
         shell.user_ns_hidden.pop(f"_{key}", None)
+    # _, __ and ___ too: the shell keeps them in three places, which must agree (or IPython
+    # takes them for the user's own and never updates them again).
+    for store in (shell.user_ns, shell.user_ns_hidden, shell.displayhook.__dict__):
+        store.update({"_": "", "__": "", "___": ""})
     shell.run_line_magic("unload_ext", "devinspect")
     gc.collect()
 

@@ -79,7 +79,7 @@ def test_devcheck_names_cpu_input_of_a_cuda_model():
         pass
     m = c.report.mismatch
     assert m is not None and set(m.devices) == {"cpu", "cuda:0"}
-    assert m.fix == "x = x.to(model.weight.device)"
+    assert m.fix is not None and m.fix.code == 'x = x.to("cuda:0")'
 
 
 def test_devcheck_counts_cuda_copies_and_syncs():

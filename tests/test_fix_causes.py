@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import run
 
 import devinspect
-from conftest import run
 
 
 def test_a_tensor_made_in_the_failed_cell_is_fixed_by_editing_that_cell(ip, sim):

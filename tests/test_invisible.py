@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from IPython.utils.capture import capture_output
 
 SETUP = """
-import torch, torch.nn as nn
+import asyncio
+import torch, torch.nn as nn, torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 dev = torch.device("sim:0")
 class CountingMode(TorchFunctionMode):
@@ -76,6 +77,16 @@ STATEMENTS = [
     "try:\n    a + b\nexcept RuntimeError as e:\n    caught = str(e)",
     "del a",
     "a",
+    # Fused fast paths that test has_torch_function (padded positions differ on the slow path).
+    "enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2).eval()",
+    "with torch.no_grad():\n    y = enc(torch.ones(2, 5, 8), src_key_padding_mask=torch.tensor([[False] * 5, [False, False, True, True, True]]))",
+    "mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()",
+    "with torch.no_grad():\n    y = mha(*[torch.ones(2, 5, 8)] * 3, key_padding_mask=torch.tensor([[False] * 5, [False, False, True, True, True]]), need_weights=False)[0]",
+    "y = F.scaled_dot_product_attention(*[torch.ones(1, 2, 4, 8)] * 3, is_causal=True)",
+    # Top-level await, and what a coroutine may not raise as it is.
+    "await asyncio.sleep(0)",
+    "raise StopIteration",
+    "raise StopAsyncIteration",
 ]
 
 
@@ -152,6 +163,8 @@ def run_once(ip, body: str, checked: bool) -> dict:
         result = ip.run_cell(cell)
     modes = function_modes()
     reset_modes()
+    with capture_output() as after:  # the next plain cell sees what a plain run would have left
+        ip.run_cell("print(sorted(k for k, v in globals().items() if isinstance(v, torch.Tensor) and k[:1] != '_'))")
     torch.__future__.set_swap_module_params_on_conversion(False)
     error = result.error_in_exec or result.error_before_exec
     state = snapshot(ns, before)
@@ -175,6 +188,7 @@ def run_once(ip, body: str, checked: bool) -> dict:
         "state": {k: v for k, v in state.items() if k != "ids"},
         "ids_kept": ids_kept,
         "modes": modes,
+        "next_cell": after.stdout,
     }
 
 

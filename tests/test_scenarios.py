@@ -9,7 +9,6 @@ kind and entry point; on a GPU, ``--device cuda`` runs them with CUDA in place o
 from __future__ import annotations
 
 import pytest
-
 from scenario_runner import ScenarioRun
 from scenarios import generate
 

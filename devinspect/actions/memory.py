@@ -7,7 +7,7 @@ import gc
 import re
 import sys
 import traceback
-from typing import Any, Callable, Iterable, MutableMapping
+from typing import Any, Callable, Iterable, Mapping, MutableMapping
 
 import torch
 
@@ -155,7 +155,9 @@ def release_history(
             return device_is_accelerator(device)
         return any(device == d or device.split(":")[0] == d for d in devices)
 
-    held = [r for r in scan(namespace, include_hidden=True).records if r.hidden and wanted(r.device)]
+    assigned = _assigned_unders(namespace, displayhook, hidden)
+    held = [r for r in scan(namespace, include_hidden=True).records
+            if r.hidden and wanted(r.device) and r.root not in assigned]
     if not held:
         return ActionResult(False, "nothing to release: no history entry or traceback holds such tensors")
     out_keys: set[int] = set()
@@ -181,6 +183,17 @@ def release_history(
     return ActionResult(True, message + (f" ({'; '.join(changes)})" if changes else ""), freed)
 
 
+def _assigned_unders(namespace: Mapping[str, Any], displayhook: Any,
+                     hidden: Mapping[str, Any] | None) -> set[str]:
+    """Which of ``_``, ``__``, ``___`` the user assigned (``_, idx = t.max(0)``): a value that is
+    not the one the shell's display hook (or its hidden copy) holds is the user's, and stays."""
+    shell_values = displayhook.__dict__ if hasattr(displayhook, "__dict__") else hidden
+    if shell_values is None:
+        return set()
+    return {name for name in ("_", "__", "___")
+            if name in namespace and not (name in shell_values and shell_values[name] is namespace[name])}
+
+
 def _clear_history(namespace: MutableMapping[str, Any], displayhook: Any, hidden: MutableMapping[str, Any],
                    out_keys: set[int], unders: set[str]) -> list[str]:
     cleared = []
@@ -199,6 +212,8 @@ def _clear_history(namespace: MutableMapping[str, Any], displayhook: Any, hidden
         # Clear each copy that is a released entry or the same object as a cleared name,
         # so they keep agreeing (IPython updates _ only then); a value the user assigned stays.
         stores = [namespace, hidden] + ([displayhook.__dict__] if hasattr(displayhook, "__dict__") else [])
+        if name in _assigned_unders(namespace, displayhook, hidden):
+            stores = stores[1:]  # the user's own value stays; the shell's copies of a released one go
         targets = list(released) + ([namespace[name]] if name in unders and name in namespace else [])
         hit = False
         for store in stores:

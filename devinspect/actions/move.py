@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, MutableMapping
 
 import torch
 
+from ..collect.static import type_is_one_of
 from ..diagnose import fixes
 from ..model.fixes import ReleaseGraphs
 from .memory import clear_last_error
@@ -45,7 +46,8 @@ class Mover:
         self.namespace = namespace
         self.target = target
         self.swap_flag = bool(torch.__future__.get_swap_module_params_on_conversion())
-        self.undo: list[Callable[[], None]] = []
+        #: (what it restores, how): run newest first when a move fails half way.
+        self.undo: list[tuple[str, Callable[[], None]]] = []
         self.moved_bytes = 0
 
     # -- modules ----------------------------------------------------------------
@@ -72,31 +74,31 @@ class Mover:
             for sub, attr in recomputed:
                 current = sub.__dict__.get(attr)
                 if isinstance(current, torch.Tensor) and current.grad_fn is not None:
-                    self.undo.append(lambda sub=sub, attr=attr, current=current: sub.__dict__.__setitem__(attr, current))
+                    self.undo.append((f"{type(sub).__name__}.{attr}",
+                                      lambda sub=sub, attr=attr, current=current: sub.__dict__.__setitem__(attr, current)))
                     sub.__dict__[attr] = current.detach()
             held = self._held([(n, p) for n, p in params.values()])
             if held is not None:
-                self._rollback()
-                return held
+                stuck = self._rollback()
+                return held if not stuck else self._half_done(f"could not move {name}", held.message, stuck)
         try:
             planned_params = [(n, p, self._copy(n, p), self._copy(f"{n}.grad", p.grad) if p.grad is not None else None)
                               for n, p in params.values()]
             planned_buffers = [(sub, key, n, self._copy(n, b)) for sub, key, n, b in buffers]
             planned_state = self._plan_optimizer_state({id(p) for _, p in params.values()})
         except CannotMove as exc:
-            self._rollback()
-            return ActionResult(False, f"could not move {name} to {self.target}: {exc} (nothing was changed)")
+            return self._undone(f"could not move {name} to {self.target}", str(exc))
         try:
             for n, p, new, new_grad in planned_params:
-                self._commit_parameter(p, new, new_grad)
-            for sub, key, _n, new in planned_buffers:
+                self._commit_parameter(n, p, new, new_grad)
+            for sub, key, n, new in planned_buffers:
                 old = sub._buffers[key]
-                self.undo.append(lambda sub=sub, key=key, old=old: sub._buffers.__setitem__(key, old))
-                sub._buffers[key] = new
+                sub._buffers[key] = new  # logged once done: a refused assignment has nothing to undo
+                self.undo.append((f"{n} (on {new.device})",
+                                  lambda sub=sub, key=key, old=old: sub._buffers.__setitem__(key, old)))
             states = self._commit_state(planned_state)
         except Exception as exc:  # noqa: BLE001 - anything half done is undone
-            self._rollback()
-            return ActionResult(False, f"could not move {name} to {self.target}: {reason(exc)} (nothing was changed)")
+            return self._undone(f"could not move {name} to {self.target}", reason(exc))
         counts = f"{len(planned_params)} parameters, {len(planned_buffers)} buffers"
         grads = sum(1 for *_, g in planned_params if g is not None)
         if grads:
@@ -135,11 +137,10 @@ class Mover:
         except CannotMove as exc:
             return ActionResult(False, f"could not move {name} to {self.target}: {exc} (nothing was changed)")
         try:
-            self._commit_parameter(t, new, new_grad)
+            self._commit_parameter(name, t, new, new_grad)
             states = self._commit_state(planned_state)
         except Exception as exc:  # noqa: BLE001
-            self._rollback()
-            return ActionResult(False, f"could not move {name} to {self.target}: {reason(exc)} (nothing was changed)")
+            return self._undone(f"could not move {name} to {self.target}", reason(exc))
         what = "Parameter" if isinstance(t, torch.nn.Parameter) else "leaf tensor"
         extra = f", and {states} optimizer state tensors" if states else ""
         return ActionResult(True, f"moved {name} to {self.target}, the same {what}{extra} ({human(self.moved_bytes)})",
@@ -161,7 +162,7 @@ class Mover:
 
     def _in_place(self, t: torch.Tensor) -> bool:
         return fixes.moves_in_place(str(t.device), str(self.target), self.swap_flag) and \
-            type(t) in (torch.Tensor, torch.nn.Parameter)
+            type_is_one_of(t, (torch.Tensor, torch.nn.Parameter))
 
     def _all_in_place(self, tensors: Iterable[torch.Tensor]) -> bool:
         return all(self._in_place(t) for t in tensors)
@@ -195,7 +196,7 @@ class Mover:
             self.moved_bytes += held_bytes(t)
         return new
 
-    def _commit_parameter(self, p: torch.Tensor, new: torch.Tensor, new_grad: torch.Tensor | None) -> None:
+    def _commit_parameter(self, name: str, p: torch.Tensor, new: torch.Tensor, new_grad: torch.Tensor | None) -> None:
         if new is p and (new_grad is None or new_grad is p.grad):
             return
         if self._in_place(p):
@@ -208,7 +209,7 @@ class Mover:
                     old_grad.data = old_grad_data
                     p.grad = old_grad
 
-            self.undo.append(undo)
+            self.undo.append((f"{name} (on {new.device})", undo))
             p.data = new
             if old_grad is not None and new_grad is not None:
                 old_grad.data = new_grad  # the gradient object stays the same too
@@ -231,7 +232,7 @@ class Mover:
             if grad is not None:
                 p.grad = grad
 
-        self.undo.append(undo_swap)
+        self.undo.append((f"{name} (on {new.device})", undo_swap))
         if new_grad is not None:
             p.grad = new_grad
 
@@ -250,17 +251,33 @@ class Mover:
 
     def _commit_state(self, planned: list[tuple[dict, Any, torch.Tensor, torch.Tensor]]) -> int:
         for state, key, old, new in planned:
-            self.undo.append(lambda state=state, key=key, old=old: state.__setitem__(key, old))
             state[key] = new
+            self.undo.append((f"optimizer state {key!r} (on {new.device})",
+                              lambda state=state, key=key, old=old: state.__setitem__(key, old)))
         return len(planned)
 
-    def _rollback(self) -> None:
+    def _rollback(self) -> list[str]:
+        """Undo every committed step, newest first; what could not be undone (it stays as moved)."""
+        stuck = []
         while self.undo:
-            step = self.undo.pop()
+            label, step = self.undo.pop()
             try:
                 step()
-            except Exception:  # noqa: BLE001 - undo what can be undone; the rest was never done
-                pass
+            except Exception:  # noqa: BLE001 - undo the rest; say which step stayed
+                stuck.append(label)
+        return stuck
+
+    def _undone(self, what: str, why: str) -> ActionResult:
+        """A failed move, undone: "nothing was changed" only when every undo step ran."""
+        stuck = self._rollback()
+        if not stuck:
+            return ActionResult(False, f"{what}: {why} (nothing was changed)")
+        return self._half_done(what, why, stuck)
+
+    @staticmethod
+    def _half_done(what: str, why: str, stuck: list[str]) -> ActionResult:
+        return ActionResult(False, f"{what}: {why}; undoing it failed as well, so these stay moved: "
+                                   f"{', '.join(reversed(stuck))} (everything else is as before)")
 
 
 def _named_modules(module: torch.nn.Module, name: str) -> list[tuple[str, torch.nn.Module]]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Iterable, Mapping
 
 import torch
@@ -64,9 +63,9 @@ def placement_of(name: str, value: Any) -> DTensorPlacement | None:
         global_shape=tuple(int(s) for s in spec.shape), local_shape=tuple(int(s) for s in local.shape))
 
 
-@functools.lru_cache(maxsize=256)
 def _keeps_a_spec(cls: type) -> bool:
-    """DTensor and its subclasses: a ``_spec`` slot or attribute in a class dict (read statically)."""
+    """DTensor and its subclasses: a ``_spec`` slot or attribute in a class dict (read statically;
+    not cached: a cache keyed by the class would keep it alive and hash it through its metaclass)."""
 
     return static_class_attr(cls, "_spec") is not None
 

@@ -25,7 +25,7 @@ import torch
 
 from . import locations
 from . import tensorbase as tb
-from .static import instance_dict
+from .static import instance_dict, type_is_one_of
 from .values import MISSING, attribute_of, item_of
 
 _T = torch.Tensor
@@ -314,14 +314,14 @@ def _module_sample(module: Any) -> list:
 
 def device_of(operand: Any) -> str:
     """The device of a tensor, a :class:`Temporary` or a :class:`Traced` operand, as devinspect names it."""
-    return operand.device if type(operand) in (Temporary, Traced) else str(tb.device(operand))
+    return operand.device if type_is_one_of(operand, (Temporary, Traced)) else str(tb.device(operand))
 
 
 def devices_of(operands: list) -> list[str]:
     # A CPU scalar joins any device's op (as in CUDA's own checks): it is not a second device.
     found = set()
     for o in operands:
-        if type(o) in (Temporary, Traced):
+        if type_is_one_of(o, (Temporary, Traced)):
             found.add(o.device)
         elif not (tb.device(o).type == "cpu" and tb.dim(o) == 0):
             found.add(str(tb.device(o)))

@@ -18,6 +18,7 @@ autograd saved of an output).
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import time
@@ -31,11 +32,24 @@ from ..model.holders import Holders, Reference
 from . import locations
 from . import tensorbase as tb
 from .names import HISTORY_RE, PLUMBING, attr_name, child_name, key_text, namespace_items
-from .static import ATOM_IDS, instance_dict, is_opaque_package, slot_values, type_name
+from .static import (
+    ATOM_IDS,
+    PROXY_TYPES,
+    class_dict,
+    instance_dict,
+    is_opaque_package,
+    mro,
+    slot_values,
+    static_class_attr,
+    type_is_one_of,
+    type_module,
+    type_name,
+)
 from .tensors import tensor_facts
 
 _T = torch.Tensor
 _Module = torch.nn.Module
+_PYTHON_NODE = torch.autograd.function.BackwardCFunction
 
 #: Bounds of one search.
 MAX_DEPTH = 12
@@ -139,7 +153,7 @@ class _Search:
         if value is self.target:
             self._found(path, root, via, note, holder)
             return True
-        if isinstance(value, _T) and self.storage is not None and _storage_key(value) == self.storage:
+        if issubclass(type(value), _T) and self.storage is not None and _storage_key(value) == self.storage:
             self._found(path, root, via or "view", "shares its memory" + (f"; {note}" if note else ""), holder)
             return True
         return False
@@ -153,25 +167,26 @@ class _Search:
 
     def _children(self, o: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:
         vt = type(o)
-        if isinstance(o, _T):
+        if issubclass(vt, _T):
             yield from self._tensor_children(o, path)
             return
-        if isinstance(o, (types.ModuleType, type)) or is_opaque_package(vt):
-            return
-        if isinstance(o, dict):
+        if issubclass(vt, (types.ModuleType, type)) or vt is PROXY_TYPES[0] or vt is PROXY_TYPES[1] \
+                or is_opaque_package(vt):
+            return  # a proxy holds nothing; a module or class is plumbing
+        if issubclass(vt, dict):
             for i, (key, value) in enumerate(dict.items(o)):
                 if i >= MAX_ITEMS:
                     break
                 text = key_text(key)
-                if isinstance(key, _T):
+                if issubclass(type(key), _T):
                     yield key, f"{path} (a key)", "", ""
                 yield value, f"{path}[{text if text is not None else '…'}]", "", ""
-        elif isinstance(o, (list, tuple)):
-            getter = list.__getitem__ if isinstance(o, list) else tuple.__getitem__
-            for i in range(min(len(o), MAX_ITEMS)):
-                yield getter(o, i), f"{path}[{i}]", "", ""
-        elif isinstance(o, (set, frozenset)):
-            for i, item in enumerate(set.__iter__(o) if isinstance(o, set) else frozenset.__iter__(o)):
+        elif issubclass(vt, (list, tuple)):
+            kind = list if issubclass(vt, list) else tuple
+            for i in range(min(kind.__len__(o), MAX_ITEMS)):
+                yield kind.__getitem__(o, i), f"{path}[{i}]", "", ""
+        elif issubclass(vt, (set, frozenset)):
+            for i, item in enumerate(set.__iter__(o) if issubclass(vt, set) else frozenset.__iter__(o)):
                 if i >= MAX_ITEMS:
                     break
                 yield item, f"{path} (an element)", "", ""
@@ -188,18 +203,18 @@ class _Search:
             except ValueError:  # an empty cell
                 pass
             return
-        elif vt in (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType):
-            frame = getattr(o, "gi_frame", None) or getattr(o, "cr_frame", None) or getattr(o, "ag_frame", None)
+        elif vt is types.GeneratorType or vt is types.CoroutineType or vt is types.AsyncGeneratorType:
+            frame = o.gi_frame if vt is types.GeneratorType else o.cr_frame if vt is types.CoroutineType else o.ag_frame
             if frame is not None and type(frame.f_locals) is dict:
                 for key, value in list(dict.items(frame.f_locals)):
                     yield value, f"{path}.gi_frame.f_locals[{key!r}]", "", f"a local of the paused {vt.__name__}"
             return
-        elif type_name(vt) == "functools.partial":
+        elif vt is functools.partial:
             yield o.func, f"{path}.func", "", ""
             yield o.args, f"{path}.args", "", ""
             yield o.keywords, f"{path}.keywords", "", ""
             return
-        if isinstance(o, _Module):
+        if issubclass(vt, _Module):
             yield from self._module_children(o, path)
             return
         if _is_autograd_node(o):
@@ -247,15 +262,16 @@ class _Search:
                 continue
             raw = _getset(node, attr)
             self.keep.append(raw)
-            for j, saved in enumerate(raw if isinstance(raw, (list, tuple)) else [raw]):
+            several = type_is_one_of(raw, (list, tuple))
+            for j, saved in enumerate(raw if several else [raw]):
                 self.keep.append(saved)
                 data = _saved_data(saved)
                 if data is None:
                     continue
                 self.keep.append(data)
                 public = "_saved_" + attr.removeprefix("_raw_saved_")
-                suffix = f"[{j}]" if isinstance(raw, (list, tuple)) else ""
-                if isinstance(data, _T):
+                suffix = f"[{j}]" if several else ""
+                if issubclass(type(data), _T):
                     yield data, f"{path}.{public}{suffix}", "autograd graph", f"saved by {type(node).__name__}"
                 else:  # packed by a saved-tensor hook: what the hook returned
                     yield data, f"{path}.{attr}{suffix}.data", "autograd graph", "packed by a saved-tensor hook"
@@ -275,15 +291,20 @@ def _function_children(f: Any, path: str) -> Iterator[tuple[Any, str, str, str]]
 
 
 def _is_autograd_node(o: Any) -> bool:
-    return isinstance(o, torch.autograd.graph.Node) or type(o).__module__ in ("torch.autograd.function",)
+    vt = type(o)
+    # Read from the class dicts: autograd's C++ node types are registered with the Node ABC,
+    # and an ABC's subclass check would hash (and cache) a user's class.
+    if type(static_class_attr(vt, "next_functions")) is types.GetSetDescriptorType:
+        return True
+    return any(k is _PYTHON_NODE for k in mro(vt)) or type_module(vt) == "torch.autograd.function"
 
 
 def _getset(o: Any, attr: str) -> Any:
     """An attribute defined by the C type itself (a getset descriptor), else None."""
-    for klass in type(o).__mro__:
-        descriptor = klass.__dict__.get(attr)
+    for klass in mro(type(o)):
+        descriptor = class_dict(klass).get(attr)
         if descriptor is not None:
-            if type(descriptor) is types.GetSetDescriptorType or type(descriptor).__name__ == "instancemethod":
+            if type(descriptor) is types.GetSetDescriptorType or type_name(type(descriptor)) == "instancemethod":
                 try:
                     return descriptor.__get__(o, type(o))
                 except Exception:  # noqa: BLE001 - freed by a backward pass, say
@@ -294,7 +315,7 @@ def _getset(o: Any, attr: str) -> Any:
 
 def _saved_data(saved: Any) -> Any:
     """What a ``SavedTensor`` holds, without unpacking it (no saved-tensor hook runs); None once freed."""
-    if type(saved).__name__ != "SavedTensor":
+    if type_name(type(saved)) != "SavedTensor":
         return None
     try:
         return saved.data

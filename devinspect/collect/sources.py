@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import torch
 
 from . import locations
+from .static import type_is_one_of
 
 #: How many of the most recent cells are looked through for an assignment.
 MAX_CELLS = 200
@@ -202,7 +203,7 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                 if isinstance(arg, ast.Name) and arg.id in loops:
                     text = loops[arg.id]
                     value = object_at(namespace, text)
-                    container = type(value).__name__ if type(value) in (list, tuple, dict) else None
+                    container = type(value).__name__ if type_is_one_of(value, (list, tuple, dict)) else None
                     if container is None:
                         continue
                 elif object_at(namespace, text) is MISSING:

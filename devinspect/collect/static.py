@@ -38,7 +38,20 @@ _TYPE_MODULE = type.__dict__["__module__"].__get__
 FUNCTION_CODE = types.FunctionType.__dict__["__code__"].__get__
 
 
-PROXY_REPR = weakref.ProxyType.__repr__
+#: Each proxy type's own repr (it names the referent's type without calling into it).
+_PROXY_REPRS = {weakref.ProxyType: weakref.ProxyType.__repr__,
+                weakref.CallableProxyType: weakref.CallableProxyType.__repr__}
+
+
+def proxy_referent(value: object) -> str | None:
+    """The type name of what a ``weakref.proxy`` points to, or None once it is dead.
+
+    A proxy forwards every attribute, ``isinstance`` and operator to its referent, so it is
+    only ever read through its own type's repr (which names the referent's type from C).
+    """
+    text = _PROXY_REPRS[type(value)](value)
+    referent = text.split(" to ", 1)[1].rsplit(" at ", 1)[0] if " to " in text else "NoneType"
+    return None if referent == "NoneType" else referent
 
 
 MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
@@ -116,19 +129,11 @@ def static_class_attr(cls: type, name: str) -> Any:
     return None
 
 
-_class_dicts: dict[int, tuple[type, dict[str, Any]]] = {}
-
-
 def plain_class_dict(klass: type) -> dict[str, Any]:
-    """A class's own dict with only exact-``str`` keys (cached by identity while the class lives)."""
-    cached = _class_dicts.get(id(klass))
-    if cached is not None and cached[0] is klass:
-        return cached[1]
-    plain = {k: v for k, v in _TYPE_DICT(klass).items() if type(k) is str}
-    if len(_class_dicts) > 4096:
-        _class_dicts.clear()
-    _class_dicts[id(klass)] = (klass, plain)
-    return plain
+    """A class's own dict with only exact-``str`` keys: a fresh copy each time, so nothing here
+    keeps a class (or what its attributes reach) alive after the user drops it. A class's
+    ``__dict__`` is a mappingproxy over an exact dict: its ``items`` run no user code."""
+    return {k: v for k, v in _TYPE_DICT(klass).items() if type(k) is str}
 
 
 def plain_str(key: Any) -> str | None:
@@ -227,3 +232,10 @@ def any_items(d: Any) -> list[tuple[Any, Any]]:
     if d is None or not issubclass(type(d), dict):
         return []
     return list(dict.items(d))
+
+
+def type_is_one_of(value: object, classes: tuple[type, ...]) -> bool:
+    """``type(value) in classes`` by identity: ``in`` compares with ``==``, which runs the
+    ``__eq__`` of a user's metaclass."""
+    t = type(value)
+    return any(t is c for c in classes)

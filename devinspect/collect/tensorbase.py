@@ -29,3 +29,9 @@ dim = _TB.dim
 storage = _TB.untyped_storage
 use_count = _TB._use_count
 is_pinned = _TB.is_pinned
+
+
+def is_tensor(value: object) -> bool:
+    """Whether ``value`` is a tensor by its real type (a weak proxy or a lying ``__class__``
+    answers ``isinstance`` for its referent or its claim; its type does not)."""
+    return issubclass(type(value), _TB)

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 
 from . import tensorbase as tb
-from .static import MODULE_DICT, instance_dict, slot_values
+from .static import MODULE_DICT, instance_dict, slot_values, type_is_one_of
 
 _T = torch.Tensor
 _Module = torch.nn.Module
@@ -66,7 +66,7 @@ def item_of(base: Any, key: Any) -> Any:
             getter = list.__getitem__ if bt is list else tuple.__getitem__
             return getter(base, key) if -size <= key < size else MISSING
         return MISSING
-    if bt is dict and (type(key) in (str, int) or _is_tensor(key)):
+    if bt is dict and (type_is_one_of(key, (str, int)) or _is_tensor(key)):
         return dict.get(base, key, MISSING)
     return MISSING
 

@@ -36,13 +36,13 @@ from .placement import off_map, placement_of
 from .static import (
     ATOM_IDS,
     OPAQUE,
-    PROXY_REPR,
     PROXY_TYPES,
     instance_dict,
     is_opaque_package,
     mro,
     odd_instance_dict,
     plain_class_dict,
+    proxy_referent,
     slot_values,
     static_class_attr,
     str_items,
@@ -197,7 +197,7 @@ class Walker:
             self._deferred.append((name, root, value))
             return
         if issubclass(vt, PROXY_TYPES):
-            if "to NoneType at" in PROXY_REPR(value):
+            if proxy_referent(value) is None:
                 self._error_record(value, name, root, ReferenceError("a dead weakref.proxy (its object is gone)"))
             return
         if depth >= self.options.max_depth:
@@ -481,17 +481,22 @@ class Walker:
         """numpy and pandas objects hold no tensors unless their cells are Python objects:
         those are reported as not inspected (their elements are not walked)."""
         tname = type_name(vt)
+        # Read only through the real classes (a class that merely says it is numpy's runs its own
+        # code on every attribute; a subclass may too): anything else is reported, not read.
+        numpy, pandas = sys.modules.get("numpy"), sys.modules.get("pandas")
         try:
-            if module == "numpy" and tname == "ndarray":
+            if numpy is not None and vt is numpy.__dict__.get("ndarray"):
                 if o.dtype.kind == "O":
                     self.truncated.append(Truncation(name, "a numpy array of Python objects: its elements are not inspected"))
-            elif module == "pandas" and tname == "DataFrame":
+            elif pandas is not None and vt is pandas.__dict__.get("DataFrame"):
                 if any(dt.kind == "O" for dt in o.dtypes):
                     self.truncated.append(Truncation(name, "a pandas DataFrame with object columns: its cells are not inspected"))
-            elif module == "pandas" and tname == "Series":
+            elif pandas is not None and vt is pandas.__dict__.get("Series"):
                 if o.dtype.kind == "O":
                     self.truncated.append(Truncation(name, "a pandas Series of objects: its cells are not inspected"))
-        except Exception:  # noqa: BLE001 - a subclass we cannot read is reported as such
+            elif tname in ("ndarray", "DataFrame", "Series"):
+                self.truncated.append(Truncation(name, f"a {tname} of another class than {module}'s: not inspected"))
+        except Exception:  # noqa: BLE001 - one we cannot read is reported as such
             self.truncated.append(Truncation(name, f"a {tname}: not inspected"))
 
     def _container(self, o: Any, vt: type, name: str, root: str, depth: int, owner: str | None) -> None:

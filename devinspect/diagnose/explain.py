@@ -19,6 +19,7 @@ import torch
 
 from ..collect import locations
 from ..collect.failing_call import Temporary, Traced, compiled_call, failing_call, traceback_entries
+from ..collect.static import type_is_one_of
 from ..model.check_report import Mismatch
 from ..model.explanation import Explanation
 from .failed_call import Failure, diagnose, first_line
@@ -77,7 +78,7 @@ def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any]) -> Mismat
             call = compiled_call(exc, entries)
             if call is None:
                 return None
-            traced = next((o for o in call.tensors if type(o) in (Temporary, Traced)), None)
+            traced = next((o for o in call.tensors if type_is_one_of(o, (Temporary, Traced))), None)
         users = [e for e in entries if locations.is_user_code(e.frame.f_code)]
         cell = users[0].frame if users else None  # the outermost frame of the user's own code
         lines = {id(e.frame): e.lineno for e in entries}

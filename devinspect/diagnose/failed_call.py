@@ -33,7 +33,7 @@ import torch
 from ..collect import locations, sources
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Temporary, Traced
-from ..collect.static import instance_dict, str_items
+from ..collect.static import instance_dict, str_items, type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
 from ..model.fixes import EditCell, Fix
@@ -62,7 +62,7 @@ def first_line(exc: BaseException | None) -> str:
         text = BaseException.__str__(exc).strip().splitlines()
     except Exception:
         text = []
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return f"{type_name(type(exc))}: {text[0]}" if text else type_name(type(exc))
 
 
 def op_name(func: Any) -> str:
@@ -307,7 +307,7 @@ class _Diagnosis:
         root = fixes.root_of(record.name)
         parent = _parent(record.name)
         container = object_at(self.failure.namespace, parent) if parent else MISSING
-        if type(container) in (list, tuple, dict):
+        if type_is_one_of(container, (list, tuple, dict)):
             return self._container_fix(parent, container, target)
         device_expr = origins.device_expression(self.failure.namespace, target)
         wrong = self._wrong_loop_targets(root, target)
@@ -415,7 +415,7 @@ class _Diagnosis:
                 for generator in node.generators:
                     name = ast.unparse(generator.iter)
                     container = object_at(self.failure.namespace, name)
-                    items = list(container) if type(container) in (list, tuple) else []
+                    items = list(container) if type_is_one_of(container, (list, tuple)) else []
                     if any(item is n.value for item in items):
                         return self._container_fix(name, container, target)
         return None
@@ -426,7 +426,7 @@ class _Diagnosis:
         device_expr = origins.device_expression(self.failure.namespace, target)
         origin = origins.namespace_origin(fixes.root_of(name), self.cell, self.failing_line, [], device_expr)
         values = list(dict.values(container)) if type(container) is dict else list(container)
-        moved = fixes.move_container(name, target, type(container).__name__,
+        moved = fixes.move_container(name, target, type_name(type(container)),
                                      all_tensors=all(issubclass(type(v), _T) for v in values))
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             return self._edit_fix(origin, f"make {fixes.root_of(name)} on {target} where this cell makes it")
@@ -441,7 +441,7 @@ class _Diagnosis:
                     return dataclasses.replace(fixes.register_buffer(u, target), rerun=True)
                 if name.startswith((u.name + "[", u.name + ".")):
                     container = object_at(self.failure.namespace, u.name)
-                    kind = type(container).__name__ if type(container) in (list, tuple, dict) else "list"
+                    kind = type_name(type(container)) if type_is_one_of(container, (list, tuple, dict)) else "list"
                     return dataclasses.replace(fixes.move_container(u.name, target, kind, attribute_of=u), rerun=True)
         return None
 
@@ -598,8 +598,8 @@ class _Diagnosis:
                 call_line = self.failure.source(self.cell).text if self.cell is not None else ""
                 passed = [n for n in missed if f"{_param_of(local_vars, n.value)}=" in call_line]
                 if plain and passed:
-                    path = self.modules.get(id(owner), type(owner).__name__)
-                    hook = getattr(plain[0], "__name__", "its pre-hook")
+                    path = self.modules.get(id(owner), type_name(type(owner)))
+                    hook = plain[0].__name__ if type(plain[0]) is types.FunctionType else "its pre-hook"
                     names = ", ".join(n.operand.name or "" for n in passed)
                     return (f"{path}'s forward pre-hook {hook} moves positional arguments only: {names} reached "
                             f"forward as a keyword argument, which the hook never sees (register it with "

@@ -112,13 +112,14 @@ def _single_line(statement: sources.Statement) -> bool:
     return node.lineno == (node.end_lineno or node.lineno)
 
 
-def factory_calls(node: ast.AST) -> list[ast.Call]:
-    """``torch.<factory>(…)`` calls in ``node`` that do not say ``device=``."""
+def factory_calls(node: ast.AST, given_too: bool = False) -> list[ast.Call]:
+    """``torch.<factory>(…)`` calls in ``node`` that do not say ``device=`` (or, ``given_too``,
+    that say it as well)."""
     out = []
     for n in ast.walk(node):
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
                 and n.func.value.id == "torch" and (n.func.attr in FACTORIES or n.func.attr in LIKE_FACTORIES)
-                and not any(k.arg == "device" for k in n.keywords)):
+                and (given_too or not any(k.arg == "device" for k in n.keywords))):
             out.append(n)
     return out
 
@@ -130,6 +131,12 @@ def with_device(text: str, calls: list[ast.Call], device_expr: str, offset: int 
     for call in calls:
         if call.end_col_offset is None or call.lineno != call.end_lineno:
             return None
+        given = next((k.value for k in call.keywords if k.arg == "device"), None)
+        if given is not None:  # device= says another device: its value is replaced
+            if given.end_col_offset is None or given.lineno != given.end_lineno:
+                return None
+            spans.append((given.col_offset - offset, given.end_col_offset - offset, None))
+            continue
         start, end = call.col_offset - offset, call.end_col_offset - offset
         segment = text[start:end]
         if not segment.endswith(")"):
@@ -137,6 +144,9 @@ def with_device(text: str, calls: list[ast.Call], device_expr: str, offset: int 
         spans.append((start, end, segment))
     new = text
     for start, end, segment in sorted(spans, reverse=True):
+        if segment is None:
+            new = new[:start] + device_expr + new[end:]
+            continue
         inner = segment[:-1].rstrip()
         sep = "" if inner.endswith("(") else ", "
         new = new[:start] + f"{inner}{sep}device={device_expr})" + new[end:]
@@ -374,7 +384,7 @@ def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Or
         tree = ast.parse(text)
     except SyntaxError:
         return None
-    calls = factory_calls(tree)
+    calls = factory_calls(tree) or factory_calls(tree, given_too=True)
     if not calls:
         return None
     new = with_device(text, calls, device_expr)

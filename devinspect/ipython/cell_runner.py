@@ -56,8 +56,10 @@ class CheckedCell:
             last = body.pop()
         codes = []
         with self.shell.compile.extra_flags(flags):
-            if body:
-                codes.append(self.shell.compile(ast_module.Module(body, []), self.filename, "exec"))
+            # One code per statement, as IPython runs a cell: only statements that await become
+            # coroutines, so what the others raise (StopIteration) reaches the cell unchanged.
+            for node in body:
+                codes.append(self.shell.compile(ast_module.Module([node], []), self.filename, "exec"))
             if last is not None:
                 codes.append(self.shell.compile(ast_module.Interactive([last]), self.filename, "single"))
         return codes
@@ -94,6 +96,10 @@ class CheckedCell:
             # from the frames of its tracer.
             self._finish(exc)
             tracebacks.tidy_traceback(exc, self.filename)
+            if type(exc) is StopIteration:
+                # A StopIteration leaving a coroutine becomes a RuntimeError (PEP 479); a plain
+                # cell raises it as it is, so it is handed over and raised outside (raised_after).
+                return Raised(exc)
             raise
         self._finish(None)
         return self._result()
@@ -135,6 +141,23 @@ class CheckedCell:
         return self.report if self.args.output else None
 
 
+class Raised:
+    """An exception a checked async cell raised that may not leave a coroutine as it is."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def raised_after(value: Any) -> Any:
+    """``value``, or the exception an async checked cell handed over (:class:`Raised`), raised."""
+    __tracebackhide__ = True  # noqa: F841
+    if type(value) is Raised:
+        error = value.error
+        del value
+        raise error
+    return value
+
+
 _DEVCHECK_LINE = re.compile(r"^\s*%%devcheck(?:\s+(.*))?$")
 
 
@@ -169,7 +192,10 @@ def await_devcheck_cells(shell: Any) -> Any:
             if not awaits:
                 return lines
             line = (m.group(1) or "").strip()
-            return [f"await get_ipython().find_cell_magic('devcheck').__self__.devcheck_async({line!r}, {body!r})\n"]
+            # Two statements, as IPython runs them: only the first is a coroutine, so the second
+            # hands over the cell's value, or raises what it raised, StopIteration included.
+            magics = "get_ipython().find_cell_magic('devcheck').__self__"
+            return [f"await {magics}.devcheck_async({line!r}, {body!r})\n", f"{magics}.checked_result()\n"]
         except Exception:  # noqa: BLE001 - never break a cell; the magic reports its own errors
             return lines
 

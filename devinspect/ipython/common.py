@@ -79,11 +79,18 @@ def device_argument(magic: str, text: str | None) -> str | None:
         raise UsageError(f"{magic}: {exc}") from None
 
 
-def variable_name(magic: str, name: str | None) -> None:
+def variable_name(magic: str, name: str | None, shell: Any = None) -> None:
+    """Refuse a ``-v`` name that is not an identifier, or that is the shell's own (``In``,
+    ``Out``, ``get_ipython``, ``_ih`` …): storing a result there would break every later cell."""
     import keyword
 
-    if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+    if name is None:
+        return
+    if not name.isidentifier() or keyword.iskeyword(name):
         raise UsageError(f"{magic}: -v needs a variable name, not {name!r}")
+    hidden = getattr(shell, "user_ns_hidden", None) if shell is not None else None
+    if type(hidden) is dict and name in hidden:
+        raise UsageError(f"{magic}: -v {name}: IPython uses that name itself; choose another")
 
 
 def calling_frame() -> Any:

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .cell_runner import CheckedCell
+from .cell_runner import CheckedCell, raised_after
 from .common import (
     DevInspectMagics,
     caller_displays_result,
@@ -89,7 +89,14 @@ class DevcheckMagics(DevInspectMagics):
         """
         __tracebackhide__ = True  # noqa: F841
         run = CheckedCell(self.shell, self._devcheck_args(line), line, cell, self.explained)
-        return await run.run_async()
+        self._async_outcome = await run.run_async()
+
+    def checked_result(self) -> Any:
+        """The value of the async checked cell that just ran, or the StopIteration it raised,
+        raised here, outside any coroutine (which would turn it into a RuntimeError)."""
+        __tracebackhide__ = True  # noqa: F841
+        outcome, self._async_outcome = getattr(self, "_async_outcome", None), None
+        return raised_after(outcome)
 
     def _explain_last(self, args: Any) -> Any:
         """``%devcheck --last``: the explanation of the last error, as shown after a failed cell."""
@@ -98,6 +105,7 @@ class DevcheckMagics(DevInspectMagics):
                              "(or %devcheck --last to explain the last error)")
         from ..diagnose.explain import explanation_of
 
+        variable_name("%devcheck", args.variable, self.shell)
         error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
         if error is None:
             raise UsageError("%devcheck --last: no error to explain (no cell has failed, or its traceback "
@@ -156,7 +164,7 @@ class DevcheckMagics(DevInspectMagics):
             print(f"%%devcheck: -o NAME is deprecated; use -v {args.output} (stores the report), "
                   "or -o alone (returns it)")
             args.variable, args.output = args.output, None
-        variable_name("%%devcheck", args.variable)
+        variable_name("%%devcheck", args.variable, self.shell)
         return args
 
     def explained(self, error: BaseException) -> None:

@@ -80,7 +80,7 @@ class DevicesMagics(DevInspectMagics):
         namespace = self.shell.user_ns
         include_hidden = bool(args.hidden or self.settings.include_hidden)
         device = device_argument("%devices", args.device)
-        variable_name("%devices", args.variable)
+        variable_name("%devices", args.variable, self.shell)
         max_rows = self.settings.max_rows if args.max_rows is None else args.max_rows
         selection = Selection(names=tuple(args.names), device=device, kind=args.kind)
         display_settings = Display(max_rows=max_rows, sort=args.sort or self.settings.sort, findings_only=args.findings)
@@ -111,7 +111,7 @@ class DevicesMagics(DevInspectMagics):
 
         from ..collect.referrers import holders
 
-        variable_name("%devices", args.variable)
+        variable_name("%devices", args.variable, self.shell)
         if args.names or args.device or args.kind:
             raise UsageError("%devices: --why takes one name and no other selection")
         namespace = self.shell.user_ns

@@ -62,7 +62,7 @@ class GpumemMagics(DevInspectMagics):
             snap = %gpumem -o        # keep it: snap.frame, snap.reconciliation_frame
         """
         args = self._parse(self.gpumem, line)
-        variable_name("%gpumem", args.variable)
+        variable_name("%gpumem", args.variable, self.shell)
         if args.ranks:
             if args.device or args.watch is not None or args.track or args.untrack or args.history or args.stop:
                 raise UsageError("%gpumem: --ranks shows every rank once; it takes no -d, --watch, --track or --history")

@@ -16,7 +16,7 @@ def show_ranks(shell: Any, magic: str, args: Any, focus: str, exclude: Any) -> A
 
     from ..distributed import DistributedError, from_view, gather
 
-    variable_name(magic, args.variable)
+    variable_name(magic, args.variable, shell)
     namespace = shell.user_ns
     try:
         view = engines_view(namespace)

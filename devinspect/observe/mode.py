@@ -40,12 +40,14 @@ from torch.overrides import TorchFunctionMode
 
 from ..collect import locations
 from ..collect import tensorbase as tb
+from ..collect.static import type_is_one_of
 from ..diagnose.failed_call import Failure, diagnose, first_line, op_name, tensor_inputs
 from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding, Fix
 from ..model.records import SourceLine, device_is_accelerator
 from ..model.units import human_bytes
 from . import tracebacks
+from .fast_paths import FastPathGap
 
 _T = torch.Tensor
 
@@ -199,6 +201,7 @@ class DeviceCheckMode(TorchFunctionMode):
         self._backward_where: tuple[SourceLine, int | None, str] | None = None
         self._hooks: list[Any] = []  # handles of the gradient-copy hooks, removed on exit
         self.internal_errors = 0  # bookkeeping failures, never shown to the cell
+        self.fast_paths = FastPathGap(self)
 
     # -- entering and leaving: only ever our own entry on the mode stack ---------------
 
@@ -209,9 +212,11 @@ class DeviceCheckMode(TorchFunctionMode):
         torch._C._push_on_torch_function_stack(self)  # at the bottom: the user's modes stay on top of it
         for mode in reversed(above):
             torch._C._push_on_torch_function_stack(mode)
+        self.fast_paths.install()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.fast_paths.remove()
         for handle in self._hooks:
             with contextlib.suppress(Exception):
                 handle.remove()  # the user's autograd graph is left as it was
@@ -297,27 +302,27 @@ class DeviceCheckMode(TorchFunctionMode):
     # -- events ----------------------------------------------------------------
 
     def _before(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
-        self_t = args[0] if args and isinstance(args[0], _T) else None
+        self_t = args[0] if args and tb.is_tensor(args[0]) else None
         if name in _SYNC_METHODS and self_t is not None:
             if device_is_accelerator(str(tb.device(self_t))):
                 self._sync(_SYNC_METHODS[name])
             return None
         if name == "__getitem__" and self_t is not None and len(args) > 1:
             index = args[1]
-            if isinstance(index, _T) and tb.dtype(index) == torch.bool and device_is_accelerator(str(tb.device(self_t))):
+            if tb.is_tensor(index) and tb.dtype(index) == torch.bool and device_is_accelerator(str(tb.device(self_t))):
                 self._sync("bool-mask indexing")
             return None
         if name in ("to", "cpu", "cuda", "xpu", "mps") and self_t is not None:
             return self._planned_copy(name, self_t, args, kwargs)
-        if name == "copy_" and self_t is not None and len(args) > 1 and isinstance(args[1], _T):
+        if name == "copy_" and self_t is not None and len(args) > 1 and tb.is_tensor(args[1]):
             src = args[1]
             self._copy(tb.device(src), tb.device(self_t), _nbytes(src), src, kwargs.get("non_blocking", False),
                        into=self_t)
         return None
 
     def _after(self, name: str, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
-        self_t = args[0] if args and isinstance(args[0], _T) else None
-        if before is not None and isinstance(result, _T):
+        self_t = args[0] if args and tb.is_tensor(args[0]) else None
+        if before is not None and tb.is_tensor(result):
             src, dst = before
             if dst.type == "cpu" and src.type != "cpu":
                 self._from_device.set(result, self._where()[0].label)
@@ -327,7 +332,7 @@ class DeviceCheckMode(TorchFunctionMode):
             self._sync(".numpy()")  # only numpy(force=True) gets here on a device tensor: it copied
         elif name in ("item", "tolist") and self_t is not None and device_is_accelerator(str(tb.device(self_t))):
             self._remember_value(result)
-        elif name in _FACTORIES and isinstance(result, _T):
+        elif name in _FACTORIES and tb.is_tensor(result):
             where = self._where()
             given = kwargs.get("device") is not None or name.endswith("_like")
             self._created.set(result, (where[0], name, given))
@@ -366,7 +371,7 @@ class DeviceCheckMode(TorchFunctionMode):
         def before_node(grad_outputs: tuple) -> None:
             try:
                 grad = grad_outputs[0] if grad_outputs else None
-                if isinstance(grad, _T) and tb.device(grad) != src:
+                if tb.is_tensor(grad) and tb.device(grad) != src:
                     where = self._backward_where or self._where()
                     self._copy_counted(where, tb.device(grad), src, _nbytes(grad), "backward copy to host")
             except Exception:  # noqa: BLE001
@@ -605,7 +610,7 @@ def _fingerprint(value: Any) -> tuple[type, Any] | None:
                 if len(flat) + len(item) > _FINGERPRINT_MAX:
                     return None
                 stack.extend(reversed(item))
-            elif type(item) in (float, int, bool):
+            elif type_is_one_of(item, (float, int, bool)):
                 flat.append(item)
             else:
                 return None

@@ -36,7 +36,17 @@ def ends_in_own_frames(tb: types.TracebackType | None) -> bool:
     return last is not None and is_own_file(last.tb_frame.f_code.co_filename)
 
 
-def without_own_frames(tb: types.TracebackType | None, body_file: str | None = None) -> types.TracebackType | None:
+#: PyTorch's Python dispatch plumbing between a call and a Python kernel (a GPU has C++ there).
+_DISPATCH_FILES = ("/torch/overrides.py", "/torch/_ops.py", "/torch/utils/_pytree.py", "/torch/_tensor.py",
+                   "/torch/utils/_python_dispatch.py")
+
+
+def _is_dispatch_plumbing(filename: str) -> bool:
+    return filename.replace("\\", "/").endswith(_DISPATCH_FILES)
+
+
+def without_own_frames(tb: types.TracebackType | None, body_file: str | None = None,
+                       kernel: bool = False) -> types.TracebackType | None:
     """The same traceback with devinspect's frames left out (rebuilt; the original is untouched).
 
     With ``body_file`` (a checked cell's compiled file name), the frames between the
@@ -53,6 +63,15 @@ def without_own_frames(tb: types.TracebackType | None, body_file: str | None = N
                      and e.tb_frame.f_code.co_name == "<module>"), None)
         if body is not None and body > 0:
             entries = entries[:1] + entries[body:]  # the shell's entry frame, then the body on
+    if kernel:
+        # Everything from the dispatch into the simulated device's kernel on goes, as on a GPU.
+        first_own = next((i for i, e in enumerate(entries) if i > start and is_own_file(e.tb_frame.f_code.co_filename)),
+                         None)
+        if first_own is not None:
+            cut = first_own
+            while cut - 1 > start and _is_dispatch_plumbing(entries[cut - 1].tb_frame.f_code.co_filename):
+                cut -= 1
+            entries = entries[:cut]
     kept = [e for i, e in enumerate(entries) if i == start or not is_own_file(e.tb_frame.f_code.co_filename)]
     rebuilt = None
     for e in reversed(kept):
@@ -71,9 +90,10 @@ class _RenderWithoutOwnFrames:
     cyclic collector runs); later drawings (``%tb``) are IPython's usual ones.
     """
 
-    def __init__(self, exc: BaseException, body_file: str | None = None):
+    def __init__(self, exc: BaseException, body_file: str | None = None, kernel: bool = False):
         self.exc: BaseException | None = exc
         self.body_file = body_file
+        self.kernel = kernel
 
     def __call__(self) -> list[str]:
         exc, self.exc = self.exc, None
@@ -85,24 +105,27 @@ class _RenderWithoutOwnFrames:
             pass
         if not _drawers:
             raise RuntimeError("no drawer")  # IPython then draws its usual traceback
-        return _drawers[-1](exc, without_own_frames(exc.__traceback__, self.body_file))
+        return _drawers[-1](exc, without_own_frames(exc.__traceback__, self.body_file, self.kernel))
 
 
-def tidy_traceback(exc: BaseException, body_file: str | None = None) -> None:
+def tidy_traceback(exc: BaseException, body_file: str | None = None, kernel: bool = False) -> None:
     """Let IPython show ``exc`` as it would without devinspect.
 
     Without ``body_file``: only when devinspect's frames are the innermost ones (IPython
     hides them elsewhere). With it (an error leaving a checked cell): always, shaped as
-    a plain cell's traceback. Does nothing to an exception that renders itself.
+    a plain cell's traceback. With ``kernel`` (an error of the simulated device's kernels):
+    always, ending where a GPU's traceback ends, at the last frame before PyTorch's
+    dispatch (a GPU kernel raises from C++). Does nothing to an exception that renders itself.
     """
     try:
         if "_render_traceback_" in exc.__dict__ or hasattr(type(exc), "_render_traceback_"):
             current = exc.__dict__.get("_render_traceback_")
-            if type(current) is _RenderWithoutOwnFrames and body_file is not None:
-                current.body_file = body_file
+            if type(current) is _RenderWithoutOwnFrames:
+                current.body_file = body_file or current.body_file
+                current.kernel = current.kernel or kernel
             return
-        if not _drawers or (body_file is None and not ends_in_own_frames(exc.__traceback__)):
+        if not _drawers or (body_file is None and not kernel and not ends_in_own_frames(exc.__traceback__)):
             return
-        exc._render_traceback_ = _RenderWithoutOwnFrames(exc, body_file)  # type: ignore[attr-defined]
+        exc._render_traceback_ = _RenderWithoutOwnFrames(exc, body_file, kernel)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - only ever a nicer traceback, never a failure
         pass

@@ -245,7 +245,7 @@ class SimTensor(torch.Tensor):
         try:
             return _function(func, args, kwargs or {})
         except Exception as exc:
-            tidy_traceback(exc)
+            tidy_traceback(exc, kernel=True)
             raise
 
     @classmethod
@@ -254,7 +254,7 @@ class SimTensor(torch.Tensor):
         try:
             return _dispatch(func, args, kwargs or {})
         except Exception as exc:
-            tidy_traceback(exc)  # as on a GPU, whose kernels raise from C++: no frame of this module shows
+            tidy_traceback(exc, kernel=True)  # as on a GPU, whose kernels raise from C++: no frame of this module shows
             raise
 
 
@@ -427,7 +427,7 @@ def _kernel(kernel: Any) -> Any:
         try:
             return kernel(*args, **kwargs)
         except Exception as exc:
-            tidy_traceback(exc)
+            tidy_traceback(exc, kernel=True)
             raise
 
     run.__name__ = kernel.__name__

@@ -1,0 +1,92 @@
+"""Fuzzing with counts: hostile namespaces through every reader, generated programs through %%devcheck.
+
+* Namespaces: seeds ``0 … --namespaces - 1``, each six kinds drawn from the hostile-object
+  library (``tests/hostile_kinds.py``), through the scan, ``--why``, the explanations of a
+  device mismatch and of an out-of-memory error, the memory tally and the per-rank summary
+  (``tests/fuzz_readers.py``). Counted: hostile code that ran, readers that raised, objects
+  kept alive once the namespace is dropped. Targets: 0, 0, 0.
+* Programs: ``--programs`` generated cells (``tests/test_invisible.py``'s statements: moves,
+  odd tensors, fast-path modules, top-level await, every kind of failure), each run plain and
+  under ``%%devcheck`` from the same start. Counted: programs whose outcome differs (error,
+  output, value, tensors left, the next plain cell). Target: 0.
+
+Run: ``python benchmarks/fuzz.py [--namespaces 10000] [--programs 3000] [--device meta|sim:0]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+
+def namespaces(count: int, device: str) -> int:
+    from fuzz_readers import FuzzCounts, fuzz_namespace
+
+    total = FuzzCounts()
+    start = time.process_time()
+    for seed in range(count):
+        total.add(fuzz_namespace(seed, device))
+        if (seed + 1) % 1000 == 0:
+            print(f"  {seed + 1} namespaces, {time.process_time() - start:.0f} s CPU", flush=True)
+    print(f"namespaces: {total.namespaces}")
+    print(f"  user code run:  {len(total.user_code)}")
+    print(f"  crashes:        {len(total.crashes)}")
+    print(f"  kept alive:     {len(total.kept_alive)}")
+    for label, items in (("user code", total.user_code), ("crash", total.crashes), ("kept", total.kept_alive)):
+        for text, n in collections.Counter(items).most_common(10):
+            print(f"    {label}: {n} × {text}")
+    return len(total.user_code) + len(total.crashes) + len(total.kept_alive)
+
+
+def programs(count: int) -> int:
+    from IPython.testing.globalipapp import get_ipython
+    from test_invisible import STATEMENTS, run_once
+
+    import devinspect.testing
+
+    devinspect.testing.enable()
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "devinspect")
+    ip.InteractiveTB.set_mode("Plain")
+    rng = random.Random(0)
+    differ = []
+    start = time.process_time()
+    for i in range(count):
+        body = "\n".join(rng.choice(STATEMENTS) for _ in range(rng.randint(1, 6)))
+        plain = run_once(ip, body, checked=False)
+        checked = run_once(ip, body, checked=True)
+        if plain != checked:
+            keys = sorted(k for k in plain if plain[k] != checked.get(k))
+            differ.append(f"{keys}: {body!r}"[:300])
+        if (i + 1) % 500 == 0:
+            print(f"  {i + 1} programs, {time.process_time() - start:.0f} s CPU", flush=True)
+    print(f"programs: {count}")
+    print(f"  behave differently under %%devcheck: {len(differ)}")
+    for text in differ[:20]:
+        print(f"    {text}")
+    return len(differ)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--namespaces", type=int, default=10_000)
+    parser.add_argument("--programs", type=int, default=3_000)
+    parser.add_argument("--device", default="meta", help="device of the failing call's tensor (meta or sim:0)")
+    args = parser.parse_args()
+    if args.device.startswith("sim"):
+        import devinspect.testing
+
+        devinspect.testing.enable()
+    bad = namespaces(args.namespaces, args.device) if args.namespaces else 0
+    bad += programs(args.programs) if args.programs else 0
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
