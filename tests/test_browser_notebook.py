@@ -80,7 +80,8 @@ def test_every_control_acts_in_the_kernel_and_everything_fits(lab):
             check_fits_and_reads(page, theme, shots, "1024-filebrowser")
             page.set_viewport_size({"width": 1600, "height": 1000})
             page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
-            page.wait_for_timeout(500)
+            page.wait_for_function("() => window.jupyterapp.shell.leftCollapsed")
+            settle(page)
             check_fits_and_reads(page, theme, shots, "1600")
         except Exception:
             page.screenshot(path=str(shots / f"failure-{theme}.png"), full_page=True)
@@ -120,16 +121,19 @@ def probe(page) -> str:
 
 
 def check_explorer(page) -> None:
+    from playwright.sync_api import expect
+
     explorer = cell(page, 2)
     rows = explorer.locator(".widget-hbox:has(select) .widget-html")
     explorer.locator("button.jupyter-button", has_text=re.compile(r"^name")).click()
     page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('name ▲')")
-    assert rows.first.inner_text().strip().startswith("head.bias")  # by name, A to Z
+    expect(rows.first).to_have_text(re.compile(r"^\s*head\.bias"), timeout=30_000)  # by name, A to Z
     search = explorer.locator("input[type=text]")
     search.fill("weight")
     search.press("Enter")
     page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('rows 1–4 of 4')")
-    assert all("weight" in rows.nth(i).inner_text() for i in range(4))
+    for i in range(4):
+        expect(rows.nth(i)).to_contain_text("weight", timeout=30_000)
     search.fill("x")
     search.press("Enter")
     page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('rows 1–1 of 1')")
@@ -193,8 +197,13 @@ def check_gpumem_buttons(page) -> None:
     assert history.locator("img.devinspect-plot-light, img.devinspect-plot-dark").count() == 2
 
 
+def settle(page) -> None:
+    """Wait until the browser has laid out and painted what changed (two animation frames)."""
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
 def check_fits_and_reads(page, theme: str, shots: Path, size: str) -> None:
-    page.wait_for_timeout(300)
+    settle(page)
     page.screenshot(path=str(shots / f"notebook-{size}-{theme}.png"), full_page=True)
     for index in (2, 3, 5):
         cell(page, index).screenshot(path=str(shots / f"cell{index}-{size}-{theme}.png"))

@@ -54,7 +54,6 @@ _PYTHON_NODE = torch.autograd.function.BackwardCFunction
 #: Bounds of one search.
 MAX_DEPTH = 12
 MAX_OBJECTS = 300_000
-MAX_SECONDS = 3.0
 MAX_PATHS = 24
 MAX_ITEMS = 10_000
 
@@ -81,7 +80,7 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
         references = sorted(search.references, key=lambda r: (order.get(r.root, 3), r.via != "", len(r.path)))
         shape = tuple(int(n) for n in shape) if shape is not None else ()
         result = Holders(name, device, dtype, shape, storage_bytes or 0, tuple(references), complete, unreached,
-                         time.perf_counter() - start)
+                         time.perf_counter() - start, tuple(search.cut), search.too_deep)
     del target, search
     return result
 
@@ -121,7 +120,8 @@ class _Search:
         self.reached: list[Any] = []  # objects that refer to the target directly, on a found path
         self.visited: set[int] = set()
         self.keep: list[Any] = []  # objects made while reading (SavedTensor wrappers): their ids stay theirs
-        self.deadline = time.perf_counter() + MAX_SECONDS
+        self.too_deep = False  # an object at the depth bound was not followed
+        self.cut: list[str] = []  # "looked at the first N of M" for each container cut short
 
     def run(self, roots: Iterator[tuple[Any, str, str, str, Any]]) -> bool:
         queue: deque[tuple[Any, str, str, str, int]] = deque()
@@ -130,15 +130,15 @@ class _Search:
                 continue
             queue.append((value, path, root, note, 0))
         while queue:
-            if len(self.visited) >= MAX_OBJECTS or time.perf_counter() > self.deadline:
-                return False
-            if len(self.references) >= MAX_PATHS:
+            # Bounded in objects, never in time: the same answer on a busy machine.
+            if len(self.visited) >= MAX_OBJECTS or len(self.references) >= MAX_PATHS:
                 return False
             value, path, root, note, depth = queue.popleft()
             if id(value) in self.visited or id(type(value)) in ATOM_IDS:
                 continue
             self.visited.add(id(value))
             if depth >= MAX_DEPTH:
+                self.too_deep = True
                 continue
             try:
                 children = list(self._children(value, path))
@@ -147,7 +147,7 @@ class _Search:
             for child, child_path, via, child_note in children:
                 if not self._is_target(child, child_path, root, via, child_note or note, value):
                     queue.append((child, child_path, root, child_note or note, depth + 1))
-        return True
+        return not self.too_deep and not self.cut
 
     def _is_target(self, value: Any, path: str, root: str, via: str, note: str, holder: Any) -> bool:
         if value is self.target:
@@ -174,6 +174,7 @@ class _Search:
                 or is_opaque_package(vt):
             return  # a proxy holds nothing; a module or class is plumbing
         if issubclass(vt, dict):
+            self._note_cut(path, dict.__len__(o))
             for i, (key, value) in enumerate(dict.items(o)):
                 if i >= MAX_ITEMS:
                     break
@@ -183,9 +184,11 @@ class _Search:
                 yield value, f"{path}[{text if text is not None else '…'}]", "", ""
         elif issubclass(vt, (list, tuple)):
             kind = list if issubclass(vt, list) else tuple
+            self._note_cut(path, kind.__len__(o))
             for i in range(min(kind.__len__(o), MAX_ITEMS)):
                 yield kind.__getitem__(o, i), f"{path}[{i}]", "", ""
         elif issubclass(vt, (set, frozenset)):
+            self._note_cut(path, set.__len__(o) if issubclass(vt, set) else frozenset.__len__(o))
             for i, item in enumerate(set.__iter__(o) if issubclass(vt, set) else frozenset.__iter__(o)):
                 if i >= MAX_ITEMS:
                     break
@@ -223,6 +226,10 @@ class _Search:
             yield value, attr_name(path, attr), "", ""
         for attr, value in slot_values(o):
             yield value, attr_name(path, attr), "", ""
+
+    def _note_cut(self, path: str, size: int) -> None:
+        if size > MAX_ITEMS:
+            self.cut.append(f"{path}: looked at the first {MAX_ITEMS:,} of {size:,}")
 
     def _module_children(self, m: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:
         d = instance_dict(m)

@@ -24,6 +24,7 @@ from ..model.scan_result import ScanResult, Selection
 from .names import HISTORY_RE, PLUMBING, child_name, namespace_items, root_items
 from .static import instance_dict, str_items, type_module, type_name
 from .tensors import tensor_facts
+from .values import MISSING, object_at
 from .walk import ScanOptions, Walker
 
 _Module = torch.nn.Module
@@ -94,6 +95,12 @@ def find_tensor(namespace: Mapping[str, Any], name: str, *, exclude: Iterable[st
     """The live tensor ``%devices`` lists as ``name`` (``model.fc.weight``, ``Out[3]``,
     ``sys.last_traceback:forward.h``, ``<unnamed 2>`` as ``--all`` numbers it); LookupError
     when no such name is listed now. Found by the same read-only walk as the scan."""
+    # A name that is a path (``model.fc.weight``, ``Out[3]``) is read directly: what it costs
+    # is set by the path, not by the size of the namespace.
+    if not name.startswith("<") and ":" not in name and re.split(r"[.\[(]", name, maxsplit=1)[0] not in set(exclude):
+        direct = object_at(namespace, name)
+        if issubclass(type(direct), torch.Tensor):
+            return direct
     options = ScanOptions(include_hidden=True, all_objects=name.startswith("<unnamed"))
     items = namespace_items(namespace)
     user, history = root_items(items, set(exclude) | PLUMBING, True)

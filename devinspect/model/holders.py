@@ -30,11 +30,15 @@ class Holders:
     shape: tuple[int, ...]
     nbytes: int
     references: tuple[Reference, ...]
-    #: False when the search stopped at a bound (depth, objects, time) before seeing all.
+    #: False when the search stopped at a bound (depth, objects, items of a container) before seeing all.
     complete: bool
     #: Types of objects that refer to the tensor directly but no path from a root reached.
     unreached: tuple[str, ...] = ()
     elapsed_s: float = 0.0
+    #: Containers looked at in part: "hay: looked at the first 10,000 of 1,000,000".
+    cut: tuple[str, ...] = ()
+    #: Whether objects at the depth bound were left unfollowed.
+    too_deep: bool = False
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return bundle(self)

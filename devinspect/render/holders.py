@@ -27,8 +27,11 @@ def footer(h: Holders) -> list[str]:
     out = []
     if h.unreached:
         out.append(f"also referred to directly by objects no name reaches: {', '.join(h.unreached)}")
-    if not h.complete:
-        out.append("the search stopped at its bounds (depth, objects or time): there may be more")
+    out.extend(h.cut)
+    if h.too_deep:
+        out.append("objects deeper than the search's depth bound were not followed: there may be more")
+    if not h.complete and not h.cut and not h.too_deep:
+        out.append("the search stopped at its bounds (objects visited or paths found): there may be more")
     return out
 
 
