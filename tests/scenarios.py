@@ -4,8 +4,9 @@ A scenario composes a **model family** (an MLP, a CNN with BatchNorm, transforme
 from small configs, a LoRA-wrapped model, a compiled one, one dispatched by accelerate
 over two devices, a hand-made two-stage pipeline), **where the wrong device sits** (an
 input, a loop variable, a module assigned after ``.to()``, a buffer reassigned in
-``forward``, a plain/list/tuple/dict attribute, a local of ``forward``, an inline
-expression, a keyword argument a pre-hook misses, optimizer state, a loaded state dict,
+``forward``, a plain/list/tuple/dict attribute, a local of ``forward``, an input made in the
+failing call itself, an inline expression, a keyword argument a pre-hook misses, optimizer
+state, a loaded state dict,
 a meta model, temporaries, ...) and **an entry point** (a plain cell explained after the
 fact, ``%%devcheck``, ``%devices``, Apply fix then Re-run cell). Names, styles and
 unrelated tensors (decoys) are drawn from the seed too, so the same bug is written the
@@ -144,6 +145,7 @@ OPTIMIZERS = ("torch.optim.AdamW({params}, lr=1e-3)", "torch.optim.SGD({params},
 #: Where the wrong device sits, with the families it applies to (None: all).
 BUGS: dict[str, tuple[str, ...] | None] = {
     "input": None,
+    "call_argument": None,
     "temporary": None,
     "loop_variable": ("mlp", "cnn", "gpt2", "llama", "vit", "lora", COMPILED),
     "assigned_after_to": ("mlp", "cnn", "gpt2", "llama", "t5", "bart", "vit", "whisper", DISPATCHED),
@@ -252,7 +254,8 @@ def _write(d: _Draft) -> None:
     prelude += f'{d.dev} = torch.device("DEVICE")\n'
     d.setup.append(prelude)
     writer = {
-        CLEAN: _clean, NOT_MISMATCH: _not_a_mismatch, "input": _input, "temporary": _temporary,
+        CLEAN: _clean, NOT_MISMATCH: _not_a_mismatch, "input": _input, "call_argument": _call_argument,
+        "temporary": _temporary,
         "loop_variable": _loop_variable, "assigned_after_to": _assigned_after_to,
         "buffer_in_forward": _user_module, "plain_attribute": _user_module, "list_attribute": _user_module,
         "tuple_attribute": _user_module, "dict_attribute": _user_module, "forward_local": _user_module,
@@ -417,6 +420,15 @@ def _input(d: _Draft) -> None:
     if train:
         d.setup.append(f"opt = {d.rng.choice(OPTIMIZERS).format(params=d.model + '.parameters()')}\n")
     d.failing = _step(d, _call(d), "opt" if train else None)
+    d.line = d.failing[0]
+
+
+def _call_argument(d: _Draft) -> None:
+    """An input made right in the failing call, on the host: ``out = model(torch.randn(4, 16))``."""
+    fam = _family(d)
+    culprit = d.rng.choice([n for n, _ in fam.inputs])
+    d.setup.append("\n".join(_build_model(d) + _inputs_code(d, True, skip=culprit)) + "\n")
+    d.failing = _step(d, _call(d, **{culprit: _fill(dict(fam.inputs)[culprit], "")}))
     d.line = d.failing[0]
 
 

@@ -568,6 +568,13 @@ class _Diagnosis:
                 if not isinstance(node, ast.Call) or not wanted(node):
                     continue
                 for arg in [*node.args, *(k.value for k in node.keywords)]:
+                    if origins.factory_calls(arg) and ("line", id(frame)) not in self.handled:
+                        # A tensor made right in the call (model(torch.ones(2, 4))): that line is the fix.
+                        self.handled.add(("line", id(frame)))
+                        fix = self._line_fix(self.failure.source(frame), target, frame)
+                        if fix is not None:
+                            out.append(fix)
+                        continue
                     r = records.get(ast.unparse(arg))
                     if r is None or r.device == target or r.alias_of is not None or r.kind != "tensor" \
                             or r.name in self.handled:
