@@ -486,7 +486,7 @@ class _Diagnosis:
         if model is None:
             return None
         if model.deliberate_split and model.off_map:
-            self.whole_moves.add(model.name)
+            # Not a whole move: its inputs stay where its first part is (the hooks move them).
             return dataclasses.replace(fixes.redispatch(model.name, model.off_map), rerun=True)
         parts = parts_off(model, target)
         if not model.deliberate_split:
