@@ -30,10 +30,10 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-from ..collect import locations, sources
+from ..collect import locations, sources, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Temporary, Traced
-from ..collect.static import instance_dict, str_items, type_is_one_of, type_name
+from ..collect.static import instance_dict, type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
 from ..model.fixes import EditCell, Fix
@@ -153,7 +153,7 @@ class _Diagnosis:
             cell_line=failure.source(self.cell) if self.cell is not None else None,
             user_frame=failure.line or (failure.source(self.inner) if self.inner is not None
                                         and self.inner is not self.cell else None),
-            module_path=_innermost_module_path(self.modules, failure.stack),
+            module_path=stack_reads.innermost_module_path(self.modules, failure.stack),
             target_device=target,
             fix=fix,
         )
@@ -189,13 +189,13 @@ class _Diagnosis:
             return _Named(Operand(record.name, self.index.source(record), device, dtype, shape, detail), value,
                           record=record, created=created)
         for frame in self.user_frames:
-            local = _local_name(frame, value, self.modules)
+            local = stack_reads.local_name(frame, value, self.modules)
             if local is not None:
                 name, source = local
                 operand = Operand(name, source, device, dtype, shape, detail or f"in {frame.f_code.co_name}")
                 return _Named(operand, value, frame=frame, local=name if source == "local" else None,
                               created=created)
-        inside = next((locations.package_of(f.f_code.co_filename) for f in _frames(self.failure.stack)
+        inside = next((locations.package_of(f.f_code.co_filename) for f in stack_reads.frames_from(self.failure.stack)
                        if not locations.is_user_code(f.f_code) and not locations.is_own_file(f.f_code.co_filename)), "")
         source = "created" if created else "unknown"
         return _Named(Operand(None, source, device, dtype, shape,
@@ -209,7 +209,7 @@ class _Diagnosis:
         if len(accelerators) > 1:
             # Between accelerators (a pipeline, a dispatched model): the device of the module
             # whose forward is running, else of the model whose parameter is an operand.
-            running = _running_module_device(self.failure.stack)
+            running = stack_reads.running_module_device(self.failure.stack)
             if running in accelerators:
                 return running
             for n in named:
@@ -646,59 +646,3 @@ def parts_off(model: Any, target: str) -> list[str] | None:
     if not paths or model.name in paths or len(paths) > 3:
         return None if not model.deliberate_split else paths
     return paths
-
-
-def _frames(frame: Any) -> Iterator[Any]:
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
-
-
-def _running_module_device(frame: types.FrameType | None) -> str | None:
-    """The one device of the parameters of the innermost module whose ``forward`` is running."""
-    while frame is not None:
-        local_vars = frame.f_locals
-        owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name == "forward" else None
-        if issubclass(type(owner), torch.nn.Module):
-            devices = set()
-            for _, p in str_items(instance_dict(owner).get("_parameters")):
-                if issubclass(type(p), _T):
-                    devices.add(str(tb.device(p)))
-            if len(devices) == 1:
-                return devices.pop()
-        frame = frame.f_back
-    return None
-
-
-def _innermost_module_path(modules: dict[int, str], frame: types.FrameType | None) -> str | None:
-    """Path of the innermost module whose method is on the stack (``model.fc1``)."""
-    while frame is not None:
-        local_vars = frame.f_locals
-        owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name in (
-            "forward", "_call_impl") else None
-        if owner is not None and id(owner) in modules:
-            return modules[id(owner)]
-        frame = frame.f_back
-    return None
-
-
-def _local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] | None:
-    local_vars = frame.f_locals
-    if type(local_vars) is not dict or local_vars is frame.f_globals:
-        return None
-    for key, value in dict.items(local_vars):
-        if value is t and key != "self" and type(key) is str:
-            return key, "local"
-    owner = dict.get(local_vars, "self")
-    if issubclass(type(owner), torch.nn.Module):
-        d = instance_dict(owner)
-        path = modules.get(id(owner))
-        prefix = path if path is not None else "self"
-        for group, source in (("_parameters", "parameter"), ("_buffers", "buffer")):
-            for key, value in str_items(d.get(group)):
-                if value is t:
-                    return f"{prefix}.{key}", source
-        for key, value in dict.items(d):
-            if value is t and type(key) is str:
-                return f"{prefix}.{key}", "attribute"
-    return None

@@ -1,0 +1,75 @@
+"""Reading the failing call's stack: the running module, its path, and a tensor's local name.
+
+Frames' locals are read only when they are plain dicts, and objects only through their
+own instance dicts: nothing here runs user code.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Iterator
+
+import torch
+
+from . import tensorbase as tb
+from .static import instance_dict, str_items
+
+_T = torch.Tensor
+
+
+def frames_from(frame: Any) -> Iterator[Any]:
+    """The frame and its callers, innermost first."""
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def running_module_device(frame: types.FrameType | None) -> str | None:
+    """The one device of the parameters of the innermost module whose ``forward`` is running."""
+    while frame is not None:
+        local_vars = frame.f_locals
+        owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name == "forward" else None
+        if issubclass(type(owner), torch.nn.Module):
+            devices = set()
+            for _, p in str_items(instance_dict(owner).get("_parameters")):
+                if issubclass(type(p), _T):
+                    devices.add(str(tb.device(p)))
+            if len(devices) == 1:
+                return devices.pop()
+        frame = frame.f_back
+    return None
+
+
+def innermost_module_path(modules: dict[int, str], frame: types.FrameType | None) -> str | None:
+    """Path of the innermost module whose method is on the stack (``model.fc1``)."""
+    while frame is not None:
+        local_vars = frame.f_locals
+        owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name in (
+            "forward", "_call_impl") else None
+        if owner is not None and id(owner) in modules:
+            return modules[id(owner)]
+        frame = frame.f_back
+    return None
+
+
+def local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] | None:
+    """``(name, kind)`` of ``t`` in the frame: a local, or a parameter, buffer or attribute of its ``self``."""
+    local_vars = frame.f_locals
+    if type(local_vars) is not dict or local_vars is frame.f_globals:
+        return None
+    for key, value in dict.items(local_vars):
+        if value is t and key != "self" and type(key) is str:
+            return key, "local"
+    owner = dict.get(local_vars, "self")
+    if issubclass(type(owner), torch.nn.Module):
+        d = instance_dict(owner)
+        path = modules.get(id(owner))
+        prefix = path if path is not None else "self"
+        for group, source in (("_parameters", "parameter"), ("_buffers", "buffer")):
+            for key, value in str_items(d.get(group)):
+                if value is t:
+                    return f"{prefix}.{key}", source
+        for key, value in dict.items(d):
+            if value is t and type(key) is str:
+                return f"{prefix}.{key}", "attribute"
+    return None
