@@ -14,12 +14,18 @@ callback costs):
 
 The callback alone is then timed on each kind of result, without the shell around it.
 
-Run: ``python benchmarks/explain_overhead.py [--cells 300] [--repeat 7]``
+Last, what explaining a device mismatch costs as the namespace grows: the same failed
+cells explained with an empty namespace and with ``--tensors`` tensors in a list and a
+dict beside them, interleaved, the median CPU time (``time.process_time``) of
+``--repeat`` rounds, next to the target (at most 20 ms added).
+
+Run: ``python benchmarks/explain_overhead.py [--cells 300] [--repeat 7] [--tensors 100000]``
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 import timeit
 
@@ -42,10 +48,50 @@ def per_cell(shell, cell: str, cells: int) -> float:
         return (time.perf_counter() - start) / cells
 
 
+#: Failed cells whose explanation is timed against the namespace's size: each names its
+#: operands a different way (a namespace name, the failing line, a local, the model).
+MISMATCHES = {
+    "a namespace input": "model(x)",
+    "made on the failing line": "model(torch.ones(2, 4))",
+    "a local of the user's function": "def step():\n    h = torch.ones(2, 4)\n    return model(h)\nstep()",
+    "the model on the host": "cpu_model(x_on_device)",
+}
+
+
+def namespace_cost(shell, tensors: int, repeat: int) -> None:
+    from IPython.utils.io import capture_output
+
+    from devinspect import testing
+    from devinspect.diagnose.explain import explanation_of
+
+    testing.enable()
+    shell.run_cell("import torch\nmodel = torch.nn.Linear(4, 2).to('sim:0')\nx = torch.ones(2, 4)\n"
+                   "cpu_model = torch.nn.Linear(4, 2)\nx_on_device = torch.ones(2, 4, device='sim:0')\n"
+                   "opt = torch.optim.Adam(cpu_model.parameters())")
+    print(f"\n== explaining a device mismatch: empty namespace vs {tensors:,} tensors beside it ==")
+    print(f"{'operand':<34}{'empty':>10}{'large':>12}{'added':>12}   target")
+    for label, cell in MISMATCHES.items():
+        with capture_output():
+            error = shell.run_cell(cell).error_in_exec
+        times: dict[int, list[float]] = {0: [], tensors: []}
+        for _ in range(repeat):
+            for n in times:
+                shell.user_ns["junk"] = [torch.zeros(1) for _ in range(n)]
+                shell.user_ns["table"] = {i: torch.zeros(1) for i in range(n // 10)}
+                start = time.process_time()
+                explanation_of(error, shell.user_ns)
+                times[n].append(time.process_time() - start)
+        empty, large = statistics.median(times[0]), statistics.median(times[tensors])
+        print(f"{label:<34}{empty * 1e3:>7.1f} ms{large * 1e3:>9.1f} ms{(large - empty) * 1e3:>+9.1f} ms   <= 20 ms")
+    for name in ("junk", "table"):
+        shell.user_ns.pop(name, None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--tensors", type=int, default=100_000)
     args = parser.parse_args()
 
     from IPython.testing.globalipapp import get_ipython
@@ -86,6 +132,7 @@ def main() -> None:
         seconds = min(timeit.repeat(lambda: callback(result), number=number, repeat=args.repeat)) / number
         print(f"{label:<24}{seconds * 1e6:>9.2f} us")
     shell.run_line_magic("unload_ext", "devinspect")
+    namespace_cost(shell, args.tensors, max(3, args.repeat // 2))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from ..model.scan_result import ScanResult, Selection
 from .names import HISTORY_RE, PLUMBING, child_name, namespace_items, root_items
 from .static import instance_dict, str_items, type_module, type_name
 from .tensors import tensor_facts
-from .values import MISSING, object_at
+from .values import object_at
 from .walk import ScanOptions, Walker
 
 _Module = torch.nn.Module
@@ -139,13 +139,14 @@ def walk_user_roots(walker: Walker, user: list[tuple[str, Any]]) -> None:
     # list of them comes first; then tensors named directly (an optimizer's loose parameter
     # is `w`, not opt.param_groups[0]["params"][0]); optimizers next, so their state is
     # named opt.state[model.fc.weight][...] rather than after a checkpoint dict.
-    def rank(item: tuple[str, Any]) -> int:
-        vt = type(item[1])
-        return 0 if issubclass(vt, _Module) else 1 if issubclass(vt, _Tensor) else 2 if issubclass(vt, _Optimizer) else 3
-
-    for name, value in sorted(user, key=rank):
+    for name, value in sorted(user, key=_root_rank):
         walker.root(name, value)
         walker.flush_deferred()
+
+
+def _root_rank(item: tuple[str, Any]) -> int:
+    vt = type(item[1])
+    return 0 if issubclass(vt, _Module) else 1 if issubclass(vt, _Tensor) else 2 if issubclass(vt, _Optimizer) else 3
 
 
 def _walk(walker: Walker, items: list[tuple[str, Any]], restricted: bool, user: list[tuple[str, Any]],
@@ -223,27 +224,87 @@ class NameIndex:
     Built from the user's own names only: neither output history nor an earlier
     error's traceback may name an operand. Valid while the tensors asked about are
     alive (it maps object ids, which is why it is used at once and dropped).
+
+    Walked in two steps, in the scan's own order, so names are the scan's: first the
+    names bound to modules, tensors and optimizers (what a failing call's operands
+    usually are, and few objects), then, only when a question needs them, every other
+    name (lists, dicts and objects, where most of a large namespace sits). ``result``
+    is the whole scan; ``lookup`` and ``record`` walk the rest only on a miss.
     """
 
     def __init__(self, namespace: Mapping[str, Any]):
-        walker = Walker(ScanOptions())
+        self._walker = Walker(ScanOptions())
         user, _history = root_items(namespace_items(namespace), PLUMBING, include_hidden=False)
+        ordered = sorted(user, key=_root_rank)
+        first = [item for item in ordered if _root_rank(item) < 3]
+        self._rest = ordered[len(first):]
+        self._first_roots = frozenset(name for name, _ in first)
+        self._user_names = [n for n, _ in user]
+        self._roots = frozenset(self._user_names)
+        self._walk(first)
+
+    def _walk(self, roots: list[tuple[str, Any]]) -> None:
         collector_was_on = gc.isenabled()
         gc.disable()
         try:
             with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
-                walk_user_roots(walker, user)
+                for name, value in roots:
+                    self._walker.root(name, value)
+                    self._walker.flush_deferred()
         finally:
             if collector_was_on:
                 gc.enable()
-        self.result = _result(walker, [n for n, _ in user], [], False, False, ScanOptions.max_depth)
+        walker = self._walker
+        self._result = _result(walker, self._user_names, [], False, False, ScanOptions.max_depth)
         self._by_name = {r.name: r for r in walker.records}
         self._tensor_first = walker._tensor_first
         self._storage_first = walker._storage_first
 
+    @property
+    def complete(self) -> bool:
+        return not self._rest
+
+    def _finish(self) -> None:
+        rest, self._rest = self._rest, []
+        if rest:
+            self._walk(rest)
+
+    @property
+    def result(self) -> ScanResult:
+        """The scan of every user name (walks the rest when it has not been walked)."""
+        self._finish()
+        return self._result
+
+    def _walked(self, name: str) -> bool:
+        """Whether everything the whole scan would name ``name`` (or below it) is named already:
+        a name is given by the first root that reaches it, and the first step's roots come first."""
+        if not self._rest:
+            return True
+        root = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
+        return root is not None and root.group(0) in self._first_roots
+
+    def result_under(self, name: str) -> ScanResult:
+        """A scan that holds what the whole scan holds under ``name``'s root."""
+        if not self._walked(name):
+            self._finish()
+        return self._result
+
+    def record(self, name: str) -> TensorRecord | None:
+        """The record named ``name`` (as the user types it), or None (also for any text that is
+        not a name under one of the user's names: ``None``, ``x + 1``)."""
+        root = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
+        if root is None or root.group(0) not in self._roots:
+            return None
+        if not self._walked(name):
+            self._finish()
+        return self._by_name.get(name)
+
     def lookup(self, t: Any) -> tuple[TensorRecord, bool] | None:
         """(the record of the name the user knows ``t`` by, whether ``t`` is only a view of it)."""
         name = self._tensor_first.get(id(t))
+        if name is None and self._rest:
+            self._finish()  # the tensor itself may sit in a list or dict, named before any view of it
+            name = self._tensor_first.get(id(t))
         is_view = False
         if name is None:
             try:

@@ -139,7 +139,6 @@ class _Diagnosis:
         self.cell_file = self.cell.f_code.co_filename if self.cell is not None else None
         self.failing_line = failure.source(self.cell).line if self.cell is not None else 1 << 30
         self.index = NameIndex(failure.namespace)
-        self.result = self.index.result
         self.modules = module_paths(failure.namespace)
         named = [self._name(v) for v in self.values]
         self._named = named
@@ -218,12 +217,17 @@ class _Diagnosis:
                     return fixes.target_device(model.devices)
         return fixes.target_device(real)
 
+    @property
+    def result(self) -> Any:
+        """The scan of every user name (walked on first use: most fixes need only the operands' roots)."""
+        return self.index.result
+
     def _model_of(self, n: _Named) -> Any:
         from .findings import root_module
 
         if n.operand.name is None or n.operand.source not in ("parameter", "buffer", "gradient", "attribute"):
             return None
-        return root_module(self.result, n.operand.name)
+        return root_module(self.index.result_under(n.operand.name), n.operand.name)
 
     # -- fixes ----------------------------------------------------------------------------------
 
@@ -315,10 +319,11 @@ class _Diagnosis:
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             what = "the loop's batches" if origin.kind == "loop" else root
             return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if origin.kind == 'loop' else 'it'}")
-        grads = {r.param for r in self.result.records if r.kind == "gradient"}
+        under = self.index.result_under(record.name)
+        grads = {r.param for r in under.records if r.kind == "gradient"}
         moved = fixes.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
                                   is_leaf=record.is_leaf, is_parameter=record.type_name == "Parameter",
-                                  has_grad=record.name in grads, swap_flag=bool(self.result.options.get("swap_flag")))
+                                  has_grad=record.name in grads, swap_flag=bool(under.options.get("swap_flag")))
         edits = (origin.edit,) if origin is not None and origin.edit is not None else ()
         note = f"and {origin.where.where} makes it on {target} from now on" if edits else None
         return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None,
@@ -368,11 +373,10 @@ class _Diagnosis:
         if caller is None:
             return None
         caller_line = self.failure.source(caller).text
-        records = {r.name: r for r in self.result.records if r.kind == "tensor" and r.alias_of is None}
         for name in origins.local_inputs(local, frame, line):
             argument = origins.call_argument(caller, caller_line, frame.f_code.co_name, frame.f_code, name)
-            record = records.get(argument or "")
-            if record is not None and record.device != target:
+            record = self.index.record(argument or "")
+            if record is not None and record.kind == "tensor" and record.alias_of is None and record.device != target:
                 return self._namespace_fix(_Named(Operand(record.name, "namespace", record.device, "?", None),
                                                   None, record=record), target)
         return None
@@ -477,7 +481,7 @@ class _Diagnosis:
     def _off_target_tensors(self, model: Any, target: str) -> list[str]:
         """The parameters and buffers of ``model`` off ``target``, less those a method replaces."""
         prefixes = (model.name + ".", model.name + "[")
-        return [r.name for r in self.result.records
+        return [r.name for r in self.index.result_under(model.name).records
                 if r.kind in ("parameter", "buffer") and r.name.startswith(prefixes) and r.device not in (target, "meta")
                 and r.name not in self.replaced_in_methods]
 
@@ -558,7 +562,6 @@ class _Diagnosis:
         """Fixes of the namespace tensors off ``target`` that the user's lines pass to the calls
         ``wanted`` picks, each fixed where it is made (as an operand would be)."""
         out = []
-        records = {r.name: r for r in self.result.records}
         for frame in {id(f): f for f in (self.inner, self.cell) if f is not None}.values():
             try:
                 tree = ast.parse(self.failure.source(frame).text)
@@ -575,7 +578,7 @@ class _Diagnosis:
                         if fix is not None:
                             out.append(fix)
                         continue
-                    r = records.get(ast.unparse(arg))
+                    r = self.index.record(ast.unparse(arg))
                     if r is None or r.device == target or r.alias_of is not None or r.kind != "tensor" \
                             or r.name in self.handled:
                         continue
