@@ -136,3 +136,21 @@ def test_names_devices_and_shapes_sort_as_people_count():
     assert names[:3] == ["pool[0]", "pool[1]", "pool[2]"] and names[-1] == "pool[11]"
     shapes = list(select(frame, GridState(sort="shape", descending=False))["shape_text"])
     assert shapes[:2] == ["[1]", "[2]"] and shapes[-1] == "[12]"
+
+
+@pytest.mark.parametrize("column", ["name", "kind", "device", "dtype", "shape", "size"])
+@pytest.mark.parametrize("descending", [False, True])
+def test_ties_keep_record_order_in_both_directions(column, descending):
+    from devinspect import scan
+
+    ns = {"a": [torch.zeros(i % 3 + 1) for i in range(9)], "b": {"k": torch.zeros(2), "j": torch.zeros(2)},
+          "m": torch.nn.Linear(2, 2), "h": [torch.zeros(2, dtype=torch.float16), torch.zeros(1, dtype=torch.int64)]}
+    frame = table_frame(scan(ns).select().records)
+    state = GridState(sort=column, descending=descending, text="")
+    key = dict((label, key) for label, key in (("name", "name_key"), ("kind", "kind"), ("device", "device_key"),
+                                               ("dtype", "dtype"), ("shape", "shape_key"), ("size", "size_key")))[column]
+    chosen = list(select(frame, state)["index"])
+    expected = frame.sort_values([key, "index"], ascending=[not descending, True], kind="stable")
+    assert chosen == list(expected["index"])
+    assert list(select(frame, GridState(sort=column, descending=descending, text="a["))["index"]) == \
+        [i for i in expected["index"] if frame["name"][i].startswith("a[")]

@@ -171,12 +171,13 @@ class DevicesExplorer:
         self.show_page()
 
     def show_page(self) -> None:
-        rows, number, pages = page(select(self.frame, self.state), self.state)
+        selected = select(self.frame, self.state)
+        rows, number, pages = page(selected, self.state)
         if number != self.state.page:
             from dataclasses import replace
 
             self.state = replace(self.state, page=number)
-        total = len(select(self.frame, self.state)) if pages > 1 or number else len(rows)
+        total = len(selected)
         first = number * self.state.page_size
         self.position.value = (f"rows {first + 1:,}–{first + len(rows):,} of {total:,}" if len(rows)
                                else "no tensor matches")

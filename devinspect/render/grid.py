@@ -44,31 +44,68 @@ class GridState:
 
 _NUMBER = re.compile(r"\d+")
 
+#: Types a row's note does not mention.
+_PLAIN_TYPES = ("Tensor", "Parameter")
+
+
+def _padded(match: re.Match) -> str:
+    return match.group().zfill(20)
+
 
 def natural_key(text: str) -> str:
     """``text`` with every number zero-padded, so ``pool[2]`` sorts before ``pool[10]`` and
     ``cuda:2`` before ``cuda:10``, as people count."""
-    return _NUMBER.sub(lambda m: m.group().zfill(20), text)
+    return _NUMBER.sub(_padded, text)
+
+
+def natural_keys(texts: list[str]) -> list[str]:
+    """``natural_key`` of each text: one substitution over all of them joined (a hundred
+    thousand names cost one call, not a hundred thousand), unless a text holds the joint."""
+    joined = "\0".join(texts)
+    keys = _NUMBER.sub(_padded, joined).split("\0")
+    return keys if len(keys) == len(texts) else [natural_key(text) for text in texts]
 
 
 def table_frame(records: tuple[TensorRecord, ...]) -> pd.DataFrame:
-    """The scan's records as the table's frame: the shown columns plus what sorting needs."""
+    """The scan's records as the table's frame: the shown columns plus what sorting needs
+    (the name's sort key is added by the first sort by name, see :func:`select`).
+
+    Built column by column: a session's many tensors share few shapes and sizes, so each
+    distinct shape and size is turned into text once, not once per row.
+    """
     import pandas as pd
 
     from ..model.units import shape_text
     from .table import note_cell, size_cell, size_key
 
-    rows = [(i, r.name, r.kind, r.device, r.dtype or "?", shape_text(r.shape), size_cell(r), size_key(r), note_cell(r))
-            for i, r in enumerate(records)]
-    frame = pd.DataFrame(rows, columns=["index", "name", "kind", "device", "dtype", "shape_text", "size", "size_key",
-                                        "note"])
-    for column, key in (("name", "name_key"), ("device", "device_key"), ("shape_text", "shape_key")):
-        frame[key] = frame[column].map(natural_key)
+    shapes = [r.shape for r in records]
+    try:
+        shape_texts = {shape: shape_text(shape) for shape in set(shapes)}
+        shape_column = [shape_texts[shape] for shape in shapes]
+    except TypeError:  # an unhashable dimension: each row's own text
+        shape_column = [shape_text(shape) for shape in shapes]
+    # What a size cell and its sort key depend on; one record stands for all that share it.
+    size_facts = [(r.alias_of is None, r.device == "meta", r.nbytes, r.storage_bytes) for r in records]
+    sizes = {facts: (size_cell(r), size_key(r)) for facts, r in dict(zip(size_facts, records)).items()}
+    note_column = [note_cell(r) if (r.alias_of is not None or r.note or r.type_name not in _PLAIN_TYPES
+                                    or (r.requires_grad and r.kind == "tensor")) else "" for r in records]
+    frame = pd.DataFrame({
+        "index": range(len(records)), "name": [r.name for r in records], "kind": [r.kind for r in records],
+        "device": [r.device for r in records], "dtype": [r.dtype or "?" for r in records],
+        "shape_text": shape_column, "size": [sizes[facts][0] for facts in size_facts],
+        "size_key": [sizes[facts][1] for facts in size_facts], "note": note_column})
+    for column, key in (("device", "device_key"), ("shape_text", "shape_key")):
+        # Few distinct devices and shapes among many rows: each distinct text is keyed once.
+        frame[key] = frame[column].map({text: natural_key(text) for text in frame[column].unique()})
     return frame
 
 
 def select(frame: pd.DataFrame, state: GridState) -> pd.DataFrame:
     """The rows the state keeps, in its order (all pages)."""
+    if state.sort == "name" and "name_key" not in frame:
+        # Every name is distinct, so its key costs a pass over all of them: made the first
+        # time the table is sorted by name, and kept with the frame for the next sorts.
+        frame["name_key"] = natural_keys(frame["name"].tolist())
     rows = frame
     if state.device:
         rows = rows[rows["device"].map(lambda d: device_matches(d, state.device))]
@@ -87,7 +124,10 @@ def select(frame: pd.DataFrame, state: GridState) -> pd.DataFrame:
                         | rows["dtype"].str.contains(word, case=False, regex=False)
                         | rows["kind"].str.contains(word, case=False, regex=False)]
     column = dict(COLUMNS).get(state.sort, "size_key")
-    return rows.sort_values([column, "index"], ascending=[not state.descending, True], kind="stable")
+    # The frame is in record order and filtering keeps that order, so a stable sort on the
+    # one column leaves ties in record order, ascending or descending (pandas keeps ties
+    # in their original order either way): the same rows as sorting by (column, index).
+    return rows.sort_values(column, ascending=not state.descending, kind="stable")
 
 
 def page(rows: pd.DataFrame, state: GridState) -> tuple[pd.DataFrame, int, int]:
