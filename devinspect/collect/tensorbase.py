@@ -17,6 +17,7 @@ shape = _TB.__dict__["shape"].__get__
 layout = _TB.__dict__["layout"].__get__
 nbytes = _TB.__dict__["nbytes"].__get__
 is_meta = _TB.__dict__["is_meta"].__get__
+is_cpu = _TB.__dict__["is_cpu"].__get__
 is_nested = _TB.__dict__["is_nested"].__get__
 is_quantized = _TB.__dict__["is_quantized"].__get__
 requires_grad = _TB.__dict__["requires_grad"].__get__

@@ -44,7 +44,7 @@ from ..collect.static import type_is_one_of
 from ..diagnose.failed_call import Failure, diagnose, first_line, op_name, tensor_inputs
 from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding, Fix
-from ..model.records import SourceLine, device_is_accelerator
+from ..model.records import SourceLine
 from ..model.units import human_bytes
 from . import tracebacks
 from .fast_paths import FastPathGap
@@ -53,6 +53,7 @@ _T = torch.Tensor
 
 
 _NO_SUBCLASS = torch._C.DisableTorchFunctionSubclass
+_is_compiling = torch.compiler.is_compiling
 
 
 _SYNC_METHODS = {
@@ -70,6 +71,11 @@ _FACTORIES = frozenset({
 
 _INTERESTING = frozenset({*_SYNC_METHODS, "numpy", "to", "cpu", "cuda", "xpu", "mps", "copy_", "__getitem__",
                           "backward", *_FACTORIES})
+
+
+#: Calls that can only sync or copy when their tensor is on an accelerator: on a plain
+#: host tensor they take the path of any other op.
+_QUIET_ON_HOST = frozenset({*_SYNC_METHODS, "numpy", "__getitem__"})
 
 
 #: Results of .item()/.tolist() remembered to recognise the same values coming back.
@@ -106,11 +112,9 @@ class _StorageTags:
     """
 
     def __init__(self, by_pointer: bool = False) -> None:
-        self._tags: dict[int, tuple[weakref.ref, Any]] = {}
+        #: storage key -> (weak reference to the storage, fact); read directly on the hot path.
+        self.entries: dict[int, tuple[weakref.ref, Any]] = {}
         self._pointers: dict[int, int] = {} if by_pointer else None  # type: ignore[assignment]
-
-    def __bool__(self) -> bool:
-        return bool(self._tags)
 
     def set(self, t: Any, value: Any) -> None:
         storage = _storage(t)
@@ -120,12 +124,12 @@ class _StorageTags:
         pointers = self._pointers
 
         def forget(_ref: Any, key: int = key) -> None:
-            entry = self._tags.pop(key, None)
+            entry = self.entries.pop(key, None)
             if entry is not None and pointers is not None:
                 for ptr in [p for p, k in pointers.items() if k == key]:
                     del pointers[ptr]
 
-        self._tags[key] = (weakref.ref(storage, forget), value)
+        self.entries[key] = (weakref.ref(storage, forget), value)
         if pointers is not None:
             with contextlib.suppress(Exception):
                 pointers[storage.data_ptr()] = key
@@ -134,13 +138,13 @@ class _StorageTags:
         storage = _storage(t)
         if storage is None:
             return None
-        entry = self._tags.get(storage._cdata)
+        entry = self.entries.get(storage._cdata)
         if entry is not None and entry[0]() is storage:
             return entry[1]
         if self._pointers:
             with contextlib.suppress(Exception):
                 key = self._pointers.get(storage.data_ptr())
-                entry = self._tags.get(key) if key is not None else None
+                entry = self.entries.get(key) if key is not None else None
                 if entry is not None and entry[0]() is not None and entry[0]().data_ptr() == storage.data_ptr():
                     return entry[1]
         return None
@@ -157,6 +161,11 @@ def _storage(t: Any) -> Any:
         return _storage(inner[0]) if inner else tb.storage(t)
     except Exception:  # noqa: BLE001 - no storage of its own (meta, sparse, a functional wrapper)
         return None
+
+
+def _on_accelerator(t: Any) -> bool:
+    """Whether tensor ``t``'s memory is an accelerator's (not the host's, not meta)."""
+    return tb.device(t).type not in ("cpu", "meta")
 
 
 def _nbytes(t: Any) -> int:
@@ -232,25 +241,26 @@ class DeviceCheckMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         __tracebackhide__ = True  # noqa: F841 - IPython hides this frame from the user's traceback
-        if kwargs is None:
-            kwargs = {}
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             # torch.compile traces this mode into its graph: there it is only the op, so compiled
             # code runs as in a plain cell (a mismatch it meets is explained from its error).
-            return func(*args, **kwargs)
+            return func(*args, **(kwargs or {}))
         name = getattr(func, "__name__", None)
-        if name not in _INTERESTING:
+        if name not in _INTERESTING or (name in _QUIET_ON_HOST and args and type(args[0]) is _T
+                                        and tb.is_cpu(args[0])):
+            # Any other op, or one that can only sync or copy on an accelerator called on a
+            # plain host tensor: called as the cell calls it (no keyword dict made per call).
             try:
-                result = func(*args, **kwargs)
+                result = func(*args, **kwargs) if kwargs else func(*args)
             except Exception as exc:
-                self._on_error(func, args, kwargs, exc)
+                self._on_error(func, args, kwargs or {}, exc)
                 if self.tidy_tracebacks:
                     tracebacks.tidy_traceback(exc)
                 raise
-            if self._from_device:
+            if self._from_device.entries:
                 self._propagate(args, result)
             return result
-        return self._interesting(name, func, args, kwargs)
+        return self._interesting(name, func, args, kwargs or {})
 
     def _interesting(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
         __tracebackhide__ = True  # noqa: F841
@@ -304,12 +314,12 @@ class DeviceCheckMode(TorchFunctionMode):
     def _before(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
         self_t = args[0] if args and tb.is_tensor(args[0]) else None
         if name in _SYNC_METHODS and self_t is not None:
-            if device_is_accelerator(str(tb.device(self_t))):
+            if _on_accelerator(self_t):
                 self._sync(_SYNC_METHODS[name])
             return None
         if name == "__getitem__" and self_t is not None and len(args) > 1:
             index = args[1]
-            if tb.is_tensor(index) and tb.dtype(index) == torch.bool and device_is_accelerator(str(tb.device(self_t))):
+            if tb.is_tensor(index) and tb.dtype(index) == torch.bool and _on_accelerator(self_t):
                 self._sync("bool-mask indexing")
             return None
         if name in ("to", "cpu", "cuda", "xpu", "mps") and self_t is not None:
@@ -328,9 +338,9 @@ class DeviceCheckMode(TorchFunctionMode):
                 self._from_device.set(result, self._where()[0].label)
             if src != dst and tb.grad_fn(result) is not None:
                 self._count_gradient_copy(tb.grad_fn(result), src)
-        elif name == "numpy" and self_t is not None and device_is_accelerator(str(tb.device(self_t))):
+        elif name == "numpy" and self_t is not None and _on_accelerator(self_t):
             self._sync(".numpy()")  # only numpy(force=True) gets here on a device tensor: it copied
-        elif name in ("item", "tolist") and self_t is not None and device_is_accelerator(str(tb.device(self_t))):
+        elif name in ("item", "tolist") and self_t is not None and _on_accelerator(self_t):
             self._remember_value(result)
         elif name in _FACTORIES and tb.is_tensor(result):
             where = self._where()
@@ -342,7 +352,7 @@ class DeviceCheckMode(TorchFunctionMode):
     def _tensor_from_data(self, name: str, args: tuple, where: tuple[SourceLine, int | None, str],
                           given: bool, result: Any) -> None:
         origin = self._value_origin(args[0]) if args else None
-        on_device = device_is_accelerator(str(tb.device(result)))
+        on_device = _on_accelerator(result)
         nbytes = _nbytes(result)
         if on_device and given and nbytes:
             # A copy from host memory that the host waits for (an empty tensor copies nothing).
