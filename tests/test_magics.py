@@ -161,3 +161,21 @@ def test_loading_prints_nothing_and_patches_nothing():
     assert torch.Tensor.__repr__ is repr_before and torch.Tensor.to is to_before
     assert {k: dict(f.type_printers) for k, f in ip.display_formatter.formatters.items()} == formatters_before
     ip.run_line_magic("unload_ext", "devinspect")
+
+
+@pytest.mark.parametrize("explorer", [False, True])
+def test_devices_sums_the_totals_once(ip, sim, monkeypatch, explorer):
+    import devinspect.model.scan_result as scan_result
+
+    calls = []
+    real = scan_result.device_totals
+    monkeypatch.setattr(scan_result, "device_totals", lambda records: calls.append(1) or real(records))
+    ip.run_cell(SETUP)
+    if explorer:
+        ip.kernel = object()  # a widget frontend, as a Jupyter kernel is
+    try:
+        run(ip, "%devices")
+    finally:
+        if explorer:
+            del ip.kernel
+    assert len(calls) == 1

@@ -60,8 +60,8 @@ class ScanResult:
 
     @property
     def devices(self) -> tuple[DeviceTotal, ...]:
-        """Per-device totals, most storage bytes first."""
-        return device_totals(self.records)
+        """Per-device totals, most storage bytes first (summed on first use, then kept)."""
+        return _kept(self, "_devices", lambda: device_totals(self.records))
 
     @property
     def history_bytes(self) -> int:
@@ -98,6 +98,15 @@ class ScanResult:
 
     def __repr__(self) -> str:
         return repr(self.select())
+
+
+def _kept(owner: Any, key: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``, made once per (frozen) ``owner`` and kept in its ``__dict__``."""
+    cached = owner.__dict__.get(key)
+    if cached is None:
+        cached = compute()
+        object.__setattr__(owner, key, cached)
+    return cached
 
 
 def device_totals(records: tuple[TensorRecord, ...] | list[TensorRecord]) -> tuple[DeviceTotal, ...]:
@@ -194,7 +203,9 @@ class ScanView:
 
     @property
     def devices(self) -> tuple[DeviceTotal, ...]:
-        return device_totals(self.records)
+        if self.selection.everything:
+            return self.result.devices
+        return _kept(self, "_devices", lambda: device_totals(self.records))
 
     @property
     def modules(self) -> tuple[ModuleSummary, ...]:
