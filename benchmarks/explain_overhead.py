@@ -3,7 +3,7 @@
 Once loaded, devinspect adds an input transformer and one ``post_run_cell`` callback
 that looks at the cell's error. A real IPython shell runs the same cells in blocks,
 with the extension unloaded and loaded alternately, and the fastest block's time per
-cell is printed side by side (the minimum: an error cell's time is mostly IPython's own
+cell is printed side by side, in CPU time (``time.process_time``; the minimum: an error cell's time is mostly IPython's own
 traceback formatting, several milliseconds that vary more between blocks than the
 callback costs):
 
@@ -42,10 +42,10 @@ def per_cell(shell, cell: str, cells: int) -> float:
     from IPython.utils.io import capture_output
 
     with capture_output():  # tracebacks are printed: keep the terminal out of the timing
-        start = time.perf_counter()
+        start = time.process_time()
         for _ in range(cells):
             shell.run_cell(cell, store_history=True)
-        return (time.perf_counter() - start) / cells
+        return (time.process_time() - start) / cells
 
 
 #: Failed cells whose explanation is timed against the namespace's size: each names its

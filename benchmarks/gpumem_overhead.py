@@ -3,7 +3,7 @@
 Per-cell: a real IPython shell runs the same small cell (``x = sum(range(100))``)
 in blocks, untracked and tracked alternately; the medians per cell and their
 difference (the tracking hooks: counters read before and after, peaks reset) are
-printed side by side. Reading: ``memory.read()`` (what a --watch tick does),
+printed side by side, in CPU time (``time.process_time``). Reading: ``memory.read()`` (what a --watch tick does),
 ``build()``, and the tensor count (a scan with a gc walk) over N loose tensors.
 
 Run: ``python benchmarks/gpumem_overhead.py [--cells 200] [--repeat 7] [--tensors 20000]``
@@ -19,18 +19,18 @@ import torch
 
 
 def per_cell(shell, cells: int) -> float:
-    start = time.perf_counter()
+    start = time.process_time()
     for _ in range(cells):
         shell.run_cell("x = sum(range(100))", store_history=True, silent=False)
-    return (time.perf_counter() - start) / cells
+    return (time.process_time() - start) / cells
 
 
 def median_time(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return statistics.median(times)
 
 
