@@ -25,7 +25,7 @@ from .names import HISTORY_RE, PLUMBING, child_name, namespace_items, root_items
 from .static import instance_dict, str_items, type_module, type_name
 from .tensors import tensor_facts
 from .values import object_at
-from .walk import ScanOptions, Walker
+from .walk import ReachWalker, ScanOptions, Walker
 
 _Module = torch.nn.Module
 _Tensor = torch.Tensor
@@ -241,19 +241,24 @@ class NameIndex:
         self._first_roots = frozenset(name for name, _ in first)
         self._user_names = [n for n, _ in user]
         self._roots = frozenset(self._user_names)
+        self._reach: ReachWalker | None = None
         self._walk(first)
 
-    def _walk(self, roots: list[tuple[str, Any]]) -> None:
+    @staticmethod
+    def _run(walker: Walker, roots: list[tuple[str, Any]]) -> None:
         collector_was_on = gc.isenabled()
         gc.disable()
         try:
             with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
                 for name, value in roots:
-                    self._walker.root(name, value)
-                    self._walker.flush_deferred()
+                    walker.root(name, value)
+                    walker.flush_deferred()
         finally:
             if collector_was_on:
                 gc.enable()
+
+    def _walk(self, roots: list[tuple[str, Any]]) -> None:
+        self._run(self._walker, roots)
         walker = self._walker
         self._result = _result(walker, self._user_names, [], False, False, ScanOptions.max_depth)
         self._by_name = {r.name: r for r in walker.records}
@@ -268,6 +273,19 @@ class NameIndex:
         rest, self._rest = self._rest, []
         if rest:
             self._walk(rest)
+
+    def _rest_may_name(self, t: Any) -> bool:
+        """Whether a name not walked yet could reach ``t`` (or its memory): a walk over the same
+        objects that names nothing answers it, and a tensor it does not meet, no name of the
+        rest would name (a temporary made on the failing line, a local of the user's function)."""
+        if self._reach is None:
+            self._reach = ReachWalker(ScanOptions())
+            self._run(self._reach, self._rest)
+        try:
+            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+                return self._reach.may_name(t)
+        except Exception:  # noqa: BLE001 - when in doubt, the whole walk decides
+            return True
 
     @property
     def result(self) -> ScanResult:
@@ -302,7 +320,7 @@ class NameIndex:
     def lookup(self, t: Any) -> tuple[TensorRecord, bool] | None:
         """(the record of the name the user knows ``t`` by, whether ``t`` is only a view of it)."""
         name = self._tensor_first.get(id(t))
-        if name is None and self._rest:
+        if name is None and self._rest and self._rest_may_name(t):
             self._finish()  # the tensor itself may sit in a list or dict, named before any view of it
             name = self._tensor_first.get(id(t))
         is_view = False
