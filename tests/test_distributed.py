@@ -15,6 +15,9 @@ import devinspect
 import devinspect.distributed as dd
 from devinspect.model.ranks import DeviceUse, ParameterSignature, RankSummary
 
+#: Each test starts processes or engines: the quick profile (-m "not slow") leaves them out.
+pytestmark = pytest.mark.slow
+
 
 def test_four_ranks_on_the_simulated_device_name_the_outlier(tmp_path):
     report, text, html = run_job("sim", 4, tmp_path / "report.pkl")
@@ -195,8 +198,8 @@ def test_an_engine_that_fails_or_does_not_answer_is_its_row(engines):
 
 
 def test_the_widget_opens_on_the_outlier_and_shows_any_ranks_tensors():
-    from devinspect.model.ranks import TopTensor
     from devinspect.jupyter.ranks_widget import ranks_widget
+    from devinspect.model.ranks import TopTensor
 
     ranks = [RankSummary(rank=r, world_size=3, devices=(DeviceUse("sim:0", 1, 100, 512 * (10 if r == 2 else 1)),),
                          top=(TopTensor(f"x{r}", "tensor", "sim:0", "float32", (4,), 100),)) for r in range(3)]

@@ -149,7 +149,7 @@ def test_buffers_pytorch_keeps_on_the_host_do_not_split_a_model(sim):
     assert devinspect.scan({"model": model, "ema": ema}).findings == ()
 
 
-@pytest.mark.parametrize("error", ["recursion", "user"])
+@pytest.mark.parametrize("error", [pytest.param("recursion", marks=pytest.mark.slow), "user"])
 def test_errors_that_are_not_mismatches_are_not_explained_as_one(ip, sim, error):
     run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
             "x = torch.ones(3, device=dev)\ny = torch.ones(3)")

@@ -161,8 +161,8 @@ def settle(ip) -> None:
     without the check. The coroutine sits in a reference cycle with the error that the
     shell keeps as the last one, and finalizing it prints GeneratorExit tracebacks from
     IPython's ``run_code`` into whatever cell runs when the collector happens to run. So
-    a run that awaited is followed by this, and the collector runs only here (it is off
-    while a run is compared).
+    such a run is followed by this, and the collector runs only here (it is off while a
+    run is compared).
     """
     with capture_output():
         for _ in range(4):  # a finalized coroutine's traceback becomes the new last error
@@ -181,7 +181,7 @@ def run_once(ip, body: str, checked: bool) -> dict:
     try:
         return compared_run(ip, body, checked)
     finally:
-        if "await" in body:  # only a cell that awaits leaves such a coroutine behind
+        if "await" in body and "return" in body:  # only such a cell leaves a coroutine behind
             settle(ip)
         gc.enable()
 

@@ -41,6 +41,7 @@ def test_the_library_has_thirty_kinds_and_each_trips_when_touched_carelessly():
     assert careless >= 15
 
 
+@pytest.mark.slow
 def test_no_reader_runs_user_code_crashes_or_keeps_an_object_alive():
     counts = fuzz(FAST_PROFILE)
     assert counts.namespaces == FAST_PROFILE

@@ -15,11 +15,13 @@ from scenarios import generate
 #: Seeds run in CI: a fixed sample, the same on every run.
 SEEDS = range(240)
 SCENARIOS = [generate(seed) for seed in SEEDS]
+#: Seeds below this also run in the quick profile (-m "not slow").
+QUICK_SEEDS = 30
 
 
 def marks(scenario) -> list:
     out = []
-    if set(scenario.needs) & {"transformers", "peft", "accelerate"}:
+    if set(scenario.needs) & {"transformers", "peft", "accelerate"} or scenario.seed >= QUICK_SEEDS:
         out.append(pytest.mark.slow)
     return out
 
