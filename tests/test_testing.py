@@ -108,3 +108,16 @@ def test_backward_on_the_simulated_device_exits_cleanly():
     )
     codes = [subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=180).returncode for _ in range(5)]
     assert codes == [0] * 5
+
+
+def test_an_older_torch_is_told_which_version_the_device_needs():
+    # torch before 2.10 has no hook for a backend written in Python: enable() says so in one line.
+    code = (
+        "import torch.utils.backend_registration as r\ndel r._setup_privateuseone_for_python_backend\n"
+        "from devinspect import testing\ntry:\n    testing.enable()\n"
+        "except testing.SimulatedDeviceError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    message = out.stdout.strip()
+    assert "\n" not in message and "needs torch 2.10 or newer" in message and torch.__version__ in message

@@ -434,6 +434,24 @@ def _kernel(kernel: Any) -> Any:
     return run
 
 
+#: The oldest torch whose PrivateUse1 backend can be written in Python.
+OLDEST_TORCH = (2, 10)
+
+
+def _python_backend_setup() -> Any:
+    """PyTorch's hook for a PrivateUse1 backend written in Python, or a one-line error naming the torch it needs."""
+    from torch.utils import backend_registration
+
+    setup = getattr(backend_registration, "_setup_privateuseone_for_python_backend", None)
+    if setup is None:
+        needed = ".".join(map(str, OLDEST_TORCH))
+        raise SimulatedDeviceError(
+            f"the simulated device needs torch {needed} or newer (this is torch {torch.__version__}); "
+            f"pip install 'torch>={needed}'"
+        )
+    return setup
+
+
 def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
     """Register the simulated device (once per process) and return ``sim:0``.
 
@@ -447,7 +465,8 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
     ("terminate called without an active exception") in about half the runs.
 
     Raises :class:`SimulatedDeviceError` when another PrivateUse1 backend already
-    owns the slot.
+    owns the slot, or when this torch is older than 2.10 (it cannot host a backend
+    written in Python).
     """
     global _enabled
     capacity = _parse_capacity(memory) if memory is not _UNCHANGED else None  # a wrong size fails before anything
@@ -458,10 +477,9 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
                 raise SimulatedDeviceError(
                     f"PrivateUse1 is already registered as {current!r}; the simulated device needs it"
                 )
-            from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
+            _setup = _python_backend_setup()
             if current == "privateuseone":
-                _setup_privateuseone_for_python_backend(DEVICE_TYPE, backend_module=_BackendModule())
+                _setup(DEVICE_TYPE, backend_module=_BackendModule())
             _register_kernels()
             torch.autograd.set_multithreading_enabled(False)
             _enabled = True
