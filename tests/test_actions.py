@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import torch
 from torch import nn
 
@@ -269,6 +271,8 @@ def test_empty_cache_and_reset_without_an_accelerator_say_why():
 
 
 def test_empty_cache_returns_the_simulated_devices_cached_segments_and_says_how_much(sim):
+    gc.collect()
+    torch.sim.empty_cache()  # segments cached by earlier tests are not this test's
     kept = torch.ones(1000, device=sim)  # keeps its small segment in use
     gone = torch.ones(3 << 20, device=sim)  # 12 MiB: a segment of its own (large requests round to 2 MiB)
     reserved = torch.sim.memory_reserved(0)

@@ -325,12 +325,14 @@ def graph_holders(namespace: MutableMapping[str, Any], param_ids: set[int],
     budget = [limit]
 
     def reaches(roots: Iterable[Any]) -> bool:
-        stack, seen = [r for r in roots if r is not None], set()
+        # Seen nodes are kept alive: a graph node's Python object may be made afresh for each
+        # next_functions read, and a freed one's id can come back as another node's.
+        stack, seen = [r for r in roots if r is not None], {}
         while stack and budget[0] > 0:
             node = stack.pop()
             if id(node) in seen:
                 continue
-            seen.add(id(node))
+            seen[id(node)] = node
             budget[0] -= 1
             variable = getattr(node, "variable", None)
             if variable is not None and id(variable) in param_ids:

@@ -159,7 +159,8 @@ def caller_frame(depth: int = 1) -> types.FrameType:
 #: Parts of torch that compile code (torch.compile's tracer and backends): their frames are
 #: the machinery between a compiled call and the user's code, never where a tensor is.
 _MACHINERY = tuple(_TORCH_ROOT + part for part in ("_dynamo", "_inductor", "fx", "_subclasses", "_functorch",
-                                                   "_guards.py", "_higher_order_ops", "_prims", "_refs", "_ops.py"))
+                                                   "_guards.py", "_higher_order_ops", "_prims", "_refs", "_ops.py",
+                                                   "utils/_stats.py", "utils/_python_dispatch.py"))
 
 
 def is_compile_machinery(filename: str) -> bool:

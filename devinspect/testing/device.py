@@ -14,7 +14,9 @@ from torch.utils._pytree import tree_map
 from ..collect import tensorbase as tb
 from ..model.units import parse_bytes
 from ..observe.tracebacks import tidy_traceback
+from . import autocast, moves, pinned
 from .allocator import Allocator, Block
+from .streams import DeviceContext, SimEvent, SimStream, StreamContext, streams
 
 #: Name of the simulated device type.
 DEVICE_TYPE = "sim"
@@ -165,7 +167,57 @@ class _BackendModule:
         pass
 
     def synchronize(self, device: Any = None) -> None:
-        pass
+        pass  # every kernel has finished when it returns
+
+    # Autocast and checkpointing ask the device module what a GPU's module answers.
+
+    def get_amp_supported_dtype(self) -> list[torch.dtype]:
+        return [torch.float16, torch.bfloat16]
+
+    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
+        return True
+
+    # Random numbers on the simulated device are drawn from the host's generator, so the
+    # device's own state is the host's (what checkpointing saves and restores).
+
+    def get_rng_state(self, device: Any = None) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state: torch.Tensor, device: Any = None) -> None:
+        torch.set_rng_state(state)
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def initial_seed(self) -> int:
+        return torch.initial_seed()
+
+    def device(self, device: Any) -> DeviceContext:
+        """``with torch.sim.device(1):`` as ``torch.cuda.device``."""
+        return DeviceContext(self, _index(device))
+
+    # Streams and events, as torch.cuda's: work on the simulated device is done when its call
+    # returns, so a stream is always idle and an event records the host's clock.
+
+    @property
+    def Stream(self) -> type:  # noqa: N802 - named as torch.cuda.Stream
+        return SimStream
+
+    @property
+    def Event(self) -> type:  # noqa: N802 - named as torch.cuda.Event
+        return SimEvent
+
+    def current_stream(self, device: Any = None) -> SimStream:
+        return streams.current(_index(device))
+
+    def default_stream(self, device: Any = None) -> SimStream:
+        return streams.default(_index(device))
+
+    def set_stream(self, stream: SimStream) -> None:
+        streams.set(stream)
+
+    def stream(self, stream: SimStream | None) -> StreamContext:
+        return StreamContext(stream)
 
     # The memory calls, named as torch.cuda names them (see the module's docstring).
 
@@ -225,6 +277,7 @@ class SimTensor(torch.Tensor):
             layout=data.layout,
             device=device,
             requires_grad=False,
+            dispatch_sizes_strides_policy="sizes",  # see _METADATA_OPS
         )
         wrapper._data = data
         return wrapper
@@ -262,6 +315,10 @@ def _function(func: Any, args: tuple, kwargs: dict) -> Any:
     """How a simulated tensor answers the calls a GPU tensor answers differently from a CPU one."""
     __tracebackhide__ = True  # noqa: F841
     name = getattr(func, "__name__", "")
+    if name == "__set__" and moves.is_data_setter(func) and type(args[0]) is SimTensor:
+        # model.to("cpu") and the optimizer keep their parameters, as on CUDA (see moves).
+        moves.set_data(args[0], args[1])
+        return None
     if name == "__repr__" and args and type(args[0]) is SimTensor:
         # Printing shows values like a GPU tensor does (a device-to-host copy). It goes
         # through Tensor.__repr__, so torch-function modes see it, as they do for CUDA.
@@ -285,10 +342,24 @@ def _function(func: Any, args: tuple, kwargs: dict) -> Any:
         return func(*args, **kwargs)
 
 
+# Sizes and strides come from the data (the wrapper's "sizes" policy), so an op that
+# resizes its output, as arange and eye do through their out= kernels, resizes the tensor.
+_METADATA_OPS = frozenset({
+    torch.ops.aten.sym_size.default, torch.ops.aten.sym_stride.default, torch.ops.aten.dim.default,
+    torch.ops.aten.sym_numel.default, torch.ops.aten.sym_storage_offset.default,
+    torch.ops.aten.is_contiguous.default, torch.ops.aten.is_contiguous.memory_format,
+    torch.ops.aten.is_strides_like_format.default, torch.ops.aten.is_non_overlapping_and_dense.default,
+})
+
+
 def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     """The simulated device's kernels: the op on the CPU data, a device-mismatch error as CUDA raises it."""
     __tracebackhide__ = True  # noqa: F841
+    if func in _METADATA_OPS:
+        return func(_data_of(args[0]), *args[1:])
     name = func.overloadpacket.__name__
+    if func is torch.ops.aten.record_stream.default:
+        return None  # every kernel has finished when it returns: no memory waits on a stream
     if func is torch.ops.aten.copy_.default:
         dst, src = args[0], args[1]
         _data_of(dst).copy_(_data_of(src), **kwargs)
@@ -413,9 +484,53 @@ def _register_kernels() -> None:
         data.copy_(_data_of(src))
         return dst
 
+    for qualname in _host_factories():
+        torch.library.impl(qualname, "privateuseone")(_kernel(_host_factory(qualname)))
     for op, kernel in (("aten::empty.memory_format", empty_memory_format), ("aten::empty_strided", empty_strided),
                        ("aten::_copy_from", copy_from), ("aten::_copy_from_and_resize", copy_from_and_resize)):
         torch.library.impl(op, "privateuseone")(_kernel(kernel))
+
+
+def _host_factories() -> list[str]:
+    """Every dense factory (an ``aten`` op with a ``device`` keyword and no tensor input), read
+    from the operator schemas: some reach a device only through kernels a backend written in
+    Python cannot have (tril_indices, kaiser_window's DispatchStub)."""
+    found = []
+    for schema in torch._C._jit_get_all_schemas():
+        name = schema.name
+        if not name.startswith("aten::") or name in ("aten::empty", "aten::empty_strided") or "sparse" in name:
+            continue
+        if "quantized" in name or "cudnn" in name or any(a.is_out for a in schema.arguments):
+            continue
+        if any("Tensor" in str(a.type) or "Generator" == str(a.type) for a in schema.arguments if not a.kwarg_only):
+            continue
+        if any(a.name == "device" and a.kwarg_only for a in schema.arguments) and str(schema.returns[0].type) == "Tensor":
+            found.append(f"{name}.{schema.overload_name}" if schema.overload_name else name)
+    return found
+
+
+def _host_factory(qualname: str) -> Any:
+    """A factory run on the host, its result then held by the simulated device: the same
+    shape, dtype and values as on the CPU (random ones draw from the host's generator)."""
+    name, _, overload = qualname[len("aten::"):].partition(".")
+    op = getattr(getattr(torch.ops.aten, name), overload or "default")
+
+    def factory(*args: Any, device: Any = None, pin_memory: Any = None, **kwargs: Any) -> torch.Tensor:
+        target = _with_index(torch.device(device))
+        block = _reserve(target, _result_bytes(op, args, kwargs))  # before the host memory is taken
+        return _wrap(op(*args, device="cpu", **kwargs), target, block)
+
+    factory.__name__ = name
+    return factory
+
+
+def _result_bytes(op: Any, args: tuple, kwargs: dict) -> int:
+    """The bytes a factory's result will take, from a run on the meta device (no memory)."""
+    try:
+        shape = op(*args, device="meta", **{k: v for k, v in kwargs.items() if k != "generator"})
+    except Exception:  # an op with no meta kernel: booked after the fact
+        return 0
+    return shape.numel() * shape.dtype.itemsize
 
 
 def _kernel(kernel: Any) -> Any:
@@ -481,6 +596,10 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             if current == "privateuseone":
                 _setup(DEVICE_TYPE, backend_module=_BackendModule())
             _register_kernels()
+            moves.install(SimTensor)
+            autocast.install()
+            if torch.accelerator.current_accelerator() == torch.device(DEVICE_TYPE):
+                pinned.install()  # where a GPU is present, pinning stays its own
             torch.autograd.set_multithreading_enabled(False)
             _enabled = True
         if memory is not _UNCHANGED:

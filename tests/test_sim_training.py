@@ -1,0 +1,159 @@
+"""What training code uses works on the simulated device as on CUDA, with the device swapped."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+from devinspect import testing
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.drop = nn.Linear(4, 4), nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.lin(x).relu())
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_checkpointing_recomputes_on_the_calling_thread(sim, reentrant):
+    torch.manual_seed(0)
+    block = Block().to(sim)
+    x = torch.randn(3, 4, device=sim, requires_grad=True)
+    torch.manual_seed(1)
+    checkpoint(block, x, use_reentrant=reentrant).sum().backward()
+    grads = [p.grad.cpu().clone() for p in block.parameters()]
+    block.zero_grad()
+    torch.manual_seed(1)
+    block(x).sum().backward()  # the same dropout mask: the recomputation replays the RNG state
+    assert all(torch.allclose(g, p.grad.cpu()) for g, p in zip(grads, block.parameters()))
+
+
+def test_non_reentrant_checkpointing_exits_cleanly():
+    # A failure inside the recomputation used to abort the interpreter.
+    code = (
+        "import torch\nfrom torch.utils.checkpoint import checkpoint\nfrom devinspect import testing\n"
+        "d = testing.enable()\nx = torch.ones(3, device=d, requires_grad=True)\n"
+        "checkpoint(lambda a: a.sin(), x, use_reentrant=False).sum().backward()\nprint(x.grad.sum().item())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == pytest.approx(3 * 0.5403, abs=1e-3)
+
+
+def test_pinned_memory_and_non_blocking_copies(sim):
+    host = torch.arange(6.0)
+    pinned = host.pin_memory()
+    assert pinned.is_pinned() and not host.is_pinned() and torch.equal(pinned, host)
+    moved = pinned.to(sim, non_blocking=True)
+    assert moved.device == sim and moved.cpu().tolist() == host.tolist()
+
+
+def test_a_data_loader_pins_its_batches(sim):
+    data = torch.utils.data.TensorDataset(torch.randn(8, 3), torch.arange(8))
+    loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)
+    for x, y in loader:
+        assert x.is_pinned() and y.is_pinned()
+        assert x.to(sim, non_blocking=True).device == sim
+
+
+def test_code_written_for_cuda_streams_runs_with_the_device_swapped(sim):
+    a, b = torch.randn(4, 4, device=sim), torch.randn(4, 4, device=sim)
+    side = torch.sim.Stream()
+    start, end = torch.sim.Event(enable_timing=True), torch.sim.Event(enable_timing=True)
+    start.record()
+    with torch.sim.stream(side):
+        assert torch.sim.current_stream() is side
+        product = a @ b
+        product.record_stream(side)
+    assert torch.sim.current_stream() is torch.sim.default_stream()
+    torch.sim.current_stream().wait_stream(side)
+    end.record()
+    torch.sim.synchronize()
+    assert end.query() and start.elapsed_time(end) >= 0
+    assert torch.allclose(product.cpu(), a.cpu() @ b.cpu())
+    assert isinstance(side, torch.Stream) and torch.accelerator.current_stream().device == sim
+    with torch.sim.device(1):
+        assert torch.sim.current_device() == 1 and torch.ones(1, device="sim").device == torch.device("sim", 1)
+    assert torch.sim.current_device() == 0
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_compile_runs_a_model_on_the_device(sim, backend):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.GELU(), nn.Linear(8, 2)).to(sim)
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(3, 4, device=sim)
+    out = compiled(x)
+    out.sum().backward()
+    assert out.device == sim and torch.allclose(out.cpu(), model(x).cpu())
+    assert model[0].weight.grad.device == sim
+
+
+def test_autocast_on_the_device_casts_as_cuda_autocast(sim):
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)).to(sim)
+    x = torch.randn(2, 4, device=sim)
+    with torch.autocast("sim", dtype=torch.bfloat16):
+        hidden = model[0](x)  # linear: the autocast dtype
+        normed = model(x)  # layer_norm: float32
+        probs = torch.softmax(hidden, -1)  # float32 output
+        joined = torch.cat([hidden, x])  # the widest input
+        wide = model[0](x.double().float()) @ torch.ones(4, 4, dtype=torch.float64, device=sim).float()
+        loss = normed.pow(2).mean()
+    loss.backward()
+    assert (hidden.dtype, normed.dtype, probs.dtype, joined.dtype) == (
+        torch.bfloat16, torch.float32, torch.float32, torch.float32)
+    assert wide.dtype == torch.bfloat16 and model[0].weight.grad.dtype == torch.float32
+    with torch.autocast("sim"):  # float16 by default, as on CUDA
+        assert (x @ x.T).dtype == torch.float16
+        with torch.autocast("sim", enabled=False):
+            assert (x @ x.T).dtype == torch.float32
+    with torch.autocast("sim"), pytest.raises(RuntimeError, match="unsafe to autocast"):
+        nn.functional.binary_cross_entropy(torch.rand(3, device=sim), torch.rand(3, device=sim))
+
+
+@pytest.mark.parametrize("wrap", ["weight_norm", "parametrizations.weight_norm", "spectral_norm",
+                                  "parametrizations.spectral_norm"])
+def test_reparametrised_modules_move_with_to(sim, wrap):
+    utils = nn.utils
+    for part in wrap.split("."):
+        utils = getattr(utils, part)
+    layer = utils(nn.Linear(3, 3))
+    layer(torch.ones(1, 3))  # a forward on the CPU first, as a notebook does
+    layer.to(sim)
+    assert layer(torch.ones(1, 3, device=sim)).device == sim
+
+
+def test_to_keeps_the_parameters_after_a_cpu_forward_and_back(sim):
+    model = nn.Sequential(nn.Linear(3, 3), nn.LayerNorm(3))
+    opt = torch.optim.AdamW(model.parameters())
+    params = list(model.parameters())
+    model(torch.ones(2, 3)).sum().backward()
+    grad = params[0].grad
+    held = model(torch.ones(2, 3))  # its graph holds the parameters, as a notebook's last output does
+    model.to(sim)
+    assert list(model.parameters()) == params and all(p.device == sim for p in params)
+    assert params[0].grad is grad and grad.device == sim
+    model(torch.ones(2, 3, device=sim)).sum().backward()
+    opt.step()
+    assert all(s["exp_avg"].device == sim for s in opt.state.values())
+    model.to("cpu")  # and back: still the same objects, as on CUDA
+    assert all(a is b for a, b in zip(model.parameters(), params)) and params[0].grad is grad
+    assert type(params[0]) is nn.Parameter and params[0].device.type == "cpu" and grad.device.type == "cpu"
+    assert held.device.type == "cpu"
+
+
+def test_factories_and_moves_are_booked_on_the_allocator():
+    sim = testing.enable()
+    before = torch.sim.memory_allocated(0)
+    kept = torch.arange(1 << 18, device=sim)  # 2 MiB of int64
+    assert torch.sim.memory_allocated(0) - before == kept.nbytes
+    del kept
+    assert torch.sim.memory_allocated(0) == before
