@@ -28,9 +28,14 @@ allocator), so the device module answers instead, under the names ``torch.cuda``
 ``empty_cache``. That is the one hook devinspect reads memory through where
 ``torch.accelerator`` cannot (:func:`devinspect.collect.memory_readings.accelerator_call`).
 
+Training code runs as on CUDA with the device swapped: factories, checkpointing,
+``torch.autocast("sim")``, pinned memory, ``torch.sim.Stream``/``Event``,
+``torch.compile`` with the ``eager`` and ``aot_eager`` backends, and ``Module.to``
+keeping its Parameter objects (:mod:`.moves`). The README lists where it still differs.
+
 Limits: the PrivateUse1 slot is global and can be named only once per process, so
-``enable()`` fails when another PrivateUse1 backend is loaded. ``torch.compile``
-does not target the simulated device. Arithmetic runs on the CPU at CPU speed; an
+``enable()`` fails when another PrivateUse1 backend is loaded, and it needs torch 2.10
+or newer. Inductor does not target the simulated device. Arithmetic runs on the CPU at CPU speed; an
 op's result is computed before its memory is booked, so an op that runs out of
 simulated memory used host memory for a moment.
 """

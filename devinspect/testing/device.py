@@ -26,8 +26,9 @@ DEVICE_COUNT = 2
 _lock = threading.Lock()
 _enabled = False
 
-# Ops whose inputs may legitimately sit on different devices.
-_CROSS_DEVICE_OPS = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "to", "set_"})
+# Ops whose inputs may legitimately sit on different devices (CUDA also takes host index tensors).
+_CROSS_DEVICE_OPS = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "to", "set_",
+                               "index", "index_put", "index_put_", "_index_put_impl_"})
 
 
 class SimulatedDeviceError(RuntimeError):
@@ -280,6 +281,12 @@ class SimTensor(torch.Tensor):
             dispatch_sizes_strides_policy="sizes",  # see _METADATA_OPS
         )
         wrapper._data = data
+        # The lazy conjugate and negative bits live on the tensor, not its data: a GPU tensor
+        # made by conj() carries them, and resolve_conj() reads them from the tensor.
+        if data.is_conj():
+            torch._C._set_conj(wrapper, True)
+        if data.is_neg():
+            torch._C._set_neg(wrapper, True)
         return wrapper
 
     def __init__(self, data: torch.Tensor, device: torch.device) -> None:
@@ -362,7 +369,8 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return None  # every kernel has finished when it returns: no memory waits on a stream
     if func is torch.ops.aten.copy_.default:
         dst, src = args[0], args[1]
-        _data_of(dst).copy_(_data_of(src), **kwargs)
+        with _host_keys():
+            _data_of(dst).copy_(_data_of(src), **kwargs)
         return dst
     if name == "_to_copy":
         return _to_copy(*args, **kwargs)
@@ -390,11 +398,26 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     if len(devices) > 1 and name not in _CROSS_DEVICE_OPS:
         first, second = _two_devices(devices)
         raise _mismatch(first, second)
-    out = func(*plain_args, **plain_kwargs)
+    with _host_keys():
+        out = func(*plain_args, **plain_kwargs)
     if func is torch.ops.aten._local_scalar_dense.default or not on:
         return out
     device = on[0]
     return tree_map(lambda x: _wrap(x, device) if type(x) is torch.Tensor else _rewrap(x, device), out)
+
+
+_LAZY_VIEW_KEYS = (torch._C.DispatchKey.Conjugate, torch._C.DispatchKey.Negative, torch._C.DispatchKey.ZeroTensor)
+
+
+def _host_keys() -> Any:
+    """The host kernels run as they would on the CPU: PyTorch leaves the lazy conjugate,
+    negative and zero-tensor keys switched off inside ``__torch_dispatch__`` (the wrapper
+    answered them), so a host kernel that makes a conjugated view inside (linalg.pinv's
+    ``mH``) would read it unconjugated. They are switched back on for the host data."""
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    for key in _LAZY_VIEW_KEYS:
+        excluded = excluded.remove(key)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded)
 
 
 def _rewrap(x: Any, device: torch.device) -> Any:
