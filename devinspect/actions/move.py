@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, MutableMapping
 
 import torch
 
+from ..collect.locations import frame_locals
 from ..collect.static import type_is_one_of
 from ..diagnose import fixes
 from ..model.fixes import ReleaseGraphs
@@ -362,7 +363,7 @@ def _tb_entries(tb: Any) -> list[Any]:
 
 def _frame_holds_tensors(frame: Any) -> bool:
     try:
-        values = list(frame.f_locals.values())
+        values = list(dict.values(frame_locals(frame)))
     except Exception:  # noqa: BLE001
         return False
     for v in values:

@@ -338,7 +338,7 @@ def _from_locals(entries: list[Entry]) -> FailingCall | None:
     frame = entry.frame
     if locations.is_user_code(frame.f_code) or frame.f_locals is frame.f_globals:
         return None
-    local_vars = frame.f_locals
+    local_vars = locations.frame_locals(frame)
     values = list(dict.values(local_vars)) if type(local_vars) is dict else []
     owner = dict.get(local_vars, "self") if type(local_vars) is dict else None
     if _is_module(owner):
@@ -364,7 +364,7 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
-        local_vars = frame.f_locals
+        local_vars = locations.frame_locals(frame)
         if type(local_vars) is dict and node.id in local_vars:
             return dict.__getitem__(local_vars, node.id)
         globals_ = frame.f_globals
@@ -537,7 +537,7 @@ def _traced_node(tree: ast.AST, op: str, count: int) -> ast.AST | None:
 def _traced_args(entries: list[Entry]) -> list[tuple[str, str]]:
     """(op name, device) of each tensor argument of the op that tracing ran when it failed."""
     for entry in reversed(entries):
-        local_vars = entry.frame.f_locals
+        local_vars = locations.frame_locals(entry.frame)
         if type(local_vars) is not dict or not locations.is_compile_machinery(entry.frame.f_code.co_filename):
             continue
         node = dict.get(local_vars, "node")

@@ -36,6 +36,29 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(sorted(r + os.sep for r in roots))
 
 
+def _frame_locals_type() -> type:
+    return type(sys._getframe().f_locals)  # a function's frame: dict before 3.13, FrameLocalsProxy from 3.13 (PEP 667)
+
+
+_FRAME_LOCALS_PROXY = _frame_locals_type()
+
+
+def frame_locals(frame: types.FrameType) -> dict:
+    """A frame's local variables as a plain dict, read without running user code.
+
+    Up to 3.12 ``f_locals`` is a dict (the module's globals for a module frame). From 3.13
+    a function frame gives a ``FrameLocalsProxy`` that reads the frame's own slots; its
+    items are copied into a dict. Anything else (a class body's custom mapping) reads as
+    empty: its methods would be user code.
+    """
+    found = frame.f_locals
+    if type(found) is dict:
+        return found
+    if type(found) is _FRAME_LOCALS_PROXY:
+        return dict(found.items())
+    return {}
+
+
 #: devinspect's own package folder (this file is in its collect/ folder).
 _DEVINSPECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARY_ROOTS = _library_roots()

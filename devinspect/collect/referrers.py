@@ -105,8 +105,8 @@ def _roots(namespace: Mapping[str, Any], excluded: set[str]) -> Iterator[tuple[A
         code = frame.f_code
         if frame.f_locals is not frame.f_globals and not locations.is_tool_file(code.co_filename):
             where = locations.source_line(code.co_filename, tb_.tb_lineno, code.co_name).label
-            local_vars = frame.f_locals
-            for key, value in list(dict.items(local_vars)) if type(local_vars) is dict else ():
+            local_vars = locations.frame_locals(frame)
+            for key, value in list(dict.items(local_vars)):
                 if type(key) is str and key != "__tracebackhide__":
                     yield value, key, "last error's traceback", f"a local of {code.co_name} ({where})", local_vars
         tb_ = tb_.tb_next
@@ -208,8 +208,8 @@ class _Search:
             return
         elif vt is types.GeneratorType or vt is types.CoroutineType or vt is types.AsyncGeneratorType:
             frame = o.gi_frame if vt is types.GeneratorType else o.cr_frame if vt is types.CoroutineType else o.ag_frame
-            if frame is not None and type(frame.f_locals) is dict:
-                for key, value in list(dict.items(frame.f_locals)):
+            if frame is not None:
+                for key, value in list(dict.items(locations.frame_locals(frame))):
                     yield value, f"{path}.gi_frame.f_locals[{key!r}]", "", f"a local of the paused {vt.__name__}"
             return
         elif vt is functools.partial:

@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import torch
 
+from . import locations
 from . import tensorbase as tb
 from .static import instance_dict, str_items
 
@@ -27,7 +28,7 @@ def frames_from(frame: Any) -> Iterator[Any]:
 def running_module_device(frame: types.FrameType | None) -> str | None:
     """The one device of the parameters of the innermost module whose ``forward`` is running."""
     while frame is not None:
-        local_vars = frame.f_locals
+        local_vars = locations.frame_locals(frame)
         owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name == "forward" else None
         if issubclass(type(owner), torch.nn.Module):
             devices = set()
@@ -43,7 +44,7 @@ def running_module_device(frame: types.FrameType | None) -> str | None:
 def innermost_module_path(modules: dict[int, str], frame: types.FrameType | None) -> str | None:
     """Path of the innermost module whose method is on the stack (``model.fc1``)."""
     while frame is not None:
-        local_vars = frame.f_locals
+        local_vars = locations.frame_locals(frame)
         owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name in (
             "forward", "_call_impl") else None
         if owner is not None and id(owner) in modules:
@@ -54,7 +55,7 @@ def innermost_module_path(modules: dict[int, str], frame: types.FrameType | None
 
 def local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] | None:
     """``(name, kind)`` of ``t`` in the frame: a local, or a parameter, buffer or attribute of its ``self``."""
-    local_vars = frame.f_locals
+    local_vars = locations.frame_locals(frame)
     if type(local_vars) is not dict or local_vars is frame.f_globals:
         return None
     for key, value in dict.items(local_vars):

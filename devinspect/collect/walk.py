@@ -145,7 +145,7 @@ class Walker:
             seen_frames += 1
             if frame.f_locals is not frame.f_globals and not locations.is_tool_file(frame.f_code.co_filename):
                 label = f"sys.last_traceback:{frame.f_code.co_name}"
-                for key, value in list(dict.items(frame.f_locals)) if type(frame.f_locals) is dict else ():
+                for key, value in list(dict.items(locations.frame_locals(frame))):
                     if type(key) is str and key != "__tracebackhide__":
                         self._visit(value, f"{label}.{key}", "sys.last_traceback", 1, None)
             tb = tb.tb_next

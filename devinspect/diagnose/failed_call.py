@@ -594,7 +594,7 @@ class _Diagnosis:
         operand reached its ``forward`` as a keyword argument."""
         frame = self.failure.stack
         while frame is not None:
-            local_vars = frame.f_locals
+            local_vars = locations.frame_locals(frame)
             owner = dict.get(local_vars, "self") if type(local_vars) is dict else None
             if frame.f_code.co_name == "forward" and issubclass(type(owner), torch.nn.Module):
                 d = instance_dict(owner)

@@ -75,9 +75,7 @@ def device_in_frame(frame: types.FrameType | None, device: str, avoid: set[str] 
     when the model moves), else None; the names in ``prefer`` (the failing call's operands) first."""
     if frame is None or frame.f_locals is frame.f_globals:
         return None
-    local_vars = frame.f_locals
-    if type(local_vars) is not dict:
-        return None
+    local_vars = locations.frame_locals(frame)
     for name, value in dict.items(local_vars):
         if type(name) is str and name.isidentifier() and type(value) is torch.device and str(value) == device:
             if not any(n in local_vars for n in prefer):

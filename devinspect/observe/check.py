@@ -68,6 +68,13 @@ class DeviceCheckError(AssertionError):
 
 def attach_note(exc: BaseException, report: CheckReport) -> None:
     """Add the mismatch diagnosis to the exception as a note (for scripts, where nothing else shows it)."""
-    if report.mismatch is not None and hasattr(exc, "add_note"):
-        with contextlib.suppress(Exception):
-            exc.add_note("devinspect: " + report.mismatch.summary())
+    if report.mismatch is None:
+        return
+    note = "devinspect: " + report.mismatch.summary()
+    with contextlib.suppress(Exception):
+        if hasattr(exc, "add_note"):
+            exc.add_note(note)
+        else:  # Python 3.10: the same list add_note keeps (PEP 678), which IPython and exceptiongroup print
+            notes = exc.__dict__.setdefault("__notes__", [])
+            if type(notes) is list:
+                notes.append(note)
