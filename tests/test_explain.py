@@ -149,6 +149,9 @@ def test_devcheck_last_without_an_error_or_with_a_cell_says_so(ip, monkeypatch):
     assert "put %%devcheck on the cell's first line" in str(result.error_in_exec)
     result, _, _, _ = run(ip, "%%devcheck --last\nx = 1")
     assert "takes no cell" in str(result.error_in_exec)
+    run(ip, "%devices --no-such-option")  # a usage error is the last error now
+    result, _, _, _ = run(ip, "%devcheck --last")
+    assert "the last error was a magic's usage error" in str(result.error_in_exec)
 
 
 def test_explain_from_plain_python(sim):

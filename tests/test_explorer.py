@@ -154,3 +154,18 @@ def test_ties_keep_record_order_in_both_directions(column, descending):
     assert chosen == list(expected["index"])
     assert list(select(frame, GridState(sort=column, descending=descending, text="a["))["index"]) == \
         [i for i in expected["index"] if frame["name"][i].startswith("a[")]
+
+
+def test_findings_only_shows_the_findings_without_the_tables(sim):
+    from devinspect import scan
+    from devinspect.jupyter.devices_explorer import DevicesExplorer
+    from devinspect.model.scan_result import Display, Selection
+
+    ns = {"model": torch.nn.Linear(2, 2).to(sim), "x": torch.ones(3, 2)}
+    ns["model"].bias.data = torch.zeros(2)  # split across devices: a finding with a fix
+    view = scan(ns).select(Selection(), Display(findings_only=True))
+    explorer = DevicesExplorer(view, lambda: view, ns, ["cpu", "sim:0"])
+    assert explorer.tabs not in explorer.widget.children and explorer.findings.children
+    clean = scan({"y": torch.ones(2)}).select(Selection(), Display(findings_only=True))
+    quiet = DevicesExplorer(clean, lambda: clean, {}, ["cpu"])
+    assert "No findings." in quiet.findings.children[0].value

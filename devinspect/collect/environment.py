@@ -51,21 +51,22 @@ def gather() -> dict[str, Any]:
         "env": {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES")},
         "nvml": None,
     }
+    # The driver's view is read on every machine (NVML never initialises CUDA): a GPU that torch
+    # does not see, or a missing driver, is what this report is for.
     count = report["torch"]["cuda_device_count"] or 0
-    if cuda_compiled and count:
-        nvml = read_nvml()
-        devices = nvml.get("devices") or []
-        matches = match_driver_devices(count, [], devices, report["env"])
-        report["nvml"] = {
-            "error": nvml.get("error"),
-            "driver_version": nvml.get("driver_version"),
-            "devices": [_nvml_device(d) for d in devices],
-            "torch_to_driver": [
-                {"torch": f"cuda:{i}", "driver": (entry or {}).get("index"), "uuid": (entry or {}).get("uuid"),
-                 "how": how}
-                for i, (entry, how) in enumerate(matches)
-            ],
-        }
+    nvml = read_nvml()
+    devices = nvml.get("devices") or []
+    matches = match_driver_devices(count, [], devices, report["env"]) if count else []
+    report["nvml"] = {
+        "error": nvml.get("error"),
+        "driver_version": nvml.get("driver_version"),
+        "devices": [_nvml_device(d) for d in devices],
+        "torch_to_driver": [
+            {"torch": f"cuda:{i}", "driver": (entry or {}).get("index"), "uuid": (entry or {}).get("uuid"),
+             "how": how}
+            for i, (entry, how) in enumerate(matches)
+        ],
+    }
     return report
 
 

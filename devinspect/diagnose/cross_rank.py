@@ -81,7 +81,7 @@ def _desync(summaries: list[RankSummary]) -> list[CrossRankFinding]:
         shown = ", ".join(names[:EXAMPLES]) + (f" and {len(names) - EXAMPLES} more" if len(names) > EXAMPLES else "")
         out.append(CrossRankFinding(
             "desync", "error",
-            f"{len(names)} parameter{'s' if len(names) != 1 else ''} differ across ranks ({'; '.join(what)}): "
+            f"{len(names)} parameter{'s differ' if len(names) != 1 else ' differs'} across ranks ({'; '.join(what)}): "
             f"{shown}. DDP needs the same model on every rank: build it the same way on each",
             ranks))
     return out

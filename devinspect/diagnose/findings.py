@@ -356,7 +356,8 @@ def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
             code="input-on-other-device",
             severity="hint",
             subject=r.name,
-            message=(f"{r.name} is on {r.device} while {', '.join(m.name for m in models)} is on {target}: "
+            message=(f"{r.name} is on {r.device} while {', '.join(m.name for m in models)} "
+                     f"{'is' if len(models) == 1 else 'are'} on {target}: "
                      f"move it there before passing it in{itself}"),
             fix=_move_record(result, r, target),
             names=(r.name,),

@@ -110,6 +110,9 @@ class DevcheckMagics(DevInspectMagics):
         if error is None:
             raise UsageError("%devcheck --last: no error to explain (no cell has failed, or its traceback "
                              "was released)")
+        if isinstance(error, UsageError):  # IPython keeps a magic's usage error as the last error too
+            raise UsageError("%devcheck --last: the last error was a magic's usage error "
+                             f"({str(error).splitlines()[0][:80]}), not a failed computation: nothing to explain")
         explanation = explanation_of(error, self.shell.user_ns, exclude=self._ipython_names())
         if args.variable:
             self.shell.user_ns[args.variable] = explanation

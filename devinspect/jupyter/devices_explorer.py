@@ -67,8 +67,9 @@ class DevicesExplorer:
         self._build_table(page_size)
         self.tree = widgets.VBox()
         self.tabs = widgets.Tab(children=[self.table, self.tree])
-        self.widget = widgets.VBox([self.summary, self.findings, self.tabs, self.status],
-                                   layout=widgets.Layout(width="100%"))
+        # %devices --findings: what looks wrong and its fixes, without the tables (as in the terminal).
+        parts = [self.summary, self.findings] + ([] if view.display.findings_only else [self.tabs]) + [self.status]
+        self.widget = widgets.VBox(parts, layout=widgets.Layout(width="100%"))
         self._open: set[str] = set()
         self.load(view)
 
@@ -116,6 +117,8 @@ class DevicesExplorer:
                 parts.append(FixButton(f.fix, self.namespace, shell=self.shell, after=self.act).box)
             rows.append(w.VBox(parts, layout=w.Layout(border_bottom="1px solid var(--jp-border-color2, #ddd)",
                                                       padding="2px 0")))
+        if not rows and self.view.display.findings_only:
+            rows = [w.HTML("<p>No findings.</p>")]
         self.findings.children = rows
 
     # -- the table -----------------------------------------------------------------

@@ -6,6 +6,7 @@ import time
 
 from ..model.memory import DeviceMemory, MemoryHistory, MemorySnapshot, ReconRow
 from ..model.units import human_bytes
+from .text import plural
 
 _LABEL_WIDTH = 58
 
@@ -49,11 +50,11 @@ def details(d: DeviceMemory) -> str:
         return ""
     parts = [f"empty_cache() would release {human_bytes(d.releasable_bytes)}"]
     if d.segments is not None:
-        parts.append(f"{d.segments} segments")
+        parts.append(plural(d.segments, "segment"))
     if d.inactive_split_bytes:
         parts.append(f"{human_bytes(d.inactive_split_bytes)} fragmented")
     if d.alloc_retries is not None:
-        parts.append(f"{d.alloc_retries} allocation retries")
+        parts.append(plural(d.alloc_retries, "allocation retry", "allocation retries"))
     if d.ooms is not None:
         parts.append(f"{d.ooms} OOMs")
     return " · ".join(parts)
