@@ -162,3 +162,13 @@ def test_interrupting_a_checked_cell_stops_run_all_as_for_a_plain_cell():
         error = next(o for o in nb.cells[1].outputs if o.output_type == "error")
         assert error.ename == "KeyboardInterrupt", checked
         assert nb.cells[2].outputs == [] and nb.cells[2].get("execution_count") is None, checked
+
+
+def test_the_sync_fix_uses_the_loops_own_names_and_keeps_the_result(ip, sim):
+    run(ip, "import torch\nvals = torch.arange(10.0, device=sim_dev)\n".replace("sim_dev", "'sim:0'"))
+    _, text, _, _ = run(ip, "%%devcheck\ntotal = 0.0\nfor v in vals:\n    total += v.item()\n")
+    assert "fix: accumulate on the device (total += v.detach()) and read it once after the loop " \
+           "(total = total.item())" in text and "loss" not in text
+    before = ip.user_ns["total"]
+    run(ip, "total = 0.0\nfor v in vals:\n    total += v.detach()\ntotal = total.item()\n")  # the fix, as printed
+    assert ip.user_ns["total"] == before == 45.0

@@ -316,12 +316,14 @@ def test_why_names_a_closure_out_a_traceback_and_an_autograd_graph(ip, sim):
     assert "h" in paths and paths["h"].root == "namespace"
     assert paths["f.__closure__[0].cell_contents"].via == "closure"
     assert any(p.startswith("Out[") for p in paths) and any(r.root == "output history" for r in found.references)
-    assert paths["a"].root == "last error's traceback" and "a local of boom" in paths["a"].note
+    local = next(r for r in found.references if r.root == "last error's traceback")
+    assert local.path.endswith(".tb_frame.f_locals['a']") and "a local of boom" in local.note
     graph = [r for r in found.references if r.via == "autograd graph"]
     assert [r.path for r in graph] == ["loss.grad_fn.next_functions[0][0]._saved_other"]
     assert found.complete
     # Each path can be typed: it reaches the tensor itself.
     assert eval(graph[0].path, ip.user_ns) is ip.user_ns["h"]
+    assert eval(local.path, {"sys": sys}) is ip.user_ns["h"]
 
 
 def test_why_finds_a_traceback_local_and_an_unnamed_tensor(ip, sim):
@@ -329,7 +331,9 @@ def test_why_finds_a_traceback_local_and_an_unnamed_tensor(ip, sim):
             "def boom():\n    local = torch.ones(10, device=testing.device())\n    raise ValueError('x')\n")
     run(ip, "boom()")
     found = ip.run_line_magic("devices", "--why sys.last_traceback:boom.local -o")
-    assert [(r.path, r.root) for r in found.references] == [("local", "last error's traceback")]
+    (ref,) = found.references
+    assert ref.root == "last error's traceback" and ref.path.endswith(".tb_frame.f_locals['local']")
+    assert eval(ref.path, {"sys": sys}) is eval("sys.last_traceback", {"sys": sys}).tb_next.tb_next.tb_frame.f_locals["local"]
     run(ip, "import gc\nclass Node:\n    pass\nn = Node(); n.me = n; n.t = torch.ones(3); gc.disable(); del n")
     try:
         listed = ip.run_line_magic("devices", "--all -o")
@@ -340,6 +344,12 @@ def test_why_finds_a_traceback_local_and_an_unnamed_tensor(ip, sim):
     finally:
         gc.enable()
         gc.collect()
+
+
+def test_why_lists_a_class_attribute_of_the_users_class(ip):
+    run(ip, "import torch\nt = torch.ones(100)\nclass Cfg:\n    pass\nCfg.table = t\n")
+    found = ip.run_line_magic("devices", "--why t -o")
+    assert "Cfg.table" in [r.path for r in found.references] and found.unreached == ()
 
 
 def test_why_mistakes_are_one_line(ip):

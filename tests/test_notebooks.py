@@ -68,7 +68,8 @@ def test_quickstart_teaches_the_three_magics_and_runs_top_to_bottom():
     assert re.search(r"cache\[0…15\] +64\.0 MiB +16 × float32\[1024, 1024\]", out_of_memory)
     assert re.search(r"hidden in step +4\.0 MiB", out_of_memory) and "devinspect.release_history()" in out_of_memory
     why = outputs_text(by_source["%devices --why cache[0]"])
-    assert re.search(r"^  x +last error's traceback; a local of step", why, re.M)
+    assert re.search(r"^  sys\.last_traceback(\.tb_next)*\.tb_frame\.f_locals\['x'\] +last error's traceback; "
+                     r"a local of step", why, re.M)
     released = outputs_text(next(c for c in code if c.source.endswith("devinspect.release_history()")))
     assert "ok=True" in released and "4.0 MiB of tensors only they held" in released
 

@@ -73,6 +73,9 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
         complete = search.run(_roots(namespace, set(exclude) | PLUMBING))
         device, dtype, shape, _, storage_bytes, _, _, _ = tensor_facts(target)
         found = {id(o) for o in search.reached}
+        # A class holds its attributes in a dict behind its mappingproxy: that dict is the referrer.
+        found |= {id(d) for o in search.reached if issubclass(type(o), type)
+                  for d in gc.get_referents(type.__dict__["__dict__"].__get__(o)) if type(d) is dict}
         found |= {id(p) for p in plumbing if p is not None}
         unreached = tuple(sorted({type_name(type(r)) for r in gc.get_referrers(target)
                                   if id(r) not in found and not _is_search_own(r, search)}))
@@ -100,6 +103,7 @@ def _roots(namespace: Mapping[str, Any], excluded: set[str]) -> Iterator[tuple[A
         if HISTORY_RE.match(key) and key not in excluded:
             yield value, key, "output history", "", namespace
     tb_ = sys.__dict__.get("last_traceback")
+    depth = 0
     while type(tb_) is types.TracebackType:
         frame = tb_.tb_frame
         code = frame.f_code
@@ -108,8 +112,31 @@ def _roots(namespace: Mapping[str, Any], excluded: set[str]) -> Iterator[tuple[A
             local_vars = locations.frame_locals(frame)
             for key, value in list(dict.items(local_vars)):
                 if type(key) is str and key != "__tracebackhide__":
-                    yield value, key, "last error's traceback", f"a local of {code.co_name} ({where})", local_vars
+                    # A path the user can type (with sys imported): a bare local name would be a NameError.
+                    path = f"sys.last_traceback{'.tb_next' * depth}.tb_frame.f_locals[{key!r}]"
+                    yield value, path, "last error's traceback", f"a local of {code.co_name} ({where})", local_vars
         tb_ = tb_.tb_next
+        depth += 1
+
+
+def _class_attributes(cls: type, path: str) -> Iterator[tuple[Any, str, str, str]]:
+    """A class the user wrote keeps its class attributes (``Cfg.table = t``); a library's
+    class is plumbing. Read from the class's own mapping, never through its metaclass."""
+    mapping = type.__dict__["__dict__"].__get__(cls)
+    module = mapping.get("__module__")
+    if type(module) is not str or not _is_users_module(module):
+        return
+    for key, value in list(mapping.items()):
+        if type(key) is str and not (key.startswith("__") and key.endswith("__")):
+            yield value, attr_name(path, key), "", ""
+
+
+def _is_users_module(name: str) -> bool:
+    if name == "__main__":
+        return True
+    module = sys.modules.get(name)
+    filename = module.__dict__.get("__file__") if type(module) is types.ModuleType else None
+    return type(filename) is str and not locations.is_library_file(filename)
 
 
 class _Search:
@@ -170,9 +197,12 @@ class _Search:
         if issubclass(vt, _T):
             yield from self._tensor_children(o, path)
             return
-        if issubclass(vt, (types.ModuleType, type)) or vt is PROXY_TYPES[0] or vt is PROXY_TYPES[1] \
+        if issubclass(vt, type):
+            yield from _class_attributes(o, path)
+            return
+        if issubclass(vt, types.ModuleType) or vt is PROXY_TYPES[0] or vt is PROXY_TYPES[1] \
                 or is_opaque_package(vt):
-            return  # a proxy holds nothing; a module or class is plumbing
+            return  # a proxy holds nothing; a module is plumbing
         if issubclass(vt, dict):
             self._note_cut(path, dict.__len__(o))
             for i, (key, value) in enumerate(dict.items(o)):

@@ -48,6 +48,7 @@ from ..model.records import SourceLine
 from ..model.units import human_bytes
 from . import tracebacks
 from .fast_paths import FastPathGap
+from .sync_fixes import accumulation_fix
 
 _T = torch.Tensor
 
@@ -589,7 +590,7 @@ def _sync_in_loop(s: LineStats) -> Finding:
         fix = (f"the waits happen inside {', '.join(s.inside)}: call it less often, or with fewer steps, "
                "if the loop allows")
     elif any(kind in (".item()", "float()", "int()", "print", ".tolist()") for kind, _ in s.syncs):
-        fix = "accumulate on the device (total += loss.detach()) and read it once after the loop"
+        fix = accumulation_fix(s.where.text)
     elif any(kind == ".cpu()" for kind, _ in s.syncs):
         fix = "keep the tensor on the device; copy to the host once, after the loop"
     else:

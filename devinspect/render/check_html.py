@@ -46,7 +46,7 @@ def mismatch_html(m: Mismatch) -> str:
         out.append(f"<p style=\"margin:2px 0\">inside module {_code(m.module_path)}</p>")
     if m.operands:
         out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>')
-        for title in ("input", "device", "dtype/shape", "found as", ""):
+        for title in ("input", "device", "dtype/shape", "found as", "note"):
             out.append(f'<th style="{_NOWRAP}">{title}</th>')
         out.append("</tr></thead><tbody>")
         out.extend(_operand_row(o) for o in m.operands)

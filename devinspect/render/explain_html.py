@@ -21,7 +21,9 @@ def out_of_memory_html(m: OutOfMemory) -> str:
            f'now: {escape(figures_line(m.now) + unwound_text(m))}</p>']
     if m.largest:
         out.append(f'<p style="margin:2px 0">largest live tensors on {escape(m.device or "")}:</p>'
-                   '<table style="border-collapse:collapse;margin:2px 0"><tbody>')
+                   '<table style="border-collapse:collapse;margin:2px 0"><thead><tr>'
+                   f'<th style="{_NOWRAP}">tensor</th><th style="{NUM}">size</th>'
+                   f'<th style="{_NOWRAP}">dtype/shape</th><th style="{CELL}">held by</th></tr></thead><tbody>')
         for t in m.largest:
             out.append(f'<tr><td style="{_NOWRAP}"><code>{escape(t.name)}</code></td>'
                        f'<td style="{NUM}">{escape(human_bytes(t.nbytes))}</td>'

@@ -48,7 +48,7 @@ def render_html(h: Holders) -> str:
     if h.references:
         out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>'
                    f'<th style="{_NOWRAP}">reference</th><th style="{_NOWRAP}">from</th>'
-                   f'<th style="{_NOWRAP}">through</th><th style="{CELL}"></th></tr></thead><tbody>')
+                   f'<th style="{_NOWRAP}">through</th><th style="{CELL}">note</th></tr></thead><tbody>')
         for r in h.references:
             out.append(f'<tr><td style="{_NOWRAP}"><code>{escape(r.path)}</code></td>'
                        f'<td style="{_NOWRAP}">{escape(r.root)}</td><td style="{_NOWRAP}">{escape(r.via)}</td>'

@@ -1,0 +1,51 @@
+"""The fix for a loop that reads a device value on every pass, written from the loop's own line.
+
+``total += loss.item()`` makes the host wait for the device each time round. The fix keeps
+the sum on the device and reads it once: ``total += loss.detach()`` in the loop, then
+``total.item()`` after it; ``losses.append(loss.item())`` keeps ``loss.detach()`` and reads
+``torch.stack(losses).tolist()`` after the loop. The names come from the user's line (``acc += v.item()`` gives
+``acc += v.detach()``), never from a template, so the printed fix is the user's own code.
+"""
+
+from __future__ import annotations
+
+import ast
+
+#: Calls that copy one device value to the host: ``x.item()``, ``float(x)``, ``int(x)``.
+_READS = ("item",)
+_CONVERSIONS = ("float", "int")
+
+
+def accumulation_fix(code: str) -> str:
+    """What to do about ``code`` (a line that syncs in a loop), in the line's own names."""
+    generic = "keep the running value on the device and read it once after the loop"
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:  # a line that is part of a longer statement
+        return generic
+    for node in ast.walk(tree):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
+            read = _device_value_read(node.value)
+            if read is not None:
+                total = node.target.id
+                return (f"accumulate on the device ({total} += {read}.detach()) and read it once after the loop "
+                        f"({total} = {total}.item())")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" \
+                and len(node.args) == 1 and isinstance(node.func.value, ast.Name):
+            read = _device_value_read(node.args[0])
+            if read is not None:
+                values = node.func.value.id
+                return (f"keep the values on the device ({values}.append({read}.detach())) and read them once after "
+                        f"the loop ({values} = torch.stack({values}).tolist())")
+    return generic
+
+
+def _device_value_read(node: ast.AST) -> str | None:
+    """``x`` when ``node`` reads ``x`` to the host (``x.item()``, ``float(x)``), as written."""
+    if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in _READS:
+        return ast.unparse(node.func.value)
+    if isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(node.func, ast.Name) \
+            and node.func.id in _CONVERSIONS:
+        return ast.unparse(node.args[0])
+    return None

@@ -1,0 +1,88 @@
+"""Every HTML table devinspect shows has a header for each of its columns."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+from conftest import run
+
+
+class _Tables(HTMLParser):
+    """Per table: the header width and every row's width (colspans counted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[dict] = []
+        self._row: list[int] | None = None
+        self._in_head = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "table":
+            self.tables.append({"header": 0, "rows": [], "titles": []})
+        elif tag == "thead":
+            self._in_head = True
+        elif tag == "tr":
+            self._row = [0]
+        elif tag in ("td", "th") and self._row is not None:
+            self._row[0] += int(dict(attrs).get("colspan") or 1)
+            if tag == "th":
+                self.tables[-1]["titles"].append("")
+                self._title = True
+
+    def handle_data(self, data: str) -> None:
+        if self.tables and getattr(self, "_title", False):
+            self.tables[-1]["titles"][-1] += data.strip()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "th":
+            self._title = False
+        elif tag == "thead":
+            self._in_head = False
+        elif tag == "tr" and self._row is not None and self.tables:
+            key = "header" if self._in_head else None
+            if key:
+                self.tables[-1]["header"] = self._row[0]
+            else:
+                self.tables[-1]["rows"].append(self._row[0])
+            self._row = None
+
+
+SETUP = ("import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+         "model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).to(dev)\nx = torch.randn(2, 4)\n")
+CELLS = {
+    "explanation": "y = model(x)",
+    "devcheck": "%%devcheck\ny = model(x)",
+    "devices": "%devices",
+    "why": "h = model[0].weight\n%devices --why h",
+    "gpumem": "%gpumem",
+}
+
+
+@pytest.mark.parametrize("what", CELLS)
+def test_every_column_has_a_header(ip, sim, what):
+    run(ip, SETUP)
+    _, _, html, _ = run(ip, CELLS[what])
+    parser = _Tables()
+    parser.feed(html)
+    tables = [t for t in parser.tables if t["header"]]
+    assert tables, html[:400]
+    for table in tables:
+        assert all(width <= table["header"] for width in table["rows"]), table
+        assert all(table["titles"]), table  # no blank header over a column of values
+
+
+def test_the_out_of_memory_table_has_its_headers(ip, sim):
+    from devinspect import testing
+
+    run(ip, SETUP + "acts = torch.ones(1 << 20, device=dev)\n")
+    testing.enable(memory="64MiB")
+    try:
+        _, _, html, _ = run(ip, "big = torch.empty(1 << 30, device=dev)")
+    finally:
+        testing.enable(memory=None)
+    parser = _Tables()
+    parser.feed(html)
+    tables = [t for t in parser.tables if t["header"]]
+    assert tables and all(t["titles"] == ["tensor", "size", "dtype/shape", "held by"] for t in tables), html[:600]
+    assert all(width <= tables[0]["header"] for width in tables[0]["rows"])
