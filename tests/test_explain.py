@@ -444,3 +444,38 @@ def test_a_lists_items_are_one_row_of_the_largest_tensors(capped):
     assert "parts[0…5]    24.0 MiB  6 × float32[1024, 1024]" in repr(explanation)
     # The message rounds its figures: a difference smaller than that rounding is not "freed".
     assert "freed as the error unwound" not in repr(explanation)
+
+
+def test_the_traceback_starts_with_a_pointer_to_the_explanation(ip, sim):
+    # The first line a user sees over a 60-line torch traceback says what is wrong and that
+    # the fix follows; IPython's traceback itself is whole, and another extension's hook stays.
+    seen = []
+    shells_own = ip._showtraceback
+
+    def another_extensions_hook(etype, value, stb):
+        seen.append(list(stb))
+        return shells_own(etype, value, stb)
+
+    ip.run_line_magic("unload_ext", "devinspect")
+    ip._showtraceback = another_extensions_hook
+    handled = []
+    ip.set_custom_exc((KeyError,), lambda shell, etype, value, tb, tb_offset=None: handled.append(value))
+    try:
+        ip.run_line_magic("load_ext", "devinspect")
+        run(ip, SETUP)
+        result, text, _, _ = run(ip, "y = model(x)")
+        pointer, *rest = seen[-1]
+        assert pointer.startswith("devinspect: device mismatch in F.linear (cpu, sim:0)")
+        assert "fix: move x to sim:0" in pointer and "below the traceback" in pointer
+        assert "RuntimeError" in "".join(rest) and "Expected all tensors" in "".join(rest)
+        assert 'x = x.to("sim:0")' in text  # the explanation itself, after the cell as before
+        run(ip, "1 / 0")
+        assert not seen[-1][0].startswith("devinspect")  # other errors: IPython's traceback alone
+        run(ip, "{}['k']")
+        assert len(handled) == 1  # the custom handler still handles its errors
+        ip.run_line_magic("unload_ext", "devinspect")
+        assert ip._showtraceback == another_extensions_hook
+    finally:
+        ip.set_custom_exc((), None)
+        del ip._showtraceback
+        ip.run_line_magic("load_ext", "devinspect")

@@ -28,6 +28,8 @@ class DevcheckMagics(DevInspectMagics):
     def __init__(self, shell: Any, settings: Any):
         super().__init__(shell, settings)
         self._reported_error = 0  # id of the error a %%devcheck report already explained
+        # The explanation made while the traceback was drawn, for the cell's end: (id of the error, explanation).
+        self._explained_early: tuple[int, Any] | None = None
 
     @magic_arguments()
     @argument("-o", "--output", nargs="?", const=True, default=None, metavar="NAME",
@@ -134,16 +136,38 @@ class DevcheckMagics(DevInspectMagics):
         if torch is None:  # no tensor anywhere: nothing to explain, and no import of torch to pay for
             return
         try:
-            from ..diagnose.explain import explanation_of
-
-            # Only the out-of-memory scan needs IPython's own names (a walk of the namespace).
-            exclude = self._ipython_names() if isinstance(error, torch.OutOfMemoryError) else ()
-            explanation = explanation_of(error, self.shell.user_ns, exclude=exclude)
+            early, self._explained_early = self._explained_early, None
+            explanation = early[1] if early is not None and early[0] == id(error) else self._explanation(error, torch)
             if explanation:
                 raw = getattr(getattr(result, "info", None), "raw_cell", None)
                 self._show_explanation(explanation, rerun=raw)
         except Exception as exc:  # noqa: BLE001 - explaining must never add an error of its own
             print(f"devinspect: could not explain the error ({type(exc).__name__}: {exc})", file=sys.stderr)
+
+    def _explanation(self, error: BaseException, torch: Any) -> Any:
+        from ..diagnose.explain import explanation_of
+
+        # Only the out-of-memory scan needs IPython's own names (a walk of the namespace).
+        exclude = self._ipython_names() if isinstance(error, torch.OutOfMemoryError) else ()
+        return explanation_of(error, self.shell.user_ns, exclude=exclude)
+
+    def pointer_line(self, error: BaseException) -> str | None:
+        """One line for the top of the traceback, pointing at the explanation printed after it
+        (a model call's traceback is 60 lines of torch frames: the help must not hide under them)."""
+        torch = sys.modules.get("torch")
+        if torch is None or not self.settings.explain_errors or id(error) == self._reported_error \
+                or not isinstance(error, (RuntimeError, torch.OutOfMemoryError)):
+            return None
+        try:
+            explanation = self._explanation(error, torch)
+        except Exception:  # noqa: BLE001 - the after-cell step says why, once
+            return None
+        self._explained_early = (id(error), explanation)
+        if not explanation:
+            return None
+        from ..render.explain_text import headline
+
+        return headline(explanation) or None
 
     def _show_explanation(self, explanation: Any, rerun: str | None) -> None:
         from IPython.display import display

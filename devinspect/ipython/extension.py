@@ -14,6 +14,7 @@ from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
 from .devices_magics import DevicesMagics
 from .gpumem_magics import GpumemMagics
+from .traceback_pointer import TracebackPointer
 
 
 class Loaded:
@@ -27,6 +28,7 @@ class Loaded:
         self.cell_numbers = cell_numbers(shell)
         self.forget_error = error_forgetter(shell)
         self.draw_traceback = traceback_drawer(shell)
+        self.pointer = TracebackPointer(shell, self.devcheck.pointer_line)
 
     @property
     def devcheck(self) -> DevcheckMagics:
@@ -55,6 +57,7 @@ def load(shell: Any) -> None:
     tracebacks.register_drawer(here.draw_traceback)
     actions.error_holders.append(here.forget_error)
     shell.events.register("post_run_cell", here.devcheck._explain_after_cell)
+    here.pointer.install()
     _loaded[id(shell)] = here
 
 
@@ -63,6 +66,7 @@ def unload(shell: Any) -> None:
     here = _loaded.pop(id(shell), None)
     if here is None:
         return
+    here.pointer.uninstall()
     for family in here.families:
         family.close()
     locations.unregister_cell_numbers(here.cell_numbers)

@@ -76,3 +76,17 @@ def render_explanation(e: Explanation) -> str:
     else:
         lines = [f"devinspect: {e.error}: {e.note}"]
     return "\n".join(lines)
+
+
+def headline(e: Explanation) -> str:
+    """One line for the top of the error's traceback: what went wrong, the fix in a few words,
+    and where the rest is (printed after the traceback)."""
+    if e.mismatch is not None:
+        what = mismatch_lines(e.mismatch)[0]
+        fix = e.mismatch.fix.summary if e.mismatch.fix is not None else ""
+    elif e.out_of_memory is not None:
+        what = out_of_memory_lines(e.out_of_memory)[0]
+        fix = e.out_of_memory.fixes[0].summary if e.out_of_memory.fixes else ""
+    else:
+        return ""
+    return f"devinspect: {what}" + (f" — fix: {fix}" if fix else "") + " (explained below the traceback ↓)"
