@@ -35,7 +35,8 @@ model[2] = nn.Linear(4, 2)  # a new head, on the CPU: the model is split
 x = torch.randn(3, 4)
 head = nn.Linear(4, 2).to(dev)
 z = torch.randn(2, 4)
-pool = [torch.zeros(i + 1) for i in range(30)]"""
+pool = [torch.zeros(i + 1) for i in range(30)]
+padding_mask_for_the_longest_sequence_ab = torch.ones(2, 8)  # a name of 40 characters"""
 
 CELLS = [
     "%load_ext devinspect",  # 0
@@ -45,12 +46,16 @@ CELLS = [
     "torch.ones(1000, device=dev)",  # 4: kept in Out
     "%gpumem",  # 5
     "%gpumem --track",  # 6
-    "grown = torch.ones(4096, device=dev)",  # 7
+    "grown = torch.ones(4096, device=dev) + torch.zeros(4096, device=dev) * torch.ones(4096, device=dev) "
+    "+ torch.full((4096,), 0.5, device=dev)",  # 7: a line longer than the history's code column
     "%gpumem --untrack\n%gpumem --history",  # 8
     "print('x on', x.device, '| model on', sorted({str(p.device) for p in model.parameters()}), "
     "'| z on', z.device)",  # 9: what the kernel holds
+    "bad = head(torch.randn(2, 4))",  # 10: a plain cell that fails: its explanation is pointed at first
 ]
 PROBE = 9
+FAILING = 10
+LONG_NAME = "padding_mask_for_the_longest_sequence_ab"
 
 
 def screenshots_dir(tmp_path: Path) -> Path:
@@ -77,6 +82,8 @@ def test_every_control_acts_in_the_kernel_and_everything_fits(lab):
             for index in range(4, 9):
                 run_cell(page, index)
             check_gpumem_buttons(page)
+            check_static_copies_give_way_to_the_live_views(page)
+            check_the_explanation_is_seen_first(page)
             check_fits_and_reads(page, theme, shots, "1024-filebrowser")
             page.set_viewport_size({"width": 1600, "height": 1000})
             page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
@@ -113,6 +120,47 @@ JS_MISALIGNED_COLUMNS = """(index) => {
   }
   return bad;
 }"""
+
+
+#: Text a cell element cuts: wider than its box (clipped or scrolled), or ending in "…".
+JS_CLIPPED_TEXT = """() => {
+  const bad = [];
+  const cells = '.jp-OutputArea-output td, .jp-OutputArea-output th, .jp-OutputArea-output pre, ' +
+                '.jp-OutputArea-output .widget-html-content span, .jp-OutputArea-output .widget-html-content code';
+  for (const el of document.querySelectorAll(cells)) {
+    if (el.offsetParent === null) continue;  // hidden
+    if (el.scrollWidth > el.clientWidth + 1) {
+      bad.push(el.tagName + ' ' + el.scrollWidth + ' > ' + el.clientWidth + ': ' + (el.innerText || '').slice(0, 50));
+    }
+  }
+  return bad;
+}"""
+
+
+def check_static_copies_give_way_to_the_live_views(page) -> None:
+    # The static copy of %devices and %gpumem (for nbconvert and GitHub) is its own output: in a live
+    # JupyterLab the widget shows in its place, not both.
+    for index in (2, 5):
+        static = cell(page, index).locator(".devinspect-static")
+        assert static.count() == 1 and not static.first.is_visible()
+        assert cell(page, index).locator(".devinspect-live").first.is_visible()
+
+
+def check_the_explanation_is_seen_first(page) -> None:
+    run_cell(page, FAILING)
+    assert page.evaluate(JS_CELL_HAS_ERROR, FAILING)
+    failed = cell(page, FAILING)
+    failed.scroll_into_view_if_needed()
+    pointer = failed.locator("pre", has_text="explained below the traceback").first
+    assert "device mismatch in F.linear" in pointer.inner_text() and " — fix: " in pointer.inner_text()
+    # Its first line sits at the top of the error output, inside the window: no scrolling past torch's frames.
+    top = page.evaluate("""(index) => {
+      const c = [...document.querySelectorAll('.jp-Notebook .jp-Cell')][index];
+      const pre = [...c.querySelectorAll('.jp-OutputArea-output pre')].find(p => p.innerText.includes('below the traceback'));
+      const r = document.createRange(); r.setStart(pre.firstChild, 0); r.setEnd(pre.firstChild, 1);
+      return {line: r.getBoundingClientRect().top, cell: c.getBoundingClientRect().top, window: window.innerHeight};
+    }""", FAILING)
+    assert top["line"] - top["cell"] < 120 and top["line"] < top["window"], top
 
 
 def probe(page) -> str:
@@ -209,6 +257,19 @@ def check_fits_and_reads(page, theme: str, shots: Path, size: str) -> None:
         cell(page, index).screenshot(path=str(shots / f"cell{index}-{size}-{theme}.png"))
     overflowing = page.evaluate(JS_OVERFLOWS)
     assert overflowing == [], f"{size} {theme}: {overflowing}"
+    clipped = page.evaluate(JS_CLIPPED_TEXT)
+    assert clipped == [], f"{size} {theme}: {clipped}"
+    explorer = cell(page, 2)
+    explorer.locator("input[type=text]").fill(LONG_NAME)
+    explorer.locator("input[type=text]").press("Enter")
+    page.wait_for_function(f"() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('rows 1–1 of 1')")
+    shown = explorer.locator(".widget-hbox:has(select) .widget-html code").first
+    assert shown.inner_text().replace("\n", "") == LONG_NAME, shown.inner_text()  # in full, wrapped if need be
+    assert shown.evaluate("e => e.scrollWidth <= e.clientWidth + 1 && e.parentElement.scrollWidth <= "
+                          "e.parentElement.clientWidth + 1")
+    cell(page, 2).screenshot(path=str(shots / f"cell2-long-name-{size}-{theme}.png"))
+    explorer.locator("input[type=text]").fill("")
+    explorer.locator("input[type=text]").press("Enter")
     misaligned = page.evaluate(JS_MISALIGNED_COLUMNS, 2)
     assert misaligned == [], f"{size} {theme}: {misaligned}"
     for selector in (".jp-Cell .widget-html code", ".jp-Cell .widget-html span", ".jp-Cell button.jupyter-button",

@@ -28,9 +28,11 @@ def explorer(ip, sim):
     try:
         ip.run_cell(SETUP)
         _, _, _, captured = run(ip, "%devices")
-        bundle = captured.outputs[-1].data
-        assert "application/vnd.jupyter.widget-view+json" in bundle
-        assert "devinspect:" in bundle["text/plain"] and "<table" in bundle["text/html"]  # nbconvert, GitHub
+        static, live = captured.outputs[-2].data, captured.outputs[-1].data
+        assert "application/vnd.jupyter.widget-view+json" in live and "text/html" not in live
+        # Its own output, so that nbconvert, GitHub and a notebook opened without a kernel show it.
+        assert "devinspect:" in static["text/plain"] and "<table" in static["text/html"]
+        assert "application/vnd.jupyter.widget-view+json" not in static
         yield ip.magics_manager.registry["DevicesMagics"]._last_explorer
     finally:
         del ip.kernel

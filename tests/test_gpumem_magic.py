@@ -120,19 +120,19 @@ def test_unload_removes_hooks_and_stops_watchers(kernel_ip):
 
 def dashboard_of(ip, line="--watch 0.2"):
     _, _, _, captured = run(ip, f"%gpumem {line}")
-    return captured.outputs[-1].data, instance(ip)._last_dashboard()
+    return captured.outputs[-1].data, instance(ip)._last_dashboard(), captured.outputs[-2].data
 
 
 def test_dashboard_bundle_has_widget_and_static_fallback(kernel_ip):
-    bundle, dashboard = dashboard_of(kernel_ip)
+    bundle, dashboard, static = dashboard_of(kernel_ip)
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == dashboard.widget.model_id
-    assert "memory of" in bundle["text/plain"] and "<meter" in bundle["text/html"]  # nbconvert, GitHub
+    assert "memory of" in static["text/plain"] and "<meter" in static["text/html"]  # nbconvert, GitHub
 
 
 def test_watch_refreshes_without_blocking_and_stops(kernel_ip):
     ip = kernel_ip
-    _, dashboard = dashboard_of(ip)
+    _, dashboard, _ = dashboard_of(ip)
     watcher = instance(ip)._watchers[0]
     result, _, _, _ = run(ip, "1 + 1")  # the kernel stays free while watching: cells run meanwhile
     assert result.result == 2 and watcher.thread.is_alive()
@@ -150,7 +150,7 @@ def test_watch_refreshes_without_blocking_and_stops(kernel_ip):
 
 def test_watch_stops_when_the_widget_is_closed(kernel_ip):
     ip = kernel_ip
-    _, dashboard = dashboard_of(ip)
+    _, dashboard, _ = dashboard_of(ip)
     watcher = instance(ip)._watchers[0]
     dashboard.widget.close()
     watcher.thread.join(timeout=3)
@@ -171,7 +171,7 @@ def test_release_history_button_frees_history_tensors(kernel_ip, sim):
     ip = kernel_ip
     count = run(ip, "import torch\ntorch.ones(1000, device='sim:0')")[0].execution_count
     held = weakref.ref(ip.user_ns["Out"][count])
-    _, bundle_dashboard = dashboard_of(ip, "")
+    _, bundle_dashboard, _ = dashboard_of(ip, "")
     assert instance(ip)._watchers == []  # no --watch
     button = bundle_dashboard.buttons["release_history"]
     assert button.description == "Release history: 3.9 KiB"  # shown before clicking
@@ -187,7 +187,7 @@ def test_release_history_button_frees_history_tensors(kernel_ip, sim):
 
 def test_buttons_report_bytes_and_errors_stay_in_the_widget(kernel_ip, monkeypatch):
     ip = kernel_ip
-    _, dashboard = dashboard_of(ip)
+    _, dashboard, _ = dashboard_of(ip)
     dashboard.buttons["empty_cache"].click()
     assert dashboard.status.value.startswith("✔ empty_cache() released")  # the simulated device's cache
     dashboard.buttons["reset_peak_stats"].click()

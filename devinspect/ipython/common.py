@@ -59,11 +59,33 @@ def cell_magic_usage(cls: type) -> None:
         method.__doc__ = method.__doc__.replace(f"%{name} [", f"{prefix}{name} [", 1)
 
 
-def with_fallback(widget: Any, fallback: Any) -> dict[str, Any]:
-    """The widget's bundle, with the static rendering for frontends without widgets (nbconvert, GitHub)."""
-    bundle = dict(widget._repr_mimebundle_())
-    bundle.update(fallback._repr_mimebundle_())
-    return bundle
+#: Shown once a live widget follows its static copy, in JupyterLab and Notebook 7: the static copy
+#: hides. Where no widget renders (nbconvert's HTML offline, GitHub, a notebook reopened without
+#: its kernel) nothing matches, and the static copy is what shows.
+_HIDE_STATIC_BEFORE_LIVE = ("<style>.jp-OutputArea-child:has(.devinspect-static):has(+ .jp-OutputArea-child "
+                            ".devinspect-live){display:none}</style>")
+LIVE_PLACEHOLDER = "devinspect: the live view needs a running kernel (its static copy is the output above)"
+
+
+def display_live(widget: Any, fallback: Any) -> None:
+    """Display ``fallback``'s static rendering, then the live ``widget``, as two outputs.
+
+    One output carrying both would lose the static copy wherever widget state was saved:
+    nbconvert then picks the widget's view, which it can only draw with a widget manager
+    fetched from a CDN, and a saved notebook on GitHub or offline shows nothing. As two
+    outputs, every viewer shows the static copy, and a live frontend shows the widget in
+    its place (see ``_HIDE_STATIC_BEFORE_LIVE``).
+    """
+    from IPython.display import display
+
+    static = dict(fallback._repr_mimebundle_())
+    if "text/html" in static:
+        static["text/html"] = f'{_HIDE_STATIC_BEFORE_LIVE}<div class="devinspect-static">{static["text/html"]}</div>'
+    display(static, raw=True)
+    widget.add_class("devinspect-live")
+    live = dict(widget._repr_mimebundle_())
+    live["text/plain"] = LIVE_PLACEHOLDER
+    display(live, raw=True)
 
 
 def device_argument(magic: str, text: str | None) -> str | None:

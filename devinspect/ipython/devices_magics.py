@@ -15,8 +15,8 @@ from .common import (
     caller_displays_result,
     calling_frame,
     device_argument,
+    display_live,
     variable_name,
-    with_fallback,
     with_suggestion,
 )
 from .ranks import show_ranks
@@ -144,7 +144,7 @@ class DevicesMagics(DevInspectMagics):
         explorer = self._explorer(view, rescan) if getattr(self.shell, "kernel", None) is not None else None
         if explorer is not None:
             self._last_explorer = explorer
-            display(with_fallback(explorer.widget, view), raw=True)
+            display_live(explorer.widget, view)
         else:
             display(view)
         return None if shown_by_caller else view

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .common import DevInspectMagics, device_argument, variable_name, with_fallback
+from .common import DevInspectMagics, device_argument, display_live, variable_name
 from .ranks import show_ranks
 
 
@@ -130,7 +130,7 @@ class GpumemMagics(DevInspectMagics):
             dashboard = MemoryDashboard(collect, self._memory_actions())
             self._last_dashboard = weakref.ref(dashboard)
             snapshot = dashboard.snapshot
-            display(with_fallback(dashboard.widget, snapshot), raw=True)
+            display_live(dashboard.widget, snapshot)
             if args.watch is not None:
                 self._stop_watchers()
                 self._watchers.append(Watcher(dashboard, args.watch).start())

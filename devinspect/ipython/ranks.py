@@ -7,7 +7,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from .common import caller_displays_result, calling_frame, variable_name, with_fallback
+from .common import caller_displays_result, calling_frame, display_live, variable_name
 
 
 def show_ranks(shell: Any, magic: str, args: Any, focus: str, exclude: Any) -> Any:
@@ -44,7 +44,10 @@ def show_ranks(shell: Any, magic: str, args: Any, focus: str, exclude: Any) -> A
             widget = ranks_widget(report)
         except ImportError:  # no ipywidgets: the static report is complete
             widget = None
-    display(with_fallback(widget, report) if widget is not None else report, raw=widget is not None)
+    if widget is not None:
+        display_live(widget, report)
+    else:
+        display(report)
     return report if args.output else None
 
 

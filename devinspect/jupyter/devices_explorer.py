@@ -27,26 +27,44 @@ from ..render.text import summary_line
 from .fix_panel import FixButton
 
 #: Widths of the table's columns (the header's sort buttons have the same): the short columns fit
-#: their header and its sort mark; the name takes what is left and is cut with "…" (full text on hover).
+#: their header and its sort mark; the name takes what is left and wraps (a name is never cut).
 WIDTHS = {"kind": "6.4em", "device": "5.4em", "dtype": "5.2em", "shape": "5.6em", "size": "5.2em"}
 _MOVE_WIDTH = "7.2em"
 _NAME_FLEX = "1 1 0"
-_CELL = "white-space:nowrap;overflow:hidden;text-overflow:ellipsis;padding:0 4px;box-sizing:border-box;line-height:1.9"
+_CELL = "overflow-wrap:anywhere;word-break:break-word;padding:0 4px;box-sizing:border-box;line-height:1.9"
 #: A row is a grid, not a flex box: a widget's HTML sits in a flex item that cannot shrink below its
 #: content's min-content width, and a ``minmax(6em, 1fr)`` track keeps a long name out of that width,
-#: so the name is cut with "…" instead of pushing the other columns out of line.
+#: so the name wraps onto more lines instead of pushing the other columns out of line.
 _ROW_COLUMNS = " ".join(["minmax(6em, 1fr)", *WIDTHS.values()])
+#: Columns that give way first when the explorer is narrow (a laptop with the file browser open):
+#: they leave the table (their values stay in the name's tooltip and in the filter), so the names,
+#: which are the point, get their width. The rule is the browser's (a container query), so a
+#: resized window or sidebar re-lays the table without a round trip to the kernel.
+FOLDED_WHEN_NARROW = ("kind", "dtype")
+_NARROW = "46em"
+_NARROW_COLUMNS = " ".join(["minmax(6em, 1fr)", *(w for k, w in WIDTHS.items() if k not in FOLDED_WHEN_NARROW)])
+STYLE = (
+    "<style>"
+    ".devinspect-explorer{container-type:inline-size}"
+    f".devinspect-row{{display:grid;grid-template-columns:{_ROW_COLUMNS}}}"
+    f"@container (max-width: {_NARROW}){{"
+    f".devinspect-row{{grid-template-columns:{_NARROW_COLUMNS}}}"
+    + "".join(f".devinspect-row>.devinspect-{k},.devinspect-head-{k}{{display:none !important}}"
+              for k in FOLDED_WHEN_NARROW)
+    + "}</style>"
+)
 _NO_CHOICE = "Move to…"
 
 
-def _cell(text: str, *, code: bool = False, right: bool = False, title: str | None = None) -> str:
+def _cell(text: str, *, code: bool = False, right: bool = False, title: str | None = None, column: str = "") -> str:
     body = f"<code>{escape(text)}</code>" if code else escape(text)
     align = "text-align:right;" if right else ""
-    return f'<span style="{_CELL};{align}" title="{escape(title or text, quote=True)}">{body}</span>'
+    css = f' class="devinspect-{column}"' if column else ""
+    return f'<span{css} style="{_CELL};{align}" title="{escape(title or text, quote=True)}">{body}</span>'
 
 
 def _one_line(html: str, title: str) -> str:
-    """``html`` on one line cut with "…" at the widget's width, whatever the text's length."""
+    """``html`` within the widget's width, wrapped where it ends, whatever the text's length."""
     return (f'<div style="display:grid;grid-template-columns:minmax(0, 1fr)">'
             f'<span style="{_CELL};padding:0" title="{escape(title, quote=True)}">{html}</span></div>')
 
@@ -70,6 +88,7 @@ class DevicesExplorer:
         # %devices --findings: what looks wrong and its fixes, without the tables (as in the terminal).
         parts = [self.summary, self.findings] + ([] if view.display.findings_only else [self.tabs]) + [self.status]
         self.widget = widgets.VBox(parts, layout=widgets.Layout(width="100%"))
+        self.widget.add_class("devinspect-explorer")  # the container whose width folds columns (STYLE)
         self._open: set[str] = set()
         self.load(view)
 
@@ -80,7 +99,8 @@ class DevicesExplorer:
         self.view = view
         self.frame = table_frame(view.records)
         self.nodes = module_tree(view.result)
-        self.summary.value = f'<span style="line-height:1.4"><b>devinspect</b>: {escape(summary_line(view))}</span>'
+        self.summary.value = STYLE + (f'<span style="line-height:1.4"><b>devinspect</b>: '
+                                      f'{escape(summary_line(view))}</span>')
         self._show_findings()
         kinds = sorted({r.kind for r in view.records}, key=KINDS.index)
         self.kind.options = [("every kind", "")] + [(k, k) for k in kinds]
@@ -140,6 +160,7 @@ class DevicesExplorer:
             layout = (w.Layout(width=width, flex="0 0 auto", padding="0 4px", margin="0") if width
                       else w.Layout(flex=_NAME_FLEX, min_width="6em", padding="0 4px", margin="0"))
             button = w.Button(description=label, layout=layout, tooltip=f"sort by {label}")
+            button.add_class(f"devinspect-head-{label}")
             button.on_click(lambda _b, label=label: self.sort_by(label))
             self.headers[label] = button
         self.headers_spacer = w.HTML(layout=w.Layout(width=_MOVE_WIDTH, flex="0 0 auto", margin="0"))
@@ -200,11 +221,11 @@ class DevicesExplorer:
             record = records[int(row["index"])]
             self._page_records.append(record)
             cells, move = widget.children
-            note = f"{record.name}  ({row['note']})" if row["note"] else record.name
-            cells.value = (f'<div style="display:grid;grid-template-columns:{_ROW_COLUMNS}">'
-                           + _cell(record.name, code=True, title=note) + _cell(record.kind) + _cell(record.device)
-                           + _cell(row["dtype"]) + _cell(row["shape_text"]) + _cell(row["size"], right=True)
-                           + "</div>")
+            note = f"{record.name}: {record.kind}, {row['dtype']}" + (f"  ({row['note']})" if row["note"] else "")
+            cells.value = ('<div class="devinspect-row">'
+                           + _cell(record.name, code=True, title=note) + _cell(record.kind, column="kind")
+                           + _cell(record.device) + _cell(row["dtype"], column="dtype") + _cell(row["shape_text"])
+                           + _cell(row["size"], right=True) + "</div>")
             target = self._movable(record)
             move.target = target
             move.disabled = target is None

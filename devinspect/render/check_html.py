@@ -1,7 +1,7 @@
 """Static HTML for a CheckReport: compact, themed like the %devices table (no colours of its own).
 
-Nothing wraps in the middle of a word: names, devices and code stay on one line, and
-a name too long for its column is cut with "…", its full text in the cell's tooltip.
+Names and code wrap where their column ends (inside a long name too) and are never cut:
+at a laptop's width the table stays within the notebook and every character shows.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from html import escape
 
 from ..model.check_report import CheckReport, Mismatch, Operand
 from .check_text import WORST_LINES, operand_kind, summary_line, transfer_text
-from .html import CELL, NUM, fix_html
+from .html import CELL, NUM, WRAP, fix_html
 
 _NOWRAP = CELL + ";white-space:nowrap"
-_NAME = _NOWRAP + ";max-width:28em;overflow:hidden;text-overflow:ellipsis"
+_NAME = WRAP + ";min-width:8em"
 
 
 def _code(text: str) -> str:

@@ -16,17 +16,20 @@ from .text import summary_line
 
 CELL = "padding:1px 8px;text-align:left;vertical-align:top"
 NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums;white-space:nowrap"
+#: Names and code: wrapped where the column ends (anywhere, even inside a long name), never cut.
+WRAP = CELL + ";overflow-wrap:anywhere;word-break:break-word"
+_PRE = "margin:2px 0 4px 0;white-space:pre-wrap;overflow-wrap:anywhere;max-width:100%"
 
 
 def fix_html(fix: Fix) -> str:
     """A fix as static HTML: the summary, the code to run, the edits to make, the note."""
     out = [f"<div>fix: {escape(fix.summary)}</div>"]
     if fix.code:
-        out.append(f'<pre style="margin:2px 0 4px 0;overflow-x:auto;max-width:100%">{escape(fix.code)}</pre>')
+        out.append(f'<pre style="{_PRE}">{escape(fix.code)}</pre>')
     for edit in fix.edits:
         context = f" ({escape(edit.context)})" if edit.context else ""
         out.append(f"<div>in your code, {escape(edit.where.where)}{context}:</div>"
-                   f'<pre style="margin:2px 0 4px 0;overflow-x:auto;max-width:100%">- {escape(edit.old)}\n'
+                   f'<pre style="{_PRE}">- {escape(edit.old)}\n'
                    f'{"+ " + escape(edit.new) if edit.new else "  (delete this line)"}</pre>')
     if fix.note:
         out.append(f"<div>note: {escape(fix.note)}</div>")

@@ -10,7 +10,7 @@ from html import escape
 
 from ..model.memory import DeviceMemory, MemoryHistory, MemorySnapshot
 from ..model.units import human_bytes
-from .html import CELL, NUM
+from .html import CELL, NUM, WRAP
 from .memory_text import HISTORY_HEADERS, details, device_title, headline, history_rows, recon_value, snapshot_title
 
 
@@ -101,7 +101,7 @@ def render_history(history: MemoryHistory) -> str:
         cells = []
         for i, v in enumerate(row):
             text = f"<code>{escape(v)}</code>" if i == 7 else escape(v)
-            cells.append(f'<td style="{NUM if i in numeric else CELL}">{text}</td>')
+            cells.append(f'<td style="{NUM if i in numeric else WRAP if i == 7 else CELL}">{text}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
