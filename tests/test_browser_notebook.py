@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from lab import (
     COLOURS_JS,
     JS_CELL_HAS_ERROR,
@@ -17,12 +16,12 @@ from lab import (
     cell,
     cell_text,
     contrast,
+    lab,  # noqa: F401 - the JupyterLab fixture, one per theme
     launch,
     open_notebook,
     run_cell,
     wait_idle,
 )
-from lab import lab  # noqa: F401 - the JupyterLab fixture, one per theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -262,7 +261,7 @@ def check_fits_and_reads(page, theme: str, shots: Path, size: str) -> None:
     explorer = cell(page, 2)
     explorer.locator("input[type=text]").fill(LONG_NAME)
     explorer.locator("input[type=text]").press("Enter")
-    page.wait_for_function(f"() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('rows 1–1 of 1')")
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('rows 1–1 of 1')")
     shown = explorer.locator(".widget-hbox:has(select) .widget-html code").first
     assert shown.inner_text().replace("\n", "") == LONG_NAME, shown.inner_text()  # in full, wrapped if need be
     assert shown.evaluate("e => e.scrollWidth <= e.clientWidth + 1 && e.parentElement.scrollWidth <= "
