@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from lab import (
     COLOURS_JS,
     JS_CELL_HAS_ERROR,
@@ -16,12 +17,12 @@ from lab import (
     cell,
     cell_text,
     contrast,
-    lab,  # noqa: F401 - the JupyterLab fixture, one per theme
     launch,
     open_notebook,
     run_cell,
     wait_idle,
 )
+from lab import lab  # noqa: F401 - the JupyterLab fixture, one per theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
