@@ -420,3 +420,22 @@ def test_devices_never_walks_its_own_earlier_results(ip, sim):
     first = devinspect.scan(ip.user_ns, include_hidden=True)
     assert not any(r.name.startswith("Out[") for r in first.records)
     assert first.truncated == ()
+
+
+def test_a_traceback_through_one_function_twice_names_each_holder_once(sim):
+    def nested(depth):
+        held = torch.zeros(16, device=sim)  # noqa: F841 - a local in each of the two frames
+        if depth:
+            nested(depth - 1)
+        raise ValueError("boom")
+
+    try:
+        nested(1)
+    except ValueError:
+        sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()
+    try:
+        finding = next(f for f in devinspect.scan({}).findings if f.code == "held-by-traceback")
+        assert finding.message.count("nested.held") == 1 and len(set(finding.names)) == len(finding.names)
+        assert finding.storage_bytes == 128  # both tensors counted
+    finally:
+        sys.last_type = sys.last_value = sys.last_traceback = None

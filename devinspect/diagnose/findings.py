@@ -419,7 +419,8 @@ def history_holds(result: ScanResult) -> Iterator[Finding]:
     for h in result.history:
         holder = "traceback" if h.name.startswith("sys.last_traceback") else "history"
         by_holder[holder] += h.storage_bytes
-        names[holder].append(h.name)
+        if h.name not in names[holder]:  # two frames of one function give one label: said once
+            names[holder].append(h.name)
     if by_holder.get("history"):
         shown = ", ".join(names["history"][:4]) + (" …" if len(names["history"]) > 4 else "")
         yield Finding(
