@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 ALL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
               torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool)
@@ -49,6 +49,29 @@ def _samples(op: Any, device: torch.device, dtype: torch.dtype, grad: bool, coun
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return list(op.sample_inputs(device, dtype, requires_grad=grad))[:count]
+
+
+def _aligned(host: Any, device_sample: Any, device: torch.device) -> Any:
+    """``device_sample`` with the host sample's values: a generator may draw differently per device
+    (linalg.ldl_solve draws extra matrices on the CPU only), so the tensors it put on the device are
+    the host's copied there; those it left on the host, and every other argument, stay as made."""
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    host_parts = (host.input, host.args, host.kwargs)
+    device_parts = (device_sample.input, device_sample.args, device_sample.kwargs)
+    host_leaves, host_spec = tree_flatten(host_parts)
+    leaves, spec = tree_flatten(device_parts)
+    if host_spec != spec:
+        return device_sample
+    merged = []
+    for h, d in zip(host_leaves, leaves):
+        if isinstance(h, torch.Tensor) and isinstance(d, torch.Tensor) and d.device == device and h.shape == d.shape:
+            moved = h.detach().to(device)
+            merged.append(moved.requires_grad_(d.requires_grad) if d.requires_grad else moved)
+        else:
+            merged.append(d)
+    value, args, kwargs = tree_unflatten(merged, spec)
+    return SampleInput(value, args=args, kwargs=kwargs)
 
 
 def _run(op: Any, sample: Any, device: torch.device) -> tuple[Any, Any, BaseException | None]:
@@ -117,7 +140,7 @@ def compare_op(op: Any, dtype: torch.dtype, sim: torch.device, samples: int = 2)
         return
     for i, (host_sample, sample) in enumerate(zip(on_host, on_device)):
         cpu_inputs, on_cpu, cpu_error = _run(op, host_sample, torch.device("cpu"))
-        sim_inputs, on_sim, sim_error = _run(op, sample, sim)
+        sim_inputs, on_sim, sim_error = _run(op, _aligned(host_sample, sample, sim), sim)
         if cpu_error is not None or sim_error is not None:
             same = cpu_error is not None and sim_error is not None and type(cpu_error) is type(sim_error)
             reason = "" if same else (f"sim raised {type(sim_error).__name__}: {str(sim_error).splitlines()[0][:120]}"

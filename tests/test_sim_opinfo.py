@@ -11,8 +11,12 @@ import opinfo_sim
 import pytest
 import torch
 
-# Differences the README lists, by op name: the simulated device holds dense tensors only.
-KNOWN = {"to_sparse", "sparse.mm", "sparse.sampled_addmm"}
+# Differences the README lists, by op name: the simulated device holds dense tensors only; and where
+# the CPU has a fused kernel (which one depends on the torch version), the device runs PyTorch's
+# composite reference, which rounds differently in the last bits.
+KNOWN = {"to_sparse", "sparse.mm", "sparse.sampled_addmm",
+         "nn.functional.mish", "prod", "nn.functional.linear_cross_entropy",
+         "nn.functional.scaled_dot_product_attention"}
 OTHER_DTYPES = (torch.bfloat16, torch.float16, torch.int64, torch.bool, torch.complex64)
 STRIDE = 7
 

@@ -26,6 +26,7 @@ import torch
 from . import locations
 from . import tensorbase as tb
 from .static import instance_dict, type_is_one_of
+from .tensors import fake_device_of
 from .values import MISSING, attribute_of, item_of
 
 _T = torch.Tensor
@@ -574,11 +575,11 @@ def _node_op(node: Any) -> str:
 def _fake_device(value: Any) -> str | None:
     if not _is_tensor(value):
         return None
-    fake = instance_dict(value).get("_fake_device")
-    if type(fake) is torch.device:
+    fake = fake_device_of(instance_dict(value))
+    if fake is not None:
         return str(fake)
     # A wrapper subclass around a fake tensor (the simulated device's, DTensor's): its own device.
     inner = [v for v in instance_dict(value).values() if _is_tensor(v)]
-    if inner and all(type(instance_dict(v).get("_fake_device")) is torch.device for v in inner):
+    if inner and all(fake_device_of(instance_dict(v)) is not None for v in inner):
         return str(tb.device(value))
     return None

@@ -27,6 +27,16 @@ _device_names: dict[Any, str] = {}
 _dtype_names: dict[Any, str] = {}
 
 
+
+def fake_device_of(attributes: dict) -> torch.device | None:
+    """The device a FakeTensor stands for, from its instance dict: ``_fake_device`` behind a
+    property in newer torch, the plain attribute ``fake_device`` in torch 2.10."""
+    for key in ("_fake_device", "fake_device"):
+        found = attributes.get(key)
+        if type(found) is torch.device:
+            return found
+    return None
+
 def tensor_facts(t: Any) -> tuple:
     """(device, dtype, shape, nbytes, storage_bytes, storage_key, layout, note) of a tensor.
 
@@ -61,7 +71,7 @@ def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
     device = device_name(tb.device(t))
     dtype = dtype_name(tb.dtype(t))
     if "fake_mode" in d and type_name(cls) == "FakeTensor":
-        device = device_name(d.get("_fake_device") or tb.device(t))
+        device = device_name(fake_device_of(d) or tb.device(t))
         return (device, dtype, shape_of(t), None, 0, None, "strided", "fake tensor: holds no memory")
     layout = tb.layout(t)
     if static_class_attr(cls, "__tensor_flatten__") is not None:

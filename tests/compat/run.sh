@@ -25,6 +25,7 @@ for version in $pythons; do
     fi
     env="$root/py$version"
     log="$root/py$version.log"
+    started=$(date +%s)
     if [ ! -x "$env/bin/python" ]; then
         "$interpreter" -m venv "$env" || { rows+=("| $version | - | - | venv failed |"); continue; }
     fi
@@ -33,10 +34,10 @@ for version in $pythons; do
     "$env/bin/pip" install -q torch >"$log" 2>&1 && "$env/bin/pip" install -q -e ".[test]" >>"$log" 2>&1 \
         || { rows+=("| $version | - | - | install failed: see $log |"); continue; }
     torch_version="$("$env/bin/python" -c 'import torch; print(torch.__version__)')"
-    started=$(date +%s)
     "$env/bin/python" -m pytest "${marker[@]}" -q -p no:cacheprovider >>"$log" 2>&1
-    summary="$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed)' "$log" | tail -1 | tr -d '=')"
-    rows+=("| $version | $torch_version | $(( $(date +%s) - started )) s | ${summary# } |")
+    # pytest's last line: "N passed, …", "N failed, …" or "… N error(s) in …".
+    summary="$(grep -E '(passed|failed|error|errors|no tests ran)( |,).* in [0-9.]+s' "$log" | tail -1 | tr -d '=')"
+    rows+=("| $version | $torch_version | $(( $(date +%s) - started )) s (with install) | ${summary# } |")
 done
 echo "| Python | torch | time | result |"
 echo "| --- | --- | --- | --- |"
