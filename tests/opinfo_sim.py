@@ -65,13 +65,23 @@ def _aligned(host: Any, device_sample: Any, device: torch.device) -> Any:
         return device_sample
     merged = []
     for h, d in zip(host_leaves, leaves):
-        if isinstance(h, torch.Tensor) and isinstance(d, torch.Tensor) and d.device == device and h.shape == d.shape:
+        if isinstance(h, torch.Tensor) and isinstance(d, torch.Tensor) and d.device == device \
+                and h.shape == d.shape and h.dtype == d.dtype and not _same_values(h, d):
+            # (A tensor with the same values stays as made: it may be a view into a larger storage.)
             moved = h.detach().to(device)
             merged.append(moved.requires_grad_(d.requires_grad) if d.requires_grad else moved)
         else:
             merged.append(d)
     value, args, kwargs = tree_unflatten(merged, spec)
     return SampleInput(value, args=args, kwargs=kwargs)
+
+
+def _same_values(host: torch.Tensor, on_device: torch.Tensor) -> bool:
+    try:
+        return torch.equal(host.detach(), on_device.detach().cpu()) or bool(
+            torch.isnan(host).all() and torch.isnan(on_device.detach().cpu()).all())
+    except Exception:  # a layout equal cannot compare: keep what was made
+        return True
 
 
 def _run(op: Any, sample: Any, device: torch.device) -> tuple[Any, Any, BaseException | None]:
