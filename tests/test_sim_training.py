@@ -157,3 +157,20 @@ def test_factories_and_moves_are_booked_on_the_allocator():
     assert torch.sim.memory_allocated(0) - before == kept.nbytes
     del kept
     assert torch.sim.memory_allocated(0) == before
+
+
+def test_a_storage_made_on_the_device_is_refused_in_one_line_not_a_crash():
+    # PyTorch would call a null allocator: the process (a notebook's kernel) would die.
+    code = (
+        "import torch, warnings\nwarnings.simplefilter('ignore')\nfrom devinspect import testing\nd = testing.enable()\n"
+        "makers = [lambda: torch.UntypedStorage(8, device=d), lambda: torch.TypedStorage(8, device=d, dtype=torch.float32),\n"
+        "          lambda: torch.ones(3, device=d).untyped_storage().clone(),\n"
+        "          lambda: torch.UntypedStorage(8).to(device=d)]\n"
+        "for make in makers:\n    try:\n        make()\n    except RuntimeError as e:\n        print(str(e).splitlines()[0])\n"
+        "print(torch.UntypedStorage(8).nbytes(), torch.ones(3).untyped_storage().clone().nbytes())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 5 and all("holds no storage of its own" in line for line in lines[:4])
+    assert lines[4] == "8 12"  # host storages as before

@@ -14,7 +14,7 @@ from torch.utils._pytree import tree_map
 from ..collect import tensorbase as tb
 from ..model.units import parse_bytes
 from ..observe.tracebacks import tidy_traceback
-from . import autocast, moves, pinned
+from . import autocast, moves, pinned, storages
 from .allocator import Allocator, Block
 from .streams import DeviceContext, SimEvent, SimStream, StreamContext, streams
 
@@ -621,6 +621,7 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             _register_kernels()
             moves.install(SimTensor)
             autocast.install()
+            storages.install()
             if torch.accelerator.current_accelerator() == torch.device(DEVICE_TYPE):
                 pinned.install()  # where a GPU is present, pinning stays its own
             torch.autograd.set_multithreading_enabled(False)
