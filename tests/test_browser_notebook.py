@@ -251,6 +251,8 @@ def settle(page) -> None:
 
 
 def check_fits_and_reads(page, theme: str, shots: Path, size: str) -> None:
+    from playwright.sync_api import expect
+
     settle(page)
     page.screenshot(path=str(shots / f"notebook-{size}-{theme}.png"), full_page=True)
     for index in (2, 3, 5):
@@ -264,7 +266,7 @@ def check_fits_and_reads(page, theme: str, shots: Path, size: str) -> None:
     explorer.locator("input[type=text]").press("Enter")
     page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('rows 1–1 of 1')")
     shown = explorer.locator(".widget-hbox:has(select) .widget-html code").first
-    assert shown.inner_text().replace("\n", "") == LONG_NAME, shown.inner_text()  # in full, wrapped if need be
+    expect(shown).to_have_text(LONG_NAME, timeout=30_000)  # in full (wrapped if need be), once the page shows it
     assert shown.evaluate("e => e.scrollWidth <= e.clientWidth + 1 && e.parentElement.scrollWidth <= "
                           "e.parentElement.clientWidth + 1")
     cell(page, 2).screenshot(path=str(shots / f"cell2-long-name-{size}-{theme}.png"))
