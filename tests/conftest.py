@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -11,6 +13,12 @@ from devinspect import testing
 
 def has_cuda() -> bool:
     return torch.cuda.is_available()
+
+
+def run_python(code: str, timeout: int = 180) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (for what must not touch this process: an abort, a crash,
+    CUDA's initialisation), its exit status and output as text; the test asserts on them."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
 
 
 def pytest_collection_modifyitems(config: Any, items: list) -> None:

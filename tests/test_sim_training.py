@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn as nn
+from conftest import run_python
 from torch.utils.checkpoint import checkpoint
 
 from devinspect import testing
@@ -43,7 +41,7 @@ def test_non_reentrant_checkpointing_exits_cleanly():
         "d = testing.enable()\nx = torch.ones(3, device=d, requires_grad=True)\n"
         "checkpoint(lambda a: a.sin(), x, use_reentrant=False).sum().backward()\nprint(x.grad.sum().item())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    out = run_python(code)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == pytest.approx(3 * 0.5403, abs=1e-3)
 
@@ -169,7 +167,7 @@ def test_a_storage_made_on_the_device_is_refused_in_one_line_not_a_crash():
         "for make in makers:\n    try:\n        make()\n    except RuntimeError as e:\n        print(str(e).splitlines()[0])\n"
         "print(torch.UntypedStorage(8).nbytes(), torch.ones(3).untyped_storage().clone().nbytes())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    out = run_python(code)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 5 and all("holds no storage of its own" in line for line in lines[:4])

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
+from conftest import run_python
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from devinspect import testing
@@ -94,7 +92,7 @@ def test_simulated_device_never_initialises_cuda():
         "m = torch.nn.Linear(2, 2).to(d); m(torch.ones(1, 2, device=d)).sum().backward()\n"
         "print(torch.cuda.is_initialized())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    out = run_python(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
@@ -106,7 +104,7 @@ def test_backward_on_the_simulated_device_exits_cleanly():
         "import torch\nfrom devinspect import testing\nd = testing.enable()\n"
         "m = torch.nn.Linear(2, 2).to(d); m(torch.ones(1, 2, device=d)).sum().backward()\n"
     )
-    codes = [subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=180).returncode for _ in range(5)]
+    codes = [run_python(code).returncode for _ in range(5)]
     assert codes == [0] * 5
 
 
@@ -117,7 +115,7 @@ def test_an_older_torch_is_told_which_version_the_device_needs():
         "from devinspect import testing\ntry:\n    testing.enable()\n"
         "except testing.SimulatedDeviceError as e:\n    print(e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    out = run_python(code)
     assert out.returncode == 0, out.stderr
     message = out.stdout.strip()
     assert "\n" not in message and "needs torch 2.10 or newer" in message and torch.__version__ in message
