@@ -78,6 +78,8 @@ def test_code_written_for_cuda_streams_runs_with_the_device_swapped(sim):
     assert end.query() and start.elapsed_time(end) >= 0
     assert torch.allclose(product.cpu(), a.cpu() @ b.cpu())
     assert isinstance(side, torch.Stream) and torch.accelerator.current_stream().device == sim
+    torch.accelerator.synchronize()  # the torch.accelerator spelling too
+    torch.accelerator.synchronize(sim)
     with torch.sim.device(1):
         assert torch.sim.current_device() == 1 and torch.ones(1, device="sim").device == torch.device("sim", 1)
     assert torch.sim.current_device() == 0

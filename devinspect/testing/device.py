@@ -15,6 +15,7 @@ from ..collect import tensorbase as tb
 from ..model.units import parse_bytes
 from ..observe.tracebacks import tidy_traceback
 from . import autocast, moves, pinned, storages
+from . import streams as stream_module
 from .allocator import Allocator, Block
 from .streams import DeviceContext, SimEvent, SimStream, StreamContext, streams
 
@@ -622,6 +623,7 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             moves.install(SimTensor)
             autocast.install()
             storages.install()
+            stream_module.install()
             if torch.accelerator.current_accelerator() == torch.device(DEVICE_TYPE):
                 pinned.install()  # where a GPU is present, pinning stays its own
             torch.autograd.set_multithreading_enabled(False)

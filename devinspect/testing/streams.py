@@ -150,3 +150,38 @@ class StreamContext:
     def __exit__(self, *exc: Any) -> None:
         if self.stream is not None:
             streams.set(self.before)
+
+
+_installed = False
+
+
+def install() -> None:
+    """``torch.accelerator.synchronize()`` for the simulated device (once per process).
+
+    PyTorch asks the device guard, which a backend written in Python cannot implement, and
+    raised "Backend doesn't support synchronizing all streams on device". Every kernel has
+    finished when it returns, so there is nothing to wait for; any other device is PyTorch's.
+    """
+    global _installed
+    if _installed:
+        return
+    original = torch.accelerator.synchronize
+
+    def synchronize(device: Any = None) -> None:
+        if _targets_simulated(device):
+            return None
+        return original(device)
+
+    synchronize.__doc__ = original.__doc__
+    torch.accelerator.synchronize = synchronize
+    _installed = True
+
+
+def _targets_simulated(device: Any) -> bool:
+    if device is None or isinstance(device, int):
+        current = torch.accelerator.current_accelerator()
+        return current is not None and current.type == DEVICE_TYPE
+    try:
+        return torch.device(device).type == DEVICE_TYPE
+    except (RuntimeError, TypeError):
+        return False
