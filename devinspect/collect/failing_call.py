@@ -482,10 +482,7 @@ def compiled_call(exc: BaseException, entries: list[Entry]) -> FailingCall | Non
     text = linecache.getline(user.filename, user.lineno).strip()
     operands: list = []
     node = None
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        tree = None
+    tree = _parsed_line(text)
     op_name = fakes[0][0]
     if tree is not None:
         node = _traced_node(tree, op_name, len(fakes))
@@ -498,6 +495,17 @@ def compiled_call(exc: BaseException, entries: list[Entry]) -> FailingCall | Non
                     for i, (_, device) in enumerate(fakes)]
     return FailingCall(entries[-1].frame, op_name, ast.unparse(node) if node is not None else text, operands,
                        devices, user.lineno)
+
+
+def _parsed_line(text: str) -> ast.AST | None:
+    """One line of the user's code, parsed: ``return h * mask`` (or ``yield``, ``await``) parses
+    only inside a function, so it is parsed as one."""
+    for source in (text, "async def _line():\n    " + text):
+        try:
+            return ast.parse(source)
+        except SyntaxError:
+            continue
+    return None
 
 
 #: The name torch.compile gives the rest of a function after a graph break.
@@ -536,24 +544,23 @@ def _traced_node(tree: ast.AST, op: str, count: int) -> ast.AST | None:
 
 
 def _traced_args(entries: list[Entry]) -> list[tuple[str, str]]:
-    """(op name, device) of each tensor argument of the op that tracing ran when it failed."""
-    for entry in reversed(entries):
-        local_vars = locations.frame_locals(entry.frame)
-        if type(local_vars) is not dict or not locations.is_compile_machinery(entry.frame.f_code.co_filename):
-            continue
-        node = dict.get(local_vars, "node")
+    """(op name, device) of each tensor argument of the op that tracing ran when it failed: the
+    devices from the innermost tracing frame holding its arguments, the op from the nearest
+    frame, that one or further out, holding the graph node (torch 2.10 passes the arguments
+    on to a frame without it)."""
+    machinery = [locations.frame_locals(e.frame) for e in reversed(entries)
+                 if locations.is_compile_machinery(e.frame.f_code.co_filename)]
+    for i, local_vars in enumerate(machinery):
         args = dict.get(local_vars, "args")
         kwargs = dict.get(local_vars, "kwargs")
         if type(args) is not tuple:
             continue
         values = list(args) + (list(dict.values(kwargs)) if type(kwargs) is dict else [])
-        fakes = []
-        for value in values:
-            device = _fake_device(value)
-            if device is not None:
-                fakes.append(device)
+        fakes = [device for device in map(_fake_device, values) if device is not None]
         if fakes:
-            return [(_node_op(node), device) for device in fakes]
+            op = next((name for name in (_node_op(dict.get(v, "node")) for v in machinery[i:]) if name != "call"),
+                      "call")
+            return [(op, device) for device in fakes]
     return []
 
 
