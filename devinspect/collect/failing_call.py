@@ -340,8 +340,8 @@ def _from_locals(entries: list[Entry]) -> FailingCall | None:
     if locations.is_user_code(frame.f_code) or frame.f_locals is frame.f_globals:
         return None
     local_vars = locations.frame_locals(frame)
-    values = list(dict.values(local_vars)) if type(local_vars) is dict else []
-    owner = dict.get(local_vars, "self") if type(local_vars) is dict else None
+    values = list(dict.values(local_vars))
+    owner = dict.get(local_vars, "self")
     if _is_module(owner):
         d = instance_dict(owner)
         for group in ("_parameters", "_buffers"):
@@ -366,7 +366,7 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
         return node.value
     if isinstance(node, ast.Name):
         local_vars = locations.frame_locals(frame)
-        if type(local_vars) is dict and node.id in local_vars:
+        if node.id in local_vars:
             return dict.__getitem__(local_vars, node.id)
         globals_ = frame.f_globals
         if type(globals_) is dict and node.id in globals_:

@@ -29,7 +29,7 @@ def running_module_device(frame: types.FrameType | None) -> str | None:
     """The one device of the parameters of the innermost module whose ``forward`` is running."""
     while frame is not None:
         local_vars = locations.frame_locals(frame)
-        owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name == "forward" else None
+        owner = dict.get(local_vars, "self") if frame.f_code.co_name == "forward" else None
         if issubclass(type(owner), torch.nn.Module):
             devices = set()
             for _, p in str_items(instance_dict(owner).get("_parameters")):
@@ -45,8 +45,7 @@ def innermost_module_path(modules: dict[int, str], frame: types.FrameType | None
     """Path of the innermost module whose method is on the stack (``model.fc1``)."""
     while frame is not None:
         local_vars = locations.frame_locals(frame)
-        owner = dict.get(local_vars, "self") if type(local_vars) is dict and frame.f_code.co_name in (
-            "forward", "_call_impl") else None
+        owner = dict.get(local_vars, "self") if frame.f_code.co_name in ("forward", "_call_impl") else None
         if owner is not None and id(owner) in modules:
             return modules[id(owner)]
         frame = frame.f_back
@@ -56,7 +55,7 @@ def innermost_module_path(modules: dict[int, str], frame: types.FrameType | None
 def local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] | None:
     """``(name, kind)`` of ``t`` in the frame: a local, or a parameter, buffer or attribute of its ``self``."""
     local_vars = locations.frame_locals(frame)
-    if type(local_vars) is not dict or local_vars is frame.f_globals:
+    if local_vars is frame.f_globals:
         return None
     for key, value in dict.items(local_vars):
         if value is t and key != "self" and type(key) is str:

@@ -27,7 +27,6 @@ _device_names: dict[Any, str] = {}
 _dtype_names: dict[Any, str] = {}
 
 
-
 def fake_device_of(attributes: dict) -> torch.device | None:
     """The device a FakeTensor stands for, from its instance dict: ``_fake_device`` behind a
     property in newer torch, the plain attribute ``fake_device`` in torch 2.10."""
@@ -36,6 +35,7 @@ def fake_device_of(attributes: dict) -> torch.device | None:
         if type(found) is torch.device:
             return found
     return None
+
 
 def tensor_facts(t: Any) -> tuple:
     """(device, dtype, shape, nbytes, storage_bytes, storage_key, layout, note) of a tensor.

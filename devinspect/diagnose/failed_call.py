@@ -595,7 +595,7 @@ class _Diagnosis:
         frame = self.failure.stack
         while frame is not None:
             local_vars = locations.frame_locals(frame)
-            owner = dict.get(local_vars, "self") if type(local_vars) is dict else None
+            owner = dict.get(local_vars, "self")
             if frame.f_code.co_name == "forward" and issubclass(type(owner), torch.nn.Module):
                 d = instance_dict(owner)
                 hooks = d.get("_forward_pre_hooks")  # an OrderedDict, read through dict's own methods

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-DEVICE_TYPE = "sim"
+from .identity import DEVICE_TYPE
+
 _KEY = torch._C.DispatchKey.AutocastPrivateUse1
 
 LOWER_PRECISION = frozenset({

@@ -17,12 +17,8 @@ from ..observe.tracebacks import tidy_traceback
 from . import autocast, moves, pinned, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
+from .identity import DEVICE_COUNT, DEVICE_TYPE
 from .streams import DeviceContext, SimEvent, SimStream, StreamContext, streams
-
-#: Name of the simulated device type.
-DEVICE_TYPE = "sim"
-#: How many simulated devices exist (``sim:0`` … ``sim:{DEVICE_COUNT-1}``).
-DEVICE_COUNT = 2
 
 _lock = threading.Lock()
 _enabled = False
@@ -129,7 +125,7 @@ def _index(device: Any) -> int:
         index = device
     else:
         d = torch.device(device)
-        if d.type != "sim":
+        if d.type != DEVICE_TYPE:
             raise ValueError(f"{d} is not a simulated device")
         index = d.index if d.index is not None else torch.sim.current_device()  # type: ignore[attr-defined]
     if not 0 <= index < len(_books):
@@ -528,7 +524,8 @@ def _host_factories() -> list[str]:
             continue
         if any("Tensor" in str(a.type) or "Generator" == str(a.type) for a in schema.arguments if not a.kwarg_only):
             continue
-        if any(a.name == "device" and a.kwarg_only for a in schema.arguments) and str(schema.returns[0].type) == "Tensor":
+        takes_device = any(a.name == "device" and a.kwarg_only for a in schema.arguments)
+        if takes_device and str(schema.returns[0].type) == "Tensor":
             found.append(f"{name}.{schema.overload_name}" if schema.overload_name else name)
     return found
 

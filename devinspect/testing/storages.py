@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-DEVICE_TYPE = "sim"
+from .identity import is_simulated
+
 _installed = False
 
 
@@ -28,7 +29,7 @@ def install() -> None:
 
     def new(cls: type, *args: Any, **kwargs: Any) -> Any:
         device = kwargs.get("device")
-        if device is not None and _is_simulated(device):
+        if device is not None and is_simulated(device):
             raise RuntimeError(
                 f"{torch.device(device)} holds no storage of its own (a device written in Python has no allocator "
                 f"for PyTorch to call): make a tensor instead, e.g. torch.empty(n, dtype=torch.uint8, "
@@ -37,10 +38,3 @@ def install() -> None:
 
     storage_type.__new__ = new
     _installed = True
-
-
-def _is_simulated(device: Any) -> bool:
-    try:
-        return torch.device(device).type == DEVICE_TYPE
-    except (RuntimeError, TypeError):
-        return False

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-DEVICE_TYPE = "sim"
+from .identity import DEVICE_TYPE, is_simulated
 
 
 def _resolve(device: Any) -> int:
@@ -181,7 +181,4 @@ def _targets_simulated(device: Any) -> bool:
     if device is None or isinstance(device, int):
         current = torch.accelerator.current_accelerator()
         return current is not None and current.type == DEVICE_TYPE
-    try:
-        return torch.device(device).type == DEVICE_TYPE
-    except (RuntimeError, TypeError):
-        return False
+    return is_simulated(device)
