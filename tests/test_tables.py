@@ -14,8 +14,9 @@ class _Tables(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
         self.tables: list[dict] = []
-        self._row: list[int] | None = None
+        self._row: int | None = None  # the width of the row being read
         self._in_head = False
+        self._in_title = False
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag == "table":
@@ -23,28 +24,27 @@ class _Tables(HTMLParser):
         elif tag == "thead":
             self._in_head = True
         elif tag == "tr":
-            self._row = [0]
+            self._row = 0
         elif tag in ("td", "th") and self._row is not None:
-            self._row[0] += int(dict(attrs).get("colspan") or 1)
+            self._row += int(dict(attrs).get("colspan") or 1)
             if tag == "th":
                 self.tables[-1]["titles"].append("")
-                self._title = True
+                self._in_title = True
 
     def handle_data(self, data: str) -> None:
-        if self.tables and getattr(self, "_title", False):
+        if self._in_title:
             self.tables[-1]["titles"][-1] += data.strip()
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "th":
-            self._title = False
+            self._in_title = False
         elif tag == "thead":
             self._in_head = False
         elif tag == "tr" and self._row is not None and self.tables:
-            key = "header" if self._in_head else None
-            if key:
-                self.tables[-1]["header"] = self._row[0]
+            if self._in_head:
+                self.tables[-1]["header"] = self._row
             else:
-                self.tables[-1]["rows"].append(self._row[0])
+                self.tables[-1]["rows"].append(self._row)
             self._row = None
 
 
