@@ -134,6 +134,30 @@ cells = [
         "snap.frame[[\"device\", \"state\", \"allocated_bytes\", \"reserved_bytes\", \"process_bytes\"]]"
     ),
     new_markdown_cell(
+        "## Memory by line: `%%gpumem`\n\n"
+        "Which line ate the memory, and what still holds it? `%%gpumem` runs the cell as a plain cell "
+        "would (no `empty_cache`, sync or allocation added) and shows, for each line, allocated memory "
+        "before and after, the peak inside it, reserved before and after, and the tensors it made that "
+        "are still alive, by your names. Lines in loops add up; `-f NAME` profiles the lines of a "
+        "function (or a module's `forward`) too. Last comes the cell's peak: the line, what was live, "
+        "and the peak without the largest temporary. In JupyterLab a step plot and the `%gpumem` "
+        "buttons follow."
+    ),
+    new_code_cell(
+        "mlp = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024)).to(device)\n\n"
+        "def train_step(x):\n"
+        "    out = mlp(x)\n"
+        "    loss = out.pow(2).mean()\n"
+        "    loss.backward()\n"
+        "    return loss.detach()"
+    ),
+    new_code_cell(
+        "%%gpumem -f train_step\n"
+        "x = torch.randn(512, 1024, device=device)\n"
+        "losses = [train_step(x) for _ in range(3)]\n"
+        "mlp.zero_grad(set_to_none=True)"
+    ),
+    new_markdown_cell(
         "## After the fact: errors explained\n\n"
         "Cells fail without `%%devcheck` too. Once loaded, devinspect reads the traceback of every cell "
         "that fails with a device mismatch or an out-of-memory error and explains it under the "

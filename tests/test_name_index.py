@@ -62,3 +62,61 @@ def test_a_temporary_does_not_walk_the_large_containers(sim):
     assert not index.complete  # the pool was only looked through, never named
     assert index.lookup(ns["pool"][7])[0].name == "pool[7]"
     assert index.complete
+
+
+def namespace_with_graphs(seed: int, sim) -> dict:
+    """Models, optimizers with state, graph holders and plain tensors, each bound directly or
+    inside lists, tuples, dicts and objects, in an order drawn from ``seed``."""
+    rng = random.Random(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    other = torch.nn.Linear(3, 2).to(sim if rng.random() < 0.5 else "cpu")
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(5, 3)).sum().backward()
+    opt.step()
+    loss = model(torch.randn(2, 3)).sum()
+    leaf = torch.zeros(2, requires_grad=True)
+    places = {
+        "model": model, "other": other, "opt": opt, "loss": loss, "leaf": leaf,
+        "plain": [torch.zeros(1) for _ in range(rng.randint(0, 50))],
+        "losses": [loss * i for i in range(rng.randint(1, 3))],
+        "mixed": [torch.ones(1), loss.detach(), rng.choice([loss, torch.ones(1), None])],
+        "table": {i: torch.zeros(2) for i in range(rng.randint(0, 20))},
+        "pair": (torch.ones(1), torch.ones(1) + 1),
+        "holder": Holder(rng.choice([loss, opt, other, torch.ones(1)])),
+    }
+    names = list(places)
+    rng.shuffle(names)
+    ns = {}
+    for name in names:
+        value = places[name]
+        wrap = rng.choice(["bare", "bare", "list", "dict", "object"])
+        if name in ("model", "other", "opt") and wrap == "object":
+            wrap = "bare"
+        ns[name] = {"bare": value, "list": [value], "dict": {"v": value}, "object": Holder(value)}[wrap]
+    return ns
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_holders_answer_what_a_move_asks_as_the_whole_walk(sim, seed):
+    from devinspect.diagnose.findings import optimizers_with_state_under
+
+    ns = namespace_with_graphs(seed, sim)
+    holders = NameIndex(ns).holders
+    whole = NameIndex(ns)
+    whole = whole.result
+
+    def graphs(result):
+        return sorted(r.name for r in result.records if r.kind == "tensor" and r.requires_grad and not r.is_leaf)
+
+    def kept(result):
+        # A graph holder's alias is not asked: every name that holds a graph is released.
+        return sorted((r.name, r.kind, r.device, r.alias_of if r.kind != "tensor" else None) for r in result.records
+                      if r.kind != "tensor" or r.requires_grad)
+
+    assert graphs(holders) == graphs(whole)
+    assert kept(holders) == kept(whole)
+    assert holders.modules == whole.modules
+    assert holders.optimizers == whole.optimizers
+    for module in whole.modules:
+        assert optimizers_with_state_under(holders, module.name) == optimizers_with_state_under(whole, module.name)
+    assert [r for r in holders.records if r.kind == "tensor" and not r.requires_grad] == []

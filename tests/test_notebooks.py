@@ -57,6 +57,12 @@ def test_quickstart_teaches_the_three_magics_and_runs_top_to_bottom():
     history = outputs_text(by_source["%gpumem --untrack"])
     assert "memory per cell" in history and "activations = [torch.randn" in history
     assert any("image/png" in o.get("data", {}) for o in by_source["%gpumem --untrack"].outputs)
+    profiled = outputs_text(by_source["%%gpumem -f train_step"])
+    assert re.search(r"%%gpumem on (sim|cuda):0", profiled) and re.search(r"^line 2 .* x 2\.0 MiB", profiled, re.M)
+    assert re.search(r"^train_step, line 4 +3 ", profiled, re.M)  # the function's lines, its three runs added up
+    assert "Peak " in profiled and "on train_step, line 6." in profiled and "Without the largest temporary" in profiled
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+               for o in by_source["%%gpumem -f train_step"].outputs)
     # After the fact: a plain failing cell explained, its printed fix run in the next cell.
     explained = outputs_text(failing[1])
     assert "device mismatch in F.linear" in explained

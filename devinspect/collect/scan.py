@@ -25,7 +25,8 @@ from .names import HISTORY_RE, PLUMBING, child_name, namespace_items, root_items
 from .static import instance_dict, str_items, type_module, type_name
 from .tensors import tensor_facts
 from .values import object_at
-from .walk import ReachWalker, ScanOptions, Walker
+from .light_walks import HolderWalker, ReachWalker
+from .walk import ScanOptions, Walker
 
 _Module = torch.nn.Module
 _Tensor = torch.Tensor
@@ -236,12 +237,14 @@ class NameIndex:
         self._walker = Walker(ScanOptions())
         user, _history = root_items(namespace_items(namespace), PLUMBING, include_hidden=False)
         ordered = sorted(user, key=_root_rank)
+        self._ordered = ordered
         first = [item for item in ordered if _root_rank(item) < 3]
         self._rest = ordered[len(first):]
         self._first_roots = frozenset(name for name, _ in first)
         self._user_names = [n for n, _ in user]
         self._roots = frozenset(self._user_names)
         self._reach: ReachWalker | None = None
+        self._holders: ScanResult | None = None
         self._walk(first)
 
     @staticmethod
@@ -292,6 +295,19 @@ class NameIndex:
         """The scan of every user name (walks the rest when it has not been walked)."""
         self._finish()
         return self._result
+
+    @property
+    def holders(self) -> ScanResult:
+        """The scan less the plain tensors outside modules and optimizers (see
+        :class:`~devinspect.collect.light_walks.HolderWalker`): what moving a model must
+        release or carry along, without a record for every tensor of a large namespace."""
+        if not self._rest:
+            return self._result
+        if self._holders is None:
+            walker = HolderWalker(ScanOptions())
+            self._run(walker, self._ordered)
+            self._holders = _result(walker, self._user_names, [], False, False, ScanOptions.max_depth)
+        return self._holders
 
     def _walked(self, name: str) -> bool:
         """Whether everything the whole scan would name ``name`` (or below it) is named already:

@@ -499,8 +499,15 @@ class Walker:
         except Exception:  # noqa: BLE001 - one we cannot read is reported as such
             self.truncated.append(Truncation(name, f"a {tname}: not inspected"))
 
+    def takes_whole(self, o: Any, vt: type, name: str, owner: str | None) -> bool:
+        """Whether the container was taken in whole, without visiting its items (a walk that
+        only notes plain tensors may)."""
+        return False
+
     def _container(self, o: Any, vt: type, name: str, root: str, depth: int, owner: str | None) -> None:
         limit = self.options.max_items
+        if self.takes_whole(o, vt, name, owner):
+            return
         if issubclass(vt, dict):
             total = dict.__len__(o)
             items = dict.items(o)
@@ -642,39 +649,3 @@ def _rebuild_kwargs(cls: type, defaults: Any) -> tuple[tuple[str, str], ...] | N
 
 def _same_literal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and literal_value(a) == literal_value(b) and literal_value(a) is not None
-
-
-class ReachWalker(Walker):
-    """A walk over the same objects as :class:`Walker` that only notes which tensors it
-    meets: no facts read, no records made.
-
-    It follows every edge the full walk follows (the same dispatch; a tensor's gradient
-    too), from a fresh start, so a tensor it does not meet, and whose memory no other
-    tensor shares, is one the full walk would not name either: the answer to "could any
-    of these roots name this tensor?" at a fraction of the cost of naming.
-    """
-
-    def _tensor(self, t: Any, name: str, root: str, kind: str = "tensor", owner: str | None = None,
-                param: str | None = None, note: str | None = None, facts: tuple | None = None) -> None:
-        tid = id(t)
-        if tid in self._tensor_first:
-            return
-        self._tensor_first[tid] = name
-        if tb.requires_grad(t) and kind != "gradient" and (tb.is_leaf(t) or tb.retains_grad(t)):
-            grad = tb.grad(t)
-            if grad is not None:
-                self._tensor(grad, f"{name}.grad", root, "gradient", owner, param=name)
-
-    def may_name(self, t: Any) -> bool:
-        """Whether the full walk over the same roots could name ``t``: it met ``t`` itself, or
-        ``t``'s memory has another owner (a view, a ``.detach()``, a wrapper's inner tensor,
-        which the full walk names ``t`` after). Unusual tensors are left to the full walk."""
-        if id(t) in self._tensor_first:
-            return True
-        cls = type(t)
-        if not ((cls is _Tensor or cls is _Parameter) and tb.layout(t) is torch.strided and not tb.is_nested(t)):
-            return True
-        if tb.is_meta(t):
-            return False  # no memory: only the tensor itself is named
-        # Owners of the memory: t, the storage object made to ask, and anything else.
-        return torch._C._storage_Use_Count(tb.storage(t)._cdata) > 2

@@ -217,11 +217,6 @@ class _Diagnosis:
                     return fixes.target_device(model.devices)
         return fixes.target_device(real)
 
-    @property
-    def result(self) -> Any:
-        """The scan of every user name (walked on first use: most fixes need only the operands' roots)."""
-        return self.index.result
-
     def _model_of(self, n: _Named) -> Any:
         from .findings import root_module
 
@@ -439,7 +434,7 @@ class _Diagnosis:
 
     def _attribute_fix(self, n: _Named, target: str) -> Fix | None:
         name = n.operand.name or ""
-        for module in self.result.modules:
+        for module in self.index.holders.modules:
             for u in module.unregistered:
                 if name == u.name:
                     return dataclasses.replace(fixes.register_buffer(u, target), rerun=True)
@@ -516,19 +511,20 @@ class _Diagnosis:
         they become the traceback, which the fix releases first, with any graph that saved them."""
         from .findings import move_fix, optimizers_with_state_under
 
-        swap_flag = bool(self.result.options.get("swap_flag"))
+        holders = self.index.holders
+        swap_flag = bool(holders.options.get("swap_flag"))
         names = parts or [model.name]
-        optimizers = tuple(dict.fromkeys(o for p in names for o in optimizers_with_state_under(self.result, p)))
+        optimizers = tuple(dict.fromkeys(o for p in names for o in optimizers_with_state_under(holders, p)))
         part_of = model.name if parts else None
-        swapped = [r for r in self.result.records if r.kind == "parameter"
+        swapped = [r for r in holders.records if r.kind == "parameter"
                    and r.name.startswith(tuple(f"{n}{sep}" for n in names for sep in ".["))]
         # Buffers are reassigned, never swapped: a module with no parameters is never refused
         # (one with any is: every parameter is swapped, those already on the target too).
         if not swapped or all(fixes.moves_in_place(d, target, swap_flag) for d in model.devices if d != target):
             if parts is None:
-                return move_fix(self.result, model, target)
+                return move_fix(holders, model, target)
             return fixes.move_module(names, target, optimizers=optimizers, part_of=part_of)
-        held = tuple(r.name for r in self.result.records if r.kind == "tensor" and r.requires_grad and not r.is_leaf
+        held = tuple(r.name for r in holders.records if r.kind == "tensor" and r.requires_grad and not r.is_leaf
                      and fixes.assignment(r.name, f"{r.name}.detach()"))
         return fixes.move_module(names, target, release=held, release_traceback=True, optimizers=optimizers,
                                  part_of=part_of)
@@ -537,10 +533,11 @@ class _Diagnosis:
         model = self._model_of(n)
         if model is None:
             return None
+        holders = self.index.holders
         whole = all(d == "meta" for d in model.devices)
         if whole:
             self.whole_moves.add(model.name)
-        release = tuple(r.name for r in self.result.records if r.kind == "tensor" and r.requires_grad
+        release = tuple(r.name for r in holders.records if r.kind == "tensor" and r.requires_grad
                         and not r.is_leaf and fixes.assignment(r.name, f"{r.name}.detach()"))
         fix = fixes.materialise(model.name, target if whole else None, max(1, model.unmaterialised),
                                 hf_model=model.library == "transformers", release=release, release_traceback=True)

@@ -102,9 +102,10 @@ def optimizers_with_state_under(result: ScanResult, module: str) -> tuple[str, .
 
 
 def _graph_holders(result: ScanResult) -> tuple[tuple[str, ...], bool]:
-    """What may keep autograd graphs alive: namespace tensors with a grad_fn, and the last traceback."""
+    """What may keep autograd graphs alive: namespace tensors with a grad_fn (every name of one:
+    a name left holding it keeps the graph), and the last traceback."""
     names = tuple(r.name for r in result.records
-                  if r.kind == "tensor" and r.requires_grad and not r.is_leaf and not r.hidden and r.alias_of is None
+                  if r.kind == "tensor" and r.requires_grad and not r.is_leaf and not r.hidden
                   and fixes.assignment(r.name, f"{r.name}.detach()"))
     return names, bool(result.options.get("has_traceback"))
 

@@ -24,23 +24,34 @@ class CheckedCell:
     the check; the report is shown first.
     """
 
+    #: The cell magic's name, as the cell's first line says it.
+    magic = "devcheck"
+
     def __init__(self, shell: Any, args: Any, line: str, cell: str,
                  explained: Callable[[BaseException], None] | None = None):
-        from ..observe.mode import DeviceCheckMode
-
         self.shell, self.args, self.line, self.cell = shell, args, line, cell
         self.explained = explained
         self.number = running_cell_number(shell)
-        self.source = f"%%devcheck{(' ' + line.strip()) if line.strip() else ''}\n{cell}"
+        self.source = f"%%{self.magic}{(' ' + line.strip()) if line.strip() else ''}\n{cell}"
         self.transformed = shell.transform_cell(cell)
         self.needs_await = bool(shell.should_run_async(cell, transformed_cell=self.transformed,
                                                        preprocessing_exc_tuple=None))
         self.filename = shell.compile.cache(self.source, self.number, raw_code=self.source)
         self.codes = self._compile()  # a SyntaxError fails the cell before anything runs
-        filename = self.filename
-        self.mode = DeviceCheckMode(shell.user_ns, lambda frame: frame.f_code.co_filename == filename
-                                    and frame.f_code.co_name == "<module>", tidy_tracebacks=True)
+        self.mode = self._observer()
         self.start = 0.0
+
+    def _observer(self) -> Any:
+        """What watches the cell run: entered before its first statement, left after its last."""
+        from ..observe.mode import DeviceCheckMode
+
+        filename = self.filename
+        return DeviceCheckMode(self.shell.user_ns, lambda frame: frame.f_code.co_filename == filename
+                               and frame.f_code.co_name == "<module>", tidy_tracebacks=True)
+
+    def _transformed(self, tree: Any) -> Any:
+        """The cell's syntax tree as it will run (after IPython's own transformers)."""
+        return tree
 
     def _compile(self) -> list[Any]:
         import ast as ast_module
@@ -48,7 +59,7 @@ class CheckedCell:
         flags = getattr(ast_module, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if self.needs_await else 0
         # A blank first line stands for the magic's line: line numbers are the cell's own.
         tree = self.shell.compile.ast_parse("\n" + self.transformed, filename=self.filename)
-        tree = self.shell.transform_ast(tree)
+        tree = self._transformed(self.shell.transform_ast(tree))
         body = list(tree.body)
         last = None
         if body and isinstance(body[-1], ast_module.Expr) and \
@@ -158,13 +169,15 @@ def raised_after(value: Any) -> Any:
     return value
 
 
-_DEVCHECK_LINE = re.compile(r"^\s*%%devcheck(?:\s+(.*))?$")
+#: The cell magics that run a cell themselves: ``%%devcheck`` and ``%%gpumem``.
+_RUNNING_MAGIC_LINE = re.compile(r"^\s*%%(devcheck|gpumem)(?:\s+(.*))?$")
 
 
-def await_devcheck_cells(shell: Any) -> Any:
-    """An input transformer for %%devcheck cells, so they run as plain cells would.
+def awaiting_magic_cells(shell: Any) -> Any:
+    """An input transformer for %%devcheck and %%gpumem cells, so they run as plain cells would.
 
-    * A body with top-level ``await`` becomes ``await <DevInspect>.devcheck_async(line, body)``,
+    * A body with top-level ``await`` becomes ``await <magics>.devcheck_async(line, body)``
+      (``gpumem_async`` for %%gpumem),
       which the kernel runs on its own event loop.
     * A body that does not compile is handed to IPython as it is (a blank line standing
       for the magic's line, so line numbers stay the cell's): IPython then fails the cell
@@ -178,7 +191,7 @@ def await_devcheck_cells(shell: Any) -> Any:
         try:
             if not lines:
                 return lines
-            m = _DEVCHECK_LINE.match(lines[0].rstrip("\n"))
+            m = _RUNNING_MAGIC_LINE.match(lines[0].rstrip("\n"))
             if m is None:
                 return lines
             body = "".join(lines[1:])
@@ -191,11 +204,11 @@ def await_devcheck_cells(shell: Any) -> Any:
                 return ["\n", *lines[1:]]
             if not awaits:
                 return lines
-            line = (m.group(1) or "").strip()
+            magic, line = m.group(1), (m.group(2) or "").strip()
             # Two statements, as IPython runs them: only the first is a coroutine, so the second
             # hands over the cell's value, or raises what it raised, StopIteration included.
-            magics = "get_ipython().find_cell_magic('devcheck').__self__"
-            return [f"await {magics}.devcheck_async({line!r}, {body!r})\n", f"{magics}.checked_result()\n"]
+            magics = f"get_ipython().find_cell_magic({magic!r}).__self__"
+            return [f"await {magics}.{magic}_async({line!r}, {body!r})\n", f"{magics}.checked_result()\n"]
         except Exception:  # noqa: BLE001 - never break a cell; the magic reports its own errors
             return lines
 

@@ -77,7 +77,7 @@ class DevcheckMagics(DevInspectMagics):
                              "use %devcheck --last on a line of its own")
         run = CheckedCell(self.shell, args, line, cell, self.explained)
         if run.needs_await and event_loop_running():
-            # Only reached when the cell was not rewritten by await_devcheck_cells (a direct call).
+            # Only reached when the cell was not rewritten by awaiting_magic_cells (a direct call).
             raise UsageError("%%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
                              "so the kernel can run it on its event loop")
         return run.run()

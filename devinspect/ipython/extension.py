@@ -8,7 +8,7 @@ from typing import Any
 from .. import actions
 from ..collect import locations
 from ..observe import tracebacks
-from .cell_runner import await_devcheck_cells, edited_cells
+from .cell_runner import awaiting_magic_cells, edited_cells
 from .common import cell_numbers, error_forgetter, traceback_drawer
 from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
@@ -52,7 +52,7 @@ def load(shell: Any) -> None:
     for family in here.families:
         shell.register_magics(family)
     shell.input_transformers_cleanup.insert(0, edited_cells(shell))  # before anything reads the text
-    shell.input_transformers_cleanup.append(await_devcheck_cells(shell))
+    shell.input_transformers_cleanup.append(awaiting_magic_cells(shell))
     locations.register_cell_numbers(here.cell_numbers)
     tracebacks.register_drawer(here.draw_traceback)
     actions.error_holders.append(here.forget_error)

@@ -7,10 +7,10 @@ import weakref
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import line_magic, magics_class
+from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .common import DevInspectMagics, device_argument, display_live, variable_name
+from .common import DevInspectMagics, device_argument, display_live, event_loop_running, variable_name
 from .ranks import show_ranks
 
 
@@ -41,9 +41,13 @@ class GpumemMagics(DevInspectMagics):
     @argument("-v", "--variable", metavar="NAME", help="Also store the snapshot (or the history) in NAME.")
     @argument("--ranks", action="store_true",
               help="The memory of every rank of a distributed job side by side (see %%devices --ranks).")
-    @line_magic
-    def gpumem(self, line: str = "") -> Any:
+    @argument("-f", "--function", action="append", default=[], metavar="NAME",
+              help="As a cell magic: also profile the lines of this function, method or module's forward "
+                   "(repeatable).")
+    @line_cell_magic
+    def gpumem(self, line: str = "", cell: str | None = None) -> Any:
         """Accelerator memory per device: allocated, reserved and the driver's view, reconciled.
+        As a cell magic (``%%gpumem``): the cell's memory line by line, and by name.
 
         For every GPU (and this process's own memory): what PyTorch's allocator has
         allocated and reserved, peaks, fragmentation, what ``empty_cache()`` would
@@ -60,9 +64,28 @@ class GpumemMagics(DevInspectMagics):
             %gpumem --watch 2        # refresh every 2 s while you work; %gpumem --stop
             %gpumem --track          # record each following cell; --history shows them
             snap = %gpumem -o        # keep it: snap.frame, snap.reconciliation_frame
+
+        ``%%gpumem`` runs the cell as a plain cell would (same results and errors; no
+        empty_cache, sync or allocation added) and shows, for each line, allocated memory
+        before and after, the peak inside it, reserved before and after, and the tensors
+        it made that are still alive, by your names; then the cell's peak: the line, what
+        was live, and the peak without the largest temporary. Lines in loops add up.
+
+            %%gpumem                 # the cell's lines (and the functions it defines)
+            %%gpumem -f train_step -f model   # also inside train_step and model.forward
+            %%gpumem -v prof         # keep it: prof.frame, prof.peak
         """
+        __tracebackhide__ = True  # noqa: F841 - the user's traceback starts in their cell, not here
         args = self._parse(self.gpumem, line)
         variable_name("%gpumem", args.variable, self.shell)
+        if cell is not None:
+            run = self._profile_cell(args, line, cell)
+            if run.needs_await and event_loop_running():
+                raise UsageError("%%gpumem: this cell awaits; run it as a cell (%%gpumem on its first line) "
+                                 "so the kernel can run it on its event loop")
+            return run.run()
+        if args.function:
+            raise UsageError("%gpumem: -f names functions to profile with %%gpumem (a cell magic)")
         if args.ranks:
             if args.device or args.watch is not None or args.track or args.untrack or args.history or args.stop:
                 raise UsageError("%gpumem: --ranks shows every rank once; it takes no -d, --watch, --track or --history")
@@ -85,6 +108,44 @@ class GpumemMagics(DevInspectMagics):
         if args.variable:
             self.shell.user_ns[args.variable] = shown
         return shown if args.output else None
+
+    def _profile_cell(self, args: Any, line: str, cell: str) -> Any:
+        from .profiled_cell import ProfiledCell, function_codes, profiled_device
+
+        line_only = [flag for flag, used in (("--watch", args.watch is not None), ("--stop", args.stop),
+                                             ("--track", args.track), ("--untrack", args.untrack),
+                                             ("--history", args.history), ("--ranks", args.ranks),
+                                             ("--all-devices", args.all_devices), ("--no-tensors", args.no_tensors))
+                     if used]
+        if line_only:
+            raise UsageError(f"%%gpumem: {line_only[0]} belongs to %gpumem on a line; a %%gpumem cell takes "
+                             "-d, -f, -o and -v")
+        device = profiled_device(args.device)
+        def live_view(profile: Any) -> Any:
+            from ..jupyter.line_memory_widget import line_memory_widget
+            from ..jupyter.memory_dashboard import MemoryDashboard
+
+            dashboard = MemoryDashboard(self._collector(str(device), True), self._memory_actions())
+            return line_memory_widget(profile, dashboard)
+
+        return ProfiledCell(self.shell, args, line, cell, device, function_codes(self.shell.user_ns, args.function),
+                            self._ipython_names(), live_view)
+
+    async def gpumem_async(self, line: str, cell: str) -> Any:
+        """``%%gpumem`` for a cell with top-level ``await``, run on the kernel's event loop
+        (an input transformer rewrites such a cell into ``await`` of this method)."""
+        __tracebackhide__ = True  # noqa: F841
+        args = self._parse(self.gpumem, line)
+        variable_name("%gpumem", args.variable, self.shell)
+        self._async_outcome = await self._profile_cell(args, line, cell).run_async()
+
+    def checked_result(self) -> Any:
+        """The value of the async profiled cell that just ran, or what it raised, raised here."""
+        from .cell_runner import raised_after
+
+        __tracebackhide__ = True  # noqa: F841
+        outcome, self._async_outcome = getattr(self, "_async_outcome", None), None
+        return raised_after(outcome)
 
     def _collector(self, device: str | None, count_tensors_by_default: bool, all_devices: bool = False) -> Any:
         """collect(count_tensors) -> MemorySnapshot, keeping the last tensor count between calls."""

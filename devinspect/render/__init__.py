@@ -11,6 +11,7 @@ from ..model import display
 from ..model.check_report import CheckReport, Mismatch
 from ..model.explanation import Explanation
 from ..model.holders import Holders
+from ..model.line_memory import LineMemoryProfile
 from ..model.memory import MemoryHistory, MemorySnapshot
 from ..model.ranks import RankReport
 from ..model.scan_result import ScanView
@@ -21,6 +22,7 @@ from . import (
                  explain_text,
                  holders,
                  html,
+                 line_memory,
                  memory_html,
                  memory_plot,
                  memory_text,
@@ -37,4 +39,6 @@ display.register(MemorySnapshot, text=memory_text.render_snapshot, html=memory_h
 display.register(MemoryHistory, text=memory_text.render_history, html=memory_html.render_history,
                  figure=memory_plot.history_figure)
 display.register(Holders, text=holders.render_text, html=holders.render_html)
+display.register(LineMemoryProfile, text=line_memory.render_text, html=line_memory.render_html,
+                 figure=memory_plot.lines_figure)
 display.register(RankReport, text=ranks_text.report_text, html=ranks_html.report_html)

@@ -7,6 +7,7 @@ need a stylesheet: severity is a symbol, sizes are right-aligned, names are code
 from __future__ import annotations
 
 from html import escape
+from typing import Container, Iterable, Sequence
 
 from ..model.fixes import Fix
 from ..model.scan_result import ScanView
@@ -19,6 +20,23 @@ NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:
 #: Names and code: wrapped where the column ends (anywhere, even inside a long name), never cut.
 WRAP = CELL + ";overflow-wrap:anywhere;word-break:break-word"
 _PRE = "margin:2px 0 4px 0;white-space:pre-wrap;overflow-wrap:anywhere;max-width:100%"
+
+
+def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Container[int], code: int,
+               wrapped: Container[int] = ()) -> str:
+    """A table of text cells: ``numeric`` columns right-aligned, column ``code`` as code, the
+    code and ``wrapped`` columns wrapping anywhere (a long line never widens the page)."""
+    out = ['<table style="border-collapse:collapse"><thead><tr>']
+    out.extend(f'<th style="{NUM if i in numeric else CELL}">{escape(h)}</th>' for i, h in enumerate(headers))
+    out.append("</tr></thead><tbody>")
+    for row in rows:
+        cells = []
+        for i, v in enumerate(row):
+            text = f"<code>{escape(v)}</code>" if i == code else escape(v)
+            cells.append(f'<td style="{NUM if i in numeric else WRAP if i == code or i in wrapped else CELL}">{text}</td>')
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
 
 
 def fix_html(fix: Fix) -> str:

@@ -10,7 +10,7 @@ from html import escape
 
 from ..model.memory import DeviceMemory, MemoryHistory, MemorySnapshot
 from ..model.units import human_bytes
-from .html import CELL, NUM, WRAP
+from .html import CELL, NUM, text_table
 from .memory_text import HISTORY_HEADERS, details, device_title, headline, history_rows, recon_value, snapshot_title
 
 
@@ -91,17 +91,5 @@ def render_snapshot(snapshot: MemorySnapshot) -> str:
 def render_history(history: MemoryHistory) -> str:
     if not history.cells:
         return "<p>devinspect: no cells recorded yet (<code>%gpumem --track</code> starts recording).</p>"
-    out = [f'<div class="devinspect"><p><b>devinspect</b>: memory per cell ({len(history.cells)} cells)</p>',
-           '<table style="border-collapse:collapse"><thead><tr>']
-    numeric = {2, 3, 4, 5, 6}
-    for i, h in enumerate(HISTORY_HEADERS):
-        out.append(f'<th style="{NUM if i in numeric else CELL}">{h}</th>')
-    out.append("</tr></thead><tbody>")
-    for row in history_rows(history):
-        cells = []
-        for i, v in enumerate(row):
-            text = f"<code>{escape(v)}</code>" if i == 7 else escape(v)
-            cells.append(f'<td style="{NUM if i in numeric else WRAP if i == 7 else CELL}">{text}</td>')
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table></div>")
-    return "".join(out)
+    return (f'<div class="devinspect"><p><b>devinspect</b>: memory per cell ({len(history.cells)} cells)</p>'
+            + text_table(HISTORY_HEADERS, history_rows(history), numeric={2, 3, 4, 5, 6}, code=7) + "</div>")

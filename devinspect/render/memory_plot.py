@@ -15,6 +15,7 @@ import base64
 import io
 from typing import Any
 
+from ..model.line_memory import LineMemoryProfile
 from ..model.memory import MemoryHistory
 
 _MIB = float(1 << 20)
@@ -56,29 +57,63 @@ def history_figure(history: MemoryHistory, theme: str = "light") -> Any:
         if low is not None:
             span = max(high - low, max(abs(high), 1.0) * 0.02)  # a flat line still gets a visible band
             ax.set_ylim(low - 0.15 * span, high + 0.15 * span)
-        ax.set_facecolor(colours["face"])
-        ax.set_title(device, loc="left", fontsize="medium", color=colours["text"])
-        ax.set_ylabel("MiB", color=colours["text"])
-        ax.tick_params(colors=colours["text"])
-        for spine in ax.spines.values():
-            spine.set_color(colours["grid"])
-        ax.grid(True, color=colours["grid"], alpha=0.6)
-        legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
-        for text in legend.get_texts():
-            text.set_color(colours["text"])
+        _themed(ax, colours, device)
     axes[-1].set_xlabel("cell", color=colours["text"])
     return fig
 
 
-def history_png(history: MemoryHistory, theme: str = "light") -> bytes:
+def _themed(ax: Any, colours: dict[str, str], title: str) -> None:
+    ax.set_facecolor(colours["face"])
+    ax.set_title(title, loc="left", fontsize="medium", color=colours["text"])
+    ax.set_ylabel("MiB", color=colours["text"])
+    ax.tick_params(colors=colours["text"])
+    for spine in ax.spines.values():
+        spine.set_color(colours["grid"])
+    ax.grid(True, color=colours["grid"], alpha=0.6)
+    legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    for text in legend.get_texts():
+        text.set_color(colours["text"])
+
+
+def lines_figure(profile: LineMemoryProfile, theme: str = "light") -> Any:
+    """``%%gpumem``'s step plot: allocated and reserved after each profiled line, from the
+    cell's start, with the peak inside each line (MiB)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    colours = _THEMES[theme]
+    fig = Figure(figsize=(8.5, 2.6), layout="constrained", facecolor=colours["face"])
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    x = ["start", *(m.label.replace("line ", "") for m in profile.lines)]
+    series = [("allocated", [profile.allocated_start, *(m.allocated_after for m in profile.lines)], "-"),
+              ("reserved", [profile.reserved_start, *(m.reserved_after for m in profile.lines)], "--"),
+              ("peak in line", [None, *(m.peak for m in profile.lines)], ":")]
+    for (label, values, style), colour in zip(series, _LINES):
+        points = [(i, v / _MIB) for i, v in enumerate(values) if v is not None]
+        if points:
+            ax.step([p[0] for p in points], [p[1] for p in points], where="post", linestyle=style,
+                    label=label, color=colour)
+    ax.set_xticks(range(len(x)), x, rotation=0 if len(x) < 16 else 90, fontsize="small")
+    _themed(ax, colours, f"{profile.device}, by line")
+    ax.set_xlabel("after line", color=colours["text"])
+    return fig
+
+
+def figure_png(figure: Any) -> bytes:
     buffer = io.BytesIO()
-    figure = history_figure(history, theme)
     figure.savefig(buffer, format="png", dpi=100, facecolor=figure.get_facecolor())
     return buffer.getvalue()
 
 
+def history_png(history: MemoryHistory, theme: str = "light") -> bytes:
+    return figure_png(history_figure(history, theme))
+
+
 class HistoryPlot:
     """The plot for a notebook: the rendering that matches JupyterLab's theme, light elsewhere."""
+
+    alt = "memory per cell"
 
     def __init__(self, history: MemoryHistory):
         self.light = history_png(history, "light")
@@ -92,8 +127,18 @@ class HistoryPlot:
             "[data-jp-theme-light='false'] .devinspect-plot-light{display:none!important}"
             "[data-jp-theme-light='false'] .devinspect-plot-dark{display:inline!important}"
             "</style>"
-            f'<img class="devinspect-plot-light" alt="memory per cell" src="data:image/png;base64,{light}">'
-            f'<img class="devinspect-plot-dark" alt="memory per cell" style="display:none" '
+            f'<img class="devinspect-plot-light" alt="{self.alt}" src="data:image/png;base64,{light}">'
+            f'<img class="devinspect-plot-dark" alt="{self.alt}" style="display:none" '
             f'src="data:image/png;base64,{dark}">'
         )
-        return {"text/html": html, "image/png": light, "text/plain": "<memory per cell plot>"}
+        return {"text/html": html, "image/png": light, "text/plain": f"<{self.alt} plot>"}
+
+
+class LinesPlot(HistoryPlot):
+    """``%%gpumem``'s step plot, in both themes."""
+
+    alt = "memory by line"
+
+    def __init__(self, profile: LineMemoryProfile):
+        self.light = figure_png(lines_figure(profile, "light"))
+        self.dark = figure_png(lines_figure(profile, "dark"))

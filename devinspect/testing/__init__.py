@@ -42,6 +42,17 @@ simulated memory used host memory for a moment.
 
 from __future__ import annotations
 
-from .device import DEVICE_COUNT, DEVICE_TYPE, SimTensor, SimulatedDeviceError, device, enable, is_enabled
+from .device import (
+    DEVICE_COUNT,
+    DEVICE_TYPE,
+    SimTensor,
+    SimulatedDeviceError,
+    device,
+    enable,
+    is_enabled,
+    memory_observers,
+    storage_addresses,
+)
 
-__all__ = ["enable", "device", "is_enabled", "DEVICE_TYPE", "DEVICE_COUNT", "SimTensor", "SimulatedDeviceError"]
+__all__ = ["enable", "device", "is_enabled", "DEVICE_TYPE", "DEVICE_COUNT", "SimTensor", "SimulatedDeviceError",
+           "memory_observers", "storage_addresses"]

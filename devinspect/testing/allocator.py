@@ -21,7 +21,7 @@ The data itself lives in ordinary host memory; these are only the books.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..model.units import human_bytes
 
@@ -41,12 +41,19 @@ class Block:
     requested: int = 0
     allocated: bool = False
 
+    @property
+    def address(self) -> int:
+        return self.segment.base + self.offset
+
 
 @dataclass
 class Segment:
     size: int
     small: bool
     blocks: list[Block] = field(default_factory=list)
+    #: Where the segment starts in the device's (made-up) address space: event addresses
+    #: are unique among live blocks, as a GPU's are.
+    base: int = 0
 
     @property
     def unused(self) -> bool:
@@ -77,6 +84,10 @@ class Allocator:
         self.allocations = self.allocations_total = self.frees_total = 0
         self.segments_total = self.segments_freed = 0
         self.alloc_retries = self.ooms = 0
+        #: Called as ``observer(action, address, size)`` for each event CUDA's memory history
+        #: records: "alloc", "free", "segment_alloc", "segment_free".
+        self.observers: list[Callable[[str, int, int], None]] = []
+        self._next_base = 1 << 40
 
     # -- serving and returning blocks -------------------------------------------------
 
@@ -104,12 +115,16 @@ class Allocator:
         self.allocations_total += 1
         self.peak_allocated = max(self.peak_allocated, self.allocated)
         self.peak_requested = max(self.peak_requested, self.requested)
+        if self.observers:
+            self._tell("alloc", block.address, block.size)
         return block
 
     def free(self, block: Block) -> None:
         if not block.allocated:
             return
         block.allocated = False
+        if self.observers:
+            self._tell("free", block.address, block.size)
         self.allocated -= block.size
         self.requested -= block.requested
         self.allocations -= 1
@@ -166,14 +181,21 @@ class Allocator:
         fits = [b for s in self.segments if s.small == small for b in s.blocks if not b.allocated and b.size >= size]
         return min(fits, key=lambda b: b.size) if fits else None
 
+    def _tell(self, action: str, address: int, size: int) -> None:
+        for observer in self.observers:
+            observer(action, address, size)
+
     def _new_segment(self, size: int, small: bool) -> Block:
-        segment = Segment(size, small)
+        segment = Segment(size, small, base=self._next_base)
+        self._next_base += size
         block = Block(segment, 0, size)
         segment.blocks.append(block)
         self.segments.append(segment)
         self.segments_total += 1
         self.reserved += size
         self.peak_reserved = max(self.peak_reserved, self.reserved)
+        if self.observers:
+            self._tell("segment_alloc", segment.base, size)
         return block
 
     @staticmethod
@@ -201,6 +223,9 @@ class Allocator:
         self.segments = [s for s in self.segments if not s.unused]
         self.reserved -= released
         self.segments_freed += len(unused)
+        if self.observers:
+            for segment in unused:
+                self._tell("segment_free", segment.base, segment.size)
         return released
 
     def _out_of_memory(self, nbytes: int) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_map
@@ -137,6 +137,24 @@ def _allocator(device: Any = None) -> Allocator:
     return _books[_index(device)].allocator
 
 
+def memory_observers(device: Any = None) -> list[Callable[[str, int, int], None]]:
+    """The simulated allocator's event observers for ``device``: append ``observer(action,
+    address, size)`` to hear each alloc, free, segment_alloc and segment_free, and remove
+    it when done."""
+    return _allocator(device).observers
+
+
+def storage_addresses(storage_key: int) -> tuple[int, ...]:
+    """The addresses of the allocator blocks that hold the simulated storage whose
+    ``untyped_storage()._cdata`` is ``storage_key`` (of its host data; the scan's storage
+    key); empty for any other."""
+    for books in _books:
+        entry = books.storages.get(storage_key)
+        if entry is not None:
+            return tuple(block.address for block in entry[0])
+    return ()
+
+
 class _BackendModule:
     """What ``torch.sim`` answers: always available, never initialising anything real."""
 
@@ -236,6 +254,14 @@ class _BackendModule:
 
     def reset_peak_memory_stats(self, device: Any = None) -> None:
         _allocator(device).reset_peaks()
+
+    # Allocation events, for line profilers (``%%gpumem``): what CUDA's memory history records.
+
+    def memory_observers(self, device: Any = None) -> list[Callable[[str, int, int], None]]:
+        return memory_observers(device)
+
+    def storage_addresses(self, storage_key: int) -> tuple[int, ...]:
+        return storage_addresses(storage_key)
 
     def empty_cache(self) -> None:
         for books in _books:

@@ -1,0 +1,162 @@
+"""From a recorded run to the profile ``%%gpumem`` shows: lines added up, the tensors
+each line made that are still alive, by name, and the peak explained."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..model.line_memory import LineKey, LineMemory, LineMemoryProfile, MemoryEvent, PeakMoment, Recording
+
+BEFORE_THE_CELL = "held before the cell"
+
+
+def build_profile(recording: Recording, text_of: Callable[[LineKey], str], names_of: Callable[[], dict[int, str]],
+                  error: str | None = None) -> LineMemoryProfile:
+    """The profile of ``recording``. ``names_of()`` maps the address of each allocation a
+    user's name reaches at the end to that name (asked only when an allocation the cell
+    made is still alive: it walks the namespace); ``text_of`` gives a line's source."""
+    replay = _Replay(recording)
+    names = names_of() if replay.alive_at_end else {}
+    rows = _rows(recording, replay, text_of, names)
+    return LineMemoryProfile(
+        device=recording.device, lines=rows, peak=_peak(recording, replay, names),
+        allocated_start=recording.allocated_start, allocated_end=recording.allocated_end,
+        reserved_start=recording.reserved_start, reserved_end=recording.reserved_end,
+        events_source=recording.events_source, has_events=recording.has_events, error=error,
+        events_dropped=recording.events_dropped,
+    )
+
+
+def label(key: LineKey | None) -> str:
+    if key is None:
+        return "outside the profiled lines"
+    return f"line {key[2]}" if key[1] == "<module>" else f"{key[1]}, line {key[2]}"
+
+
+class _Replay:
+    """The alloc and free events replayed from the allocated bytes at the start: the total
+    after each, the highest total while each line ran, and when each allocation was freed."""
+
+    def __init__(self, recording: Recording):
+        self.events: list[MemoryEvent] = [e for e in recording.events if e[0] == "alloc" or e[0] == "free"]
+        running = recording.allocated_start or 0
+        self.totals: list[int] = []
+        self.line_peaks: dict[LineKey, int] = {}
+        #: Bytes allocated less bytes freed by each line itself (the innermost line of an event).
+        self.line_changes: dict[LineKey, int] = {}
+        #: index of each alloc -> index of its free (len(events) when never freed)
+        self.freed_at: dict[int, int] = {}
+        live: dict[int, int] = {}  # address -> index of the alloc now holding it
+        for i, (action, address, size, lines) in enumerate(self.events):
+            if lines:
+                self.line_changes[lines[0]] = self.line_changes.get(lines[0], 0) + (size if action == "alloc" else -size)
+            if action == "alloc":
+                running += size
+                live[address] = i
+                for key in lines:
+                    if running > self.line_peaks.get(key, -1):
+                        self.line_peaks[key] = running
+            else:
+                running -= size
+                made = live.pop(address, None)
+                if made is not None:
+                    self.freed_at[made] = i
+            self.totals.append(running)
+        for i in live.values():
+            self.freed_at[i] = len(self.events)
+        self.alive_at_end = {self.events[i][1]: i for i in live.values()}
+
+    def where_made(self, index: int) -> LineKey | None:
+        lines = self.events[index][3]
+        return lines[0] if lines else None
+
+
+def _rows(recording: Recording, replay: _Replay, text_of: Callable[[LineKey], str],
+          names: dict[int, str]) -> tuple[LineMemory, ...]:
+    alive: dict[LineKey, list[tuple[str, int]]] = {}
+    unnamed: dict[LineKey, int] = {}
+    for address, index in replay.alive_at_end.items():
+        key = replay.where_made(index)
+        if key is None:
+            continue
+        size = replay.events[index][2]
+        name = names.get(address)
+        if name is not None:
+            alive.setdefault(key, []).append((name, size))
+        else:
+            unnamed[key] = unnamed.get(key, 0) + size
+    # Lines heard only through events: a function's, where a marked cell reads them from the stack.
+    keys = list(dict.fromkeys([*recording.lines, *(k for k in replay.line_changes if k[1] != "<module>")]))
+    functions = list(dict.fromkeys(k[:2] for k in keys))
+    functions.sort(key=lambda f: f[1] != "<module>")  # the cell first, then functions as they first ran
+    rows = []
+    for function in functions:
+        for key in sorted((k for k in keys if k[:2] == function), key=lambda k: k[2]):
+            totals = recording.lines.get(key)
+            if totals is None:
+                rows.append(LineMemory(
+                    function=key[1], line=key[2], text=text_of(key), runs=None, allocated_before=None,
+                    allocated_after=None, change=replay.line_changes[key], peak=replay.line_peaks.get(key),
+                    reserved_before=None, reserved_after=None,
+                    alive=tuple(sorted(alive.get(key, ()), key=lambda a: -a[1])), alive_unnamed=unnamed.get(key, 0),
+                    filename=key[0],
+                ))
+                continue
+            peak = totals.peak
+            if key in replay.line_peaks and recording.has_events:
+                peak = max(replay.line_peaks[key], peak if peak is not None else -1,
+                           *(v for v in (totals.allocated_before, totals.allocated_after) if v is not None))
+            rows.append(LineMemory(
+                function=key[1], line=key[2], text=text_of(key), runs=totals.runs,
+                allocated_before=totals.allocated_before, allocated_after=totals.allocated_after,
+                change=totals.change, peak=peak,
+                reserved_before=totals.reserved_before, reserved_after=totals.reserved_after,
+                alive=tuple(sorted(alive.get(key, ()), key=lambda a: -a[1])), alive_unnamed=unnamed.get(key, 0),
+                filename=key[0],
+            ))
+    return tuple(rows)
+
+
+def _peak(recording: Recording, replay: _Replay, names: dict[int, str]) -> PeakMoment | None:
+    if not replay.events:
+        return _peak_from_counters(recording)
+    totals = replay.totals
+    at = max(range(len(totals)), key=totals.__getitem__)
+    start = recording.allocated_start or 0
+    if totals[at] <= start:
+        return _peak_from_counters(recording)
+    held: dict[str, int] = {}
+    temporaries: list[tuple[str, int, int]] = []  # (label, size, index)
+    for index, (action, address, size, _) in enumerate(replay.events[:at + 1]):
+        if action != "alloc" or replay.freed_at.get(index, 0) <= at:
+            continue
+        made = label(replay.where_made(index))
+        if replay.freed_at[index] < len(replay.events):
+            what = f"temporary on {made}"
+            temporaries.append((what, size, index))
+        else:
+            what = names.get(address) or f"no name, from {made}"
+        held[what] = held.get(what, 0) + size
+    if start:
+        held[BEFORE_THE_CELL] = start
+    largest = max(temporaries, key=lambda t: t[1], default=None)
+    without = None
+    if largest is not None:
+        _, size, index = largest
+        end = replay.freed_at[index]
+        without = max([*totals[:index], *(t - size for t in totals[index:end]), *totals[end:]], default=0)
+    lines_then = replay.events[at][3]
+    return PeakMoment(
+        allocated=totals[at], line=label(lines_then[0] if lines_then else None),
+        held=tuple(sorted(held.items(), key=lambda h: -h[1])),
+        largest_temporary=(largest[0], largest[1]) if largest else None, without_largest_temporary=without,
+    )
+
+
+def _peak_from_counters(recording: Recording) -> PeakMoment | None:
+    """Without events: the highest total read where a line ended, and nothing about who held it."""
+    measured = [(t.allocated_after, key) for key, t in recording.lines.items() if t.allocated_after is not None]
+    if not measured:
+        return None
+    allocated, key = max(measured, key=lambda m: m[0])
+    return PeakMoment(allocated=allocated, line=label(key), held=())

@@ -1,0 +1,141 @@
+"""Running a ``%%gpumem`` cell the way IPython runs a plain cell, its memory recorded line by line."""
+
+from __future__ import annotations
+
+import linecache
+import sys
+import types
+from typing import Any, Callable
+
+import torch
+from IPython.core.error import UsageError
+
+from ..observe.line_memory import LineKey, LineMemoryRecorder, named_allocations
+from ..observe.line_tracers import mark_statements, uses_markers
+from .cell_runner import CheckedCell
+
+
+class ProfiledCell(CheckedCell):
+    """One %%gpumem run: compiled and run as :class:`CheckedCell` runs a cell (same namespace,
+    value, errors, interrupts, top-level await), under a line memory recorder instead of
+    the device check."""
+
+    magic = "gpumem"
+
+    def __init__(self, shell: Any, args: Any, line: str, cell: str, device: torch.device,
+                 functions: tuple[Any, ...], exclude: Any, live_view: Callable[[Any], Any] | None = None):
+        self.device, self.exclude, self.live_view = device, exclude, live_view
+        #: The code objects of the functions named with -f (and of forward, for a module).
+        self.function_codes = frozenset(functions)
+        self.marked = uses_markers()
+        super().__init__(shell, args, line, cell)
+
+    def _transformed(self, tree: Any) -> Any:
+        return mark_statements(tree) if self.marked else tree
+
+    def _observer(self) -> Any:
+        return LineMemoryRecorder(self.device, self.function_codes | frozenset(_cell_codes(self.codes)), self.marked)
+
+    def _finish(self, error: BaseException | None) -> None:
+        from ..diagnose.failed_call import first_line
+        from ..diagnose.line_memory import build_profile
+
+        self.mode.__exit__(None, None, None)
+        try:
+            self.report = build_profile(
+                self.mode.recording, _source_text, lambda: named_allocations(self.shell.user_ns, self.device, self.exclude),
+                error=first_line(error) if error is not None else None)
+            if self.args.variable:
+                self.shell.user_ns[self.args.variable] = self.report
+            if not self.args.output:
+                self._display()
+        except Exception as exc:  # noqa: BLE001 - the profile must never replace the cell's outcome
+            print(f"devinspect: the memory profile could not be shown ({type(exc).__name__}: {exc})", file=sys.stderr)
+            self.report = None
+
+    def _display(self) -> None:
+        from IPython.display import display
+
+        from .common import display_live
+
+        if getattr(self.shell, "kernel", None) is not None and self.live_view is not None:
+            try:
+                widget = self.live_view(self.report)
+            except ImportError:  # no ipywidgets: the static output is complete
+                widget = None
+            if widget is not None:
+                display_live(widget, self.report)
+                return
+        display(self.report)
+
+    def _result(self) -> Any:
+        return self.report if self.args.output else None
+
+
+def _cell_codes(codes: list[Any]) -> Any:
+    """The cell's statements and the functions and classes it defines, at any depth (a
+    comprehension's, lambda's or generator expression's memory counts on the line that runs it)."""
+    pending = list(codes)
+    while pending:
+        code = pending.pop()
+        yield code
+        pending.extend(c for c in code.co_consts if type(c) is types.CodeType and not c.co_name.startswith("<"))
+
+
+def _source_text(key: LineKey) -> str:
+    """A line's source as the user wrote it (IPython keeps each cell's text in linecache)."""
+    return linecache.getline(key[0], key[2]).strip()
+
+
+def profiled_device(text: str | None) -> torch.device:
+    """The device ``-d`` names, else the accelerator in use: a Python backend that tells its
+    allocator's events (the simulated device, once enabled), else CUDA, else
+    ``torch.accelerator``'s (MPS, XPU). None at all is a UsageError."""
+    from .common import device_argument
+
+    named = device_argument("%%gpumem", text)
+    if named is not None:
+        device = torch.device(named)
+        if device.type == "cpu":
+            raise UsageError("%%gpumem: profiles accelerator memory; -d cpu has none to profile "
+                             "(%gpumem shows this process's resident memory)")
+        return device if device.index is not None else torch.device(device.type, 0)
+    python_backend = torch._C._get_privateuse1_backend_name()
+    module = getattr(torch, python_backend, None) if python_backend != "privateuseone" else None
+    if module is not None and callable(getattr(module, "memory_observers", None)):
+        return torch.device(python_backend, module.current_device())  # a backend made to be profiled: chosen
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    accelerator = getattr(torch, "accelerator", None)
+    current = accelerator.current_accelerator() if accelerator is not None and accelerator.is_available() else None
+    if current is not None:
+        return torch.device(current.type, accelerator.current_device_index())
+    raise UsageError("%%gpumem: no accelerator in this process (no CUDA, MPS, XPU or simulated device), "
+                     "so there is no device memory to profile; the cell did not run")
+
+
+def function_codes(namespace: Any, names: list[str]) -> tuple[Any, ...]:
+    """The code objects ``-f NAME`` asks for, read statically: a function, a method, or a
+    module (its class's ``forward``) or module class. A name that reads as anything else is a
+    UsageError; functions the cell defines itself need no -f (the cell's code is profiled)."""
+    from ..collect.static import mro
+    from ..collect.values import MISSING, object_at
+
+    codes = []
+    for name in names:
+        value = object_at(namespace, name)
+        if value is MISSING:
+            raise UsageError(f"%%gpumem: -f {name}: no such name here yet (a function this cell defines "
+                             "is profiled without -f)")
+        vt = type(value)
+        if vt is types.MethodType:
+            value, vt = value.__func__, type(value.__func__)
+        if isinstance(value, type) or issubclass(vt, torch.nn.Module):
+            cls = value if isinstance(value, type) else vt
+            value = next((c.__dict__["forward"] for c in mro(cls) if "forward" in c.__dict__), None)
+            vt = type(value)
+        if vt is not types.FunctionType:
+            raise UsageError(f"%%gpumem: -f {name} is a {type(object_at(namespace, name)).__name__}: -f takes "
+                             "a function, a method or a module (its forward)")
+        codes.append(value.__code__)
+    return tuple(codes)

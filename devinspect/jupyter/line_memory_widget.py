@@ -1,0 +1,27 @@
+"""``%%gpumem``'s live view: the profile's table, its step plot, and below them the
+``%gpumem`` dashboard of the same device, with its actions (empty_cache, release history)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model.line_memory import LineMemoryProfile
+from ..render.line_memory import render_html
+from ..render.memory_plot import LinesPlot
+
+
+def line_memory_widget(profile: LineMemoryProfile, dashboard: Any) -> Any:
+    """A VBox: the profile (static HTML), its plot where matplotlib is installed, and the
+    ``dashboard`` (a :class:`~devinspect.jupyter.memory_dashboard.MemoryDashboard`)."""
+    import ipywidgets as widgets
+
+    parts = [widgets.HTML(render_html(profile))]
+    if profile.lines:
+        try:
+            plot = LinesPlot(profile)._repr_mimebundle_()["text/html"]
+        except ImportError:  # no matplotlib: the table says it all
+            plot = None
+        if plot is not None:
+            parts.append(widgets.HTML(plot))
+    parts.append(dashboard.widget)
+    return widgets.VBox(parts)

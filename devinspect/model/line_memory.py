@@ -1,0 +1,149 @@
+"""A cell's accelerator memory by line and by name (``%%gpumem``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .display import bundle, text
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# -- what a run records ------------------------------------------------------------------
+
+#: A line of the user's code: (file name, function name, line number).
+LineKey = tuple[str, str, int]
+
+
+@dataclass(slots=True)
+class LineTotals:
+    """One line's runs added up as they happen: the counters where its first run started
+    and its last run ended, and the sum of every run's change."""
+
+    runs: int = 0
+    allocated_before: int | None = None
+    reserved_before: int | None = None
+    allocated_after: int | None = None
+    reserved_after: int | None = None
+    change: int | None = None
+    #: The highest allocated bytes seen while it ran (at its start, its end, or an
+    #: allocation inside it); None without allocation events.
+    peak: int | None = None
+
+
+#: One allocator event: (action, address, size, the user's lines running then, innermost
+#: first); the action is "alloc", "free", "segment_alloc" or "segment_free". A plain tuple:
+#: a loop of small allocations makes millions.
+MemoryEvent = tuple[str, int, int, tuple[LineKey, ...]]
+
+
+@dataclass
+class Recording:
+    """What a run recorded: each line's totals, in the order lines first ran, and the
+    allocator's events."""
+
+    device: str
+    lines: dict[LineKey, LineTotals] = field(default_factory=dict)
+    events: list[MemoryEvent] = field(default_factory=list)
+    allocated_start: int | None = None
+    reserved_start: int | None = None
+    allocated_end: int | None = None
+    reserved_end: int | None = None
+    #: Where the events came from, or why there are none.
+    events_source: str = ""
+    has_events: bool = False
+    #: Events heard after the recording was full (not kept: the peak and the names cover
+    #: the events before them).
+    events_dropped: int = 0
+
+
+# -- what %%gpumem shows -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineMemory:
+    """One line of the cell or of a profiled function, its runs added up (a loop's body
+    runs many times: before is the first run's, after the last run's, change the sum of
+    every run's, peak the highest of any run)."""
+
+    function: str  # "<module>" for the cell's own lines
+    line: int
+    text: str
+    #: None for a function's line known from allocation events only (where Python has no
+    #: sys.monitoring, functions are not followed line by line): then the counters are None too.
+    runs: int | None
+    allocated_before: int | None
+    allocated_after: int | None
+    change: int | None
+    peak: int | None
+    reserved_before: int | None
+    reserved_after: int | None
+    #: (name, bytes) of the tensors made on this line that are alive at the cell's end, largest first.
+    alive: tuple[tuple[str, int], ...] = ()
+    #: Bytes made on this line, alive at the end, that no name reaches (a graph, a cache).
+    alive_unnamed: int = 0
+    filename: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"line {self.line}" if self.function == "<module>" else f"{self.function}, line {self.line}"
+
+
+@dataclass(frozen=True)
+class PeakMoment:
+    """The moment the cell's allocated memory was highest, and what was live then."""
+
+    allocated: int
+    line: str  # the label of the innermost line running then
+    #: (what, bytes), largest first: a user's name, "temporary on line N" (freed before the
+    #: end), "no name, from line N" (alive at the end, unnamed), or "held before the cell".
+    held: tuple[tuple[str, int], ...]
+    #: The largest temporary live at the peak, and the peak had it never been made (a what-if
+    #: from the recorded sizes: nothing is run again).
+    largest_temporary: tuple[str, int] | None = None
+    without_largest_temporary: int | None = None
+
+
+@dataclass(frozen=True)
+class LineMemoryProfile:
+    """What ``%%gpumem`` measured: the lines, the peak and the totals, on one device."""
+
+    device: str
+    lines: tuple[LineMemory, ...]
+    peak: PeakMoment | None
+    allocated_start: int | None
+    allocated_end: int | None
+    reserved_start: int | None
+    reserved_end: int | None
+    #: Where the allocation events came from, or why there were none.
+    events_source: str
+    has_events: bool
+    #: The first line of the exception that stopped the cell, when one did.
+    error: str | None = None
+    #: Allocation events not kept (a very long cell): the peak and names cover those before.
+    events_dropped: int = 0
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        """One row per line: the table as a DataFrame (bytes as integers)."""
+        import pandas as pd
+
+        columns = ["function", "line", "code", "runs", "allocated_before", "allocated_after", "change", "peak",
+                   "reserved_before", "reserved_after", "alive", "alive_unnamed"]
+        rows = [{"function": m.function, "line": m.line, "code": m.text, "runs": m.runs,
+                 "allocated_before": m.allocated_before, "allocated_after": m.allocated_after, "change": m.change,
+                 "peak": m.peak, "reserved_before": m.reserved_before, "reserved_after": m.reserved_after,
+                 "alive": ", ".join(f"{name} ({size})" for name, size in m.alive), "alive_unnamed": m.alive_unnamed}
+                for m in self.lines]
+        return pd.DataFrame(rows, columns=columns)
+
+    def line(self, number: int, function: str = "<module>") -> LineMemory | None:
+        """The row of ``number`` in the cell (or in ``function``)."""
+        return next((m for m in self.lines if m.line == number and m.function == function), None)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        return bundle(self)
+
+    def __repr__(self) -> str:
+        return text(self)
