@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import linecache
 import sys
 import types
@@ -73,12 +74,14 @@ class ProfiledCell(CheckedCell):
 
 
 def _cell_codes(codes: list[Any]) -> Any:
-    """The cell's statements and the functions and classes it defines, at any depth (a
-    comprehension's, lambda's or generator expression's memory counts on the line that runs it)."""
+    """The cell's statements and the functions (methods too) it defines, at any depth. A
+    class body runs once, as its definition: not a line of its own; a comprehension's,
+    lambda's or generator expression's memory counts on the line that runs it."""
     pending = list(codes)
     while pending:
         code = pending.pop()
-        yield code
+        if code.co_name == "<module>" or code.co_flags & inspect.CO_OPTIMIZED:
+            yield code
         pending.extend(c for c in code.co_consts if type(c) is types.CodeType and not c.co_name.startswith("<"))
 
 
