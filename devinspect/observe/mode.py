@@ -242,25 +242,28 @@ class DeviceCheckMode(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         __tracebackhide__ = True  # noqa: F841 - IPython hides this frame from the user's traceback
+        name = getattr(func, "__name__", None)
+        if name not in _INTERESTING or (name in _QUIET_ON_HOST and args and type(args[0]) is _T
+                                        and args[0].is_cpu):
+            # Any other op, or one that can only sync or copy on an accelerator called on a
+            # plain host tensor: called as the cell calls it (no keyword dict made per call).
+            # Asked before whether torch.compile is tracing (a Python call per op): this path
+            # is only the op either way, and its bookkeeping is skipped in a trace below.
+            try:
+                result = func(*args, **kwargs) if kwargs else func(*args)
+            except Exception as exc:
+                if not _is_compiling():
+                    self._on_error(func, args, kwargs or {}, exc)
+                    if self.tidy_tracebacks:
+                        tracebacks.tidy_traceback(exc)
+                raise
+            if self._from_device.entries and not _is_compiling():
+                self._propagate(args, result)
+            return result
         if _is_compiling():
             # torch.compile traces this mode into its graph: there it is only the op, so compiled
             # code runs as in a plain cell (a mismatch it meets is explained from its error).
             return func(*args, **(kwargs or {}))
-        name = getattr(func, "__name__", None)
-        if name not in _INTERESTING or (name in _QUIET_ON_HOST and args and type(args[0]) is _T
-                                        and tb.is_cpu(args[0])):
-            # Any other op, or one that can only sync or copy on an accelerator called on a
-            # plain host tensor: called as the cell calls it (no keyword dict made per call).
-            try:
-                result = func(*args, **kwargs) if kwargs else func(*args)
-            except Exception as exc:
-                self._on_error(func, args, kwargs or {}, exc)
-                if self.tidy_tracebacks:
-                    tracebacks.tidy_traceback(exc)
-                raise
-            if self._from_device.entries:
-                self._propagate(args, result)
-            return result
         return self._interesting(name, func, args, kwargs or {})
 
     def _interesting(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
