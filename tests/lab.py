@@ -191,20 +191,35 @@ def contrast(rgb1, rgb2) -> float:
     return (hi + 0.05) / (lo + 0.05)
 
 
-# The text colour of an element and the first opaque background behind it.
+#: The text colour of an element and the first opaque background behind it; null when the
+#: page replaced the element after it was found (a live view re-rendering): read again.
 COLOURS_JS = """
 (el) => {
-  const parse = (c) => c.match(/[\\d.]+/g).map(Number);
+  if (!el.isConnected) return null;
+  const parse = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
   let node = el, bg = null;
   while (node) {
     const c = getComputedStyle(node).backgroundColor;
     const v = parse(c);
-    if (v.length < 4 || v[3] > 0.5) { bg = v; break; }
+    if (v.length === 3 || v[3] > 0.5) { bg = v; break; }
     node = node.parentElement;
   }
-  return {fg: parse(getComputedStyle(el).color), bg: bg || [255, 255, 255]};
+  const fg = parse(getComputedStyle(el).color);
+  return fg.length >= 3 ? {fg: fg, bg: bg || [255, 255, 255]} : null;
 }
 """
+
+
+def colours(page, selector: str, limit: int = 12, visible_only: bool = True) -> list[dict]:
+    """The colours of the first ``limit`` elements ``selector`` matches (visible ones only,
+    unless told), read again from the page when a live view replaced one while they were
+    read (the dashboards re-render after every cell)."""
+    for _ in range(10):
+        found = [element.evaluate(COLOURS_JS) for element in page.query_selector_all(selector)
+                 if not visible_only or element.is_visible()][:limit]
+        if None not in found:
+            return found
+    raise AssertionError(f"{selector}: the page kept replacing its elements while their colours were read")
 
 
 JS_CELL_COUNT = """(index) => {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import COLOURS_JS, contrast, launch, open_notebook, run_all
+from lab import colours, contrast, launch, open_notebook, run_all
 from lab import lab  # noqa: F401 - the JupyterLab fixture, one per theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -43,8 +43,8 @@ def test_devices_table_is_readable_in_jupyterlab(lab):
             assert "model[0].weight" in text and "sim:0" in text and "rows 1–5 of 5" in text
             assert "has parameters/buffers on" in text
             for selector in ("code", ".widget-html span", "button.jupyter-button", ".lm-TabBar-tab"):
-                colours = page.eval_on_selector(f"{explorer} {selector}", COLOURS_JS)
-                ratio = contrast(colours["fg"], colours["bg"])
+                read = first_colours(page, f"{explorer} {selector}")
+                ratio = contrast(read["fg"], read["bg"])
                 assert ratio >= 4.5, f"{selector} contrast {ratio:.1f} in {theme} theme (screenshot: {shot})"
             check_gpumem_dashboard(page, theme, shot)
         except Exception:
@@ -54,6 +54,12 @@ def test_devices_table_is_readable_in_jupyterlab(lab):
             browser.close()
 
 
+def first_colours(page, selector: str) -> dict:
+    found = colours(page, selector, limit=1, visible_only=False)
+    assert found, f"nothing matches {selector}"
+    return found[0]
+
+
 def check_gpumem_dashboard(page, theme: str, shot: Path) -> None:
     """The %gpumem widget renders (not its text fallback) and a click runs an action in the kernel."""
     button = page.wait_for_selector("button.jupyter-button:has-text('Release history: 3.9 KiB')", timeout=60_000)
@@ -61,8 +67,8 @@ def check_gpumem_dashboard(page, theme: str, shot: Path) -> None:
     text = dashboard.inner_text()
     assert "where the memory is" in text and "cpu this process" in text and "sim:0" in text
     assert page.query_selector(".jp-OutputArea-output .widget-hprogress") is not None  # the bars
-    colours = page.eval_on_selector(".jp-OutputArea-output .widget-html td", COLOURS_JS)
-    ratio = contrast(colours["fg"], colours["bg"])
+    read = first_colours(page, ".jp-OutputArea-output .widget-html td")
+    ratio = contrast(read["fg"], read["bg"])
     assert ratio >= 4.5, f"dashboard table contrast {ratio:.1f} in {theme} theme (screenshot: {shot})"
     button.click()
     page.wait_for_selector(".widget-html:has-text('released Out[')", timeout=30_000)

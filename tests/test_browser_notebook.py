@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from lab import (
-    COLOURS_JS,
     JS_CELL_HAS_ERROR,
     JS_OVERFLOWS,
     cell,
     cell_text,
+    colours,
     contrast,
     launch,
     open_notebook,
@@ -276,11 +276,8 @@ def check_fits_and_reads(page, theme: str, shots: Path, size: str) -> None:
     assert misaligned == [], f"{size} {theme}: {misaligned}"
     for selector in (".jp-Cell .widget-html code", ".jp-Cell .widget-html span", ".jp-Cell button.jupyter-button",
                      ".jp-Cell .widget-html td", ".jp-Cell .widget-label", ".jp-Cell .devinspect td"):
-        for element in page.query_selector_all(selector)[:12]:
-            if not element.is_visible():
-                continue
-            colours = element.evaluate(COLOURS_JS)
-            ratio = contrast(colours["fg"], colours["bg"])
+        for read in colours(page, selector):
+            ratio = contrast(read["fg"], read["bg"])
             assert ratio >= 4.5, f"{selector} contrast {ratio:.1f} in {theme} at {size}"
     # The dark theme gets the dark rendering of the plot, the light theme the light one.
     shown = page.eval_on_selector_all("img[class^=devinspect-plot]",
