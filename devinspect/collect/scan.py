@@ -21,11 +21,11 @@ import torch
 from ..model.fixes import Finding
 from ..model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, Selection
+from .light_walks import HolderWalker, ReachWalker
 from .names import HISTORY_RE, PLUMBING, child_name, namespace_items, root_items
 from .static import instance_dict, str_items, type_module, type_name
 from .tensors import tensor_facts
 from .values import object_at
-from .light_walks import HolderWalker, ReachWalker
 from .walk import ScanOptions, Walker
 
 _Module = torch.nn.Module
@@ -263,7 +263,7 @@ class NameIndex:
     def _walk(self, roots: list[tuple[str, Any]]) -> None:
         self._run(self._walker, roots)
         walker = self._walker
-        self._result = _result(walker, self._user_names, [], False, False, ScanOptions.max_depth)
+        self._result = self._result_of(walker)
         self._by_name = {r.name: r for r in walker.records}
         self._tensor_first = walker._tensor_first
         self._storage_first = walker._storage_first
@@ -306,8 +306,12 @@ class NameIndex:
         if self._holders is None:
             walker = HolderWalker(ScanOptions())
             self._run(walker, self._ordered)
-            self._holders = _result(walker, self._user_names, [], False, False, ScanOptions.max_depth)
+            self._holders = self._result_of(walker)
         return self._holders
+
+    def _result_of(self, walker: Walker) -> ScanResult:
+        """What ``walker`` found, as the scan of the user's own names returns it."""
+        return _result(walker, self._user_names, [], False, False, ScanOptions.max_depth)
 
     def _walked(self, name: str) -> bool:
         """Whether everything the whole scan would name ``name`` (or below it) is named already:

@@ -509,7 +509,7 @@ class _Diagnosis:
         """Move a model (or its ``parts``). Where the move swaps tensors (a Python device backend,
         DTensor, the swap flag), the failed call's frames still hold some of its parameters:
         they become the traceback, which the fix releases first, with any graph that saved them."""
-        from .findings import move_fix, optimizers_with_state_under
+        from .findings import graph_holder_names, move_fix, optimizers_with_state_under
 
         holders = self.index.holders
         swap_flag = bool(holders.options.get("swap_flag"))
@@ -524,23 +524,21 @@ class _Diagnosis:
             if parts is None:
                 return move_fix(holders, model, target)
             return fixes.move_module(names, target, optimizers=optimizers, part_of=part_of)
-        held = tuple(r.name for r in holders.records if r.kind == "tensor" and r.requires_grad and not r.is_leaf
-                     and fixes.assignment(r.name, f"{r.name}.detach()"))
-        return fixes.move_module(names, target, release=held, release_traceback=True, optimizers=optimizers,
-                                 part_of=part_of)
+        return fixes.move_module(names, target, release=graph_holder_names(holders), release_traceback=True,
+                                 optimizers=optimizers, part_of=part_of)
 
     def _meta_fix(self, n: _Named, target: str) -> Fix | None:
+        from .findings import graph_holder_names
+
         model = self._model_of(n)
         if model is None:
             return None
-        holders = self.index.holders
         whole = all(d == "meta" for d in model.devices)
         if whole:
             self.whole_moves.add(model.name)
-        release = tuple(r.name for r in holders.records if r.kind == "tensor" and r.requires_grad
-                        and not r.is_leaf and fixes.assignment(r.name, f"{r.name}.detach()"))
         fix = fixes.materialise(model.name, target if whole else None, max(1, model.unmaterialised),
-                                hf_model=model.library == "transformers", release=release, release_traceback=True)
+                                hf_model=model.library == "transformers",
+                                release=graph_holder_names(self.index.holders), release_traceback=True)
         return dataclasses.replace(fix, rerun=fix.code is not None)
 
     def _inputs_on_lines(self, target: str) -> list[Fix]:

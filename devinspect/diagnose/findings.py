@@ -101,13 +101,17 @@ def optimizers_with_state_under(result: ScanResult, module: str) -> tuple[str, .
     return tuple(names)
 
 
+def graph_holder_names(result: ScanResult) -> tuple[str, ...]:
+    """The namespace names of tensors with a grad_fn, each of which a fix can detach (every
+    name of one: a name left holding it keeps the graph)."""
+    return tuple(r.name for r in result.records
+                 if r.kind == "tensor" and r.requires_grad and not r.is_leaf and not r.hidden
+                 and fixes.assignment(r.name, f"{r.name}.detach()"))
+
+
 def _graph_holders(result: ScanResult) -> tuple[tuple[str, ...], bool]:
-    """What may keep autograd graphs alive: namespace tensors with a grad_fn (every name of one:
-    a name left holding it keeps the graph), and the last traceback."""
-    names = tuple(r.name for r in result.records
-                  if r.kind == "tensor" and r.requires_grad and not r.is_leaf and not r.hidden
-                  and fixes.assignment(r.name, f"{r.name}.detach()"))
-    return names, bool(result.options.get("has_traceback"))
+    """What may keep autograd graphs alive: namespace tensors with a grad_fn, and the last traceback."""
+    return graph_holder_names(result), bool(result.options.get("has_traceback"))
 
 
 def move_fix(result: ScanResult, module: ModuleSummary, device: str, why: str = "", part: str | None = None) -> fixes.Fix:

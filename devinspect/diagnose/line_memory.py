@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..model.line_memory import LineKey, LineMemory, LineMemoryProfile, MemoryEvent, PeakMoment, Recording
+from ..model.line_memory import (
+    LineKey,
+    LineMemory,
+    LineMemoryProfile,
+    MemoryEvent,
+    PeakMoment,
+    Recording,
+    line_label,
+)
 
 BEFORE_THE_CELL = "held before the cell"
 
@@ -28,9 +36,7 @@ def build_profile(recording: Recording, text_of: Callable[[LineKey], str], names
 
 
 def label(key: LineKey | None) -> str:
-    if key is None:
-        return "outside the profiled lines"
-    return f"line {key[2]}" if key[1] == "<module>" else f"{key[1]}, line {key[2]}"
+    return "outside the profiled lines" if key is None else line_label(key[1], key[2])
 
 
 class _Replay:
@@ -93,26 +99,21 @@ def _rows(recording: Recording, replay: _Replay, text_of: Callable[[LineKey], st
     for function in functions:
         for key in sorted((k for k in keys if k[:2] == function), key=lambda k: k[2]):
             totals = recording.lines.get(key)
-            if totals is None:
-                rows.append(LineMemory(
-                    function=key[1], line=key[2], text=text_of(key), runs=None, allocated_before=None,
-                    allocated_after=None, change=replay.line_changes[key], peak=replay.line_peaks.get(key),
-                    reserved_before=None, reserved_after=None,
-                    alive=tuple(sorted(alive.get(key, ()), key=lambda a: -a[1])), alive_unnamed=unnamed.get(key, 0),
-                    filename=key[0],
-                ))
-                continue
-            peak = totals.peak
-            if key in replay.line_peaks and recording.has_events:
-                peak = max(replay.line_peaks[key], peak if peak is not None else -1,
-                           *(v for v in (totals.allocated_before, totals.allocated_after) if v is not None))
+            if totals is None:  # known from events alone: no runs and no counters
+                runs = allocated_before = allocated_after = reserved_before = reserved_after = None
+                change, peak = replay.line_changes[key], replay.line_peaks.get(key)
+            else:
+                runs, change, peak = totals.runs, totals.change, totals.peak
+                allocated_before, allocated_after = totals.allocated_before, totals.allocated_after
+                reserved_before, reserved_after = totals.reserved_before, totals.reserved_after
+                if key in replay.line_peaks:
+                    peak = max(replay.line_peaks[key], peak if peak is not None else -1,
+                               *(v for v in (allocated_before, allocated_after) if v is not None))
             rows.append(LineMemory(
-                function=key[1], line=key[2], text=text_of(key), runs=totals.runs,
-                allocated_before=totals.allocated_before, allocated_after=totals.allocated_after,
-                change=totals.change, peak=peak,
-                reserved_before=totals.reserved_before, reserved_after=totals.reserved_after,
-                alive=tuple(sorted(alive.get(key, ()), key=lambda a: -a[1])), alive_unnamed=unnamed.get(key, 0),
-                filename=key[0],
+                function=key[1], line=key[2], text=text_of(key), runs=runs, allocated_before=allocated_before,
+                allocated_after=allocated_after, change=change, peak=peak, reserved_before=reserved_before,
+                reserved_after=reserved_after, alive=tuple(sorted(alive.get(key, ()), key=lambda a: -a[1])),
+                alive_unnamed=unnamed.get(key, 0), filename=key[0],
             ))
     return tuple(rows)
 

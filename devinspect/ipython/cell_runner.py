@@ -159,6 +159,21 @@ class Raised:
         self.error = error
 
 
+class AwaitedCells:
+    """For a magic family whose cell magic runs awaiting cells on the kernel's loop: the
+    input transformer's second statement takes the outcome here (:func:`awaiting_magic_cells`)."""
+
+    #: What the async run of the cell that just ran returned (its value, or :class:`Raised`).
+    _async_outcome: Any = None
+
+    def checked_result(self) -> Any:
+        """The value of the async cell that just ran, or the StopIteration it raised, raised
+        here, outside any coroutine (which would turn it into a RuntimeError)."""
+        __tracebackhide__ = True  # noqa: F841
+        outcome, self._async_outcome = self._async_outcome, None
+        return raised_after(outcome)
+
+
 def raised_after(value: Any) -> Any:
     """``value``, or the exception an async checked cell handed over (:class:`Raised`), raised."""
     __tracebackhide__ = True  # noqa: F841

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .cell_runner import CheckedCell, raised_after
+from .cell_runner import AwaitedCells, CheckedCell
 from .common import (
     DevInspectMagics,
     caller_displays_result,
@@ -22,7 +22,7 @@ from .common import (
 
 
 @magics_class
-class DevcheckMagics(DevInspectMagics):
+class DevcheckMagics(DevInspectMagics, AwaitedCells):
     """``%%devcheck``, ``%devcheck --last``, and explanations after a failed cell."""
 
     def __init__(self, shell: Any, settings: Any):
@@ -92,13 +92,6 @@ class DevcheckMagics(DevInspectMagics):
         __tracebackhide__ = True  # noqa: F841
         run = CheckedCell(self.shell, self._devcheck_args(line), line, cell, self.explained)
         self._async_outcome = await run.run_async()
-
-    def checked_result(self) -> Any:
-        """The value of the async checked cell that just ran, or the StopIteration it raised,
-        raised here, outside any coroutine (which would turn it into a RuntimeError)."""
-        __tracebackhide__ = True  # noqa: F841
-        outcome, self._async_outcome = getattr(self, "_async_outcome", None), None
-        return raised_after(outcome)
 
     def _explain_last(self, args: Any) -> Any:
         """``%devcheck --last``: the explanation of the last error, as shown after a failed cell."""

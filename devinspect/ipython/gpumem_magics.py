@@ -10,12 +10,13 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from .cell_runner import AwaitedCells
 from .common import DevInspectMagics, device_argument, display_live, event_loop_running, variable_name
 from .ranks import show_ranks
 
 
 @magics_class
-class GpumemMagics(DevInspectMagics):
+class GpumemMagics(DevInspectMagics, AwaitedCells):
     """``%gpumem`` and its dashboard, watchers and per-cell tracking."""
 
     def __init__(self, shell: Any, settings: Any):
@@ -138,14 +139,6 @@ class GpumemMagics(DevInspectMagics):
         args = self._parse(self.gpumem, line)
         variable_name("%gpumem", args.variable, self.shell)
         self._async_outcome = await self._profile_cell(args, line, cell).run_async()
-
-    def checked_result(self) -> Any:
-        """The value of the async profiled cell that just ran, or what it raised, raised here."""
-        from .cell_runner import raised_after
-
-        __tracebackhide__ = True  # noqa: F841
-        outcome, self._async_outcome = getattr(self, "_async_outcome", None), None
-        return raised_after(outcome)
 
     def _collector(self, device: str | None, count_tensors_by_default: bool, all_devices: bool = False) -> Any:
         """collect(count_tensors) -> MemorySnapshot, keeping the last tensor count between calls."""

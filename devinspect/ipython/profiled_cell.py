@@ -121,24 +121,25 @@ def function_codes(namespace: Any, names: list[str]) -> tuple[Any, ...]:
     """The code objects ``-f NAME`` asks for, read statically: a function, a method, or a
     module (its class's ``forward``) or module class. A name that reads as anything else is a
     UsageError; functions the cell defines itself need no -f (the cell's code is profiled)."""
-    from ..collect.static import mro
+    from ..collect.static import class_dict, mro, type_name
     from ..collect.values import MISSING, object_at
 
     codes = []
     for name in names:
-        value = object_at(namespace, name)
-        if value is MISSING:
+        found = object_at(namespace, name)
+        if found is MISSING:
             raise UsageError(f"%%gpumem: -f {name}: no such name here yet (a function this cell defines "
                              "is profiled without -f)")
-        vt = type(value)
+        value, vt = found, type(found)
         if vt is types.MethodType:
-            value, vt = value.__func__, type(value.__func__)
-        if isinstance(value, type) or issubclass(vt, torch.nn.Module):
-            cls = value if isinstance(value, type) else vt
-            value = next((c.__dict__["forward"] for c in mro(cls) if "forward" in c.__dict__), None)
+            value = value.__func__
+            vt = type(value)
+        if issubclass(vt, type) or issubclass(vt, torch.nn.Module):  # by real type: no __class__ asked
+            cls = value if issubclass(vt, type) else vt
+            value = next((class_dict(c)["forward"] for c in mro(cls) if "forward" in class_dict(c)), None)
             vt = type(value)
         if vt is not types.FunctionType:
-            raise UsageError(f"%%gpumem: -f {name} is a {type(object_at(namespace, name)).__name__}: -f takes "
+            raise UsageError(f"%%gpumem: -f {name} is a {type_name(type(found))}: -f takes "
                              "a function, a method or a module (its forward)")
         codes.append(value.__code__)
     return tuple(codes)

@@ -58,6 +58,11 @@ class Recording:
     events_dropped: int = 0
 
 
+def line_label(function: str, line: int) -> str:
+    """How a line is named: ``line 3`` in the cell, ``forward, line 12`` in a function."""
+    return f"line {line}" if function == "<module>" else f"{function}, line {line}"
+
+
 # -- what %%gpumem shows -------------------------------------------------------------------
 
 
@@ -87,7 +92,7 @@ class LineMemory:
 
     @property
     def label(self) -> str:
-        return f"line {self.line}" if self.function == "<module>" else f"{self.function}, line {self.line}"
+        return line_label(self.function, self.line)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,13 @@ def human_bytes(n: int | None) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def signed_bytes(n: int | None) -> str:
+    """A change in bytes with its sign: ``+4.0 MiB``, ``-512 B``, ``+0 B``; ``?`` when unknown."""
+    if n is None:
+        return "?"
+    return ("+" if n >= 0 else "-") + human_bytes(abs(n))
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(i?)B?\s*$", re.IGNORECASE)
 
 

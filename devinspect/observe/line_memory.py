@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..collect import tensorbase as tb
 from ..collect.memory_readings import accelerator_call
 from ..model.line_memory import LineKey, LineTotals, MemoryEvent, Recording
 from .line_tracers import line_tracer, running_lines
@@ -95,12 +96,15 @@ class LineMemoryRecorder:
         if totals is None:
             totals = self.recording.lines[key] = LineTotals(allocated_before=allocated, reserved_before=reserved)
         top[1], top[2], top[3], top[4] = key, totals, allocated, allocated
-        self.lines_now = tuple(entry[1] for entry in reversed(open_) if entry[1] is not None)
+        self._lines_changed()
 
     def leave(self, code: CodeType) -> None:
         if self.open_lines and self.open_lines[-1][0] is code:
             self._close(self.open_lines.pop())
-            self.lines_now = tuple(entry[1] for entry in reversed(self.open_lines) if entry[1] is not None)
+            self._lines_changed()
+
+    def _lines_changed(self) -> None:
+        self.lines_now = tuple(entry[1] for entry in reversed(self.open_lines) if entry[1] is not None)
 
     def _close(self, entry: list[Any]) -> None:
         if entry[1] is not None:
@@ -273,8 +277,8 @@ def named_allocations(namespace: Any, device: torch.device, exclude: Any = ()) -
             continue
         if device.type == "cuda":
             try:
-                with torch._C.DisableTorchFunction():
-                    addresses: tuple[int, ...] = (object_at(namespace, record.name).untyped_storage().data_ptr(),)
+                with torch._C.DisableTorchFunction():  # TensorBase's own method: no subclass code runs
+                    addresses: tuple[int, ...] = (tb.storage(object_at(namespace, record.name)).data_ptr(),)
             except Exception:  # noqa: BLE001 - a name that no longer reads: left unnamed
                 continue
         else:

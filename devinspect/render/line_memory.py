@@ -5,18 +5,12 @@ from __future__ import annotations
 from html import escape
 
 from ..model.line_memory import LineMemory, LineMemoryProfile
-from ..model.units import human_bytes
+from ..model.units import human_bytes, signed_bytes
 from .html import text_table
 
 HEADERS = ("line", "runs", "allocated before → after", "change", "peak in line", "reserved before → after",
            "made here, still alive", "code")
 _NUMERIC = {1, 3, 4}
-
-
-def _signed(n: int | None) -> str:
-    if n is None:
-        return "?"
-    return ("+" if n >= 0 else "-") + human_bytes(abs(n))
 
 
 def _span(before: int | None, after: int | None) -> str:
@@ -32,7 +26,7 @@ def _alive(m: LineMemory) -> str:
 
 def rows(profile: LineMemoryProfile) -> list[tuple[str, ...]]:
     return [(m.label, str(m.runs) if m.runs is not None else "—",
-             _span(m.allocated_before, m.allocated_after) if m.runs is not None else "—", _signed(m.change),
+             _span(m.allocated_before, m.allocated_after) if m.runs is not None else "—", signed_bytes(m.change),
              human_bytes(m.peak) if m.peak is not None else "—",
              _span(m.reserved_before, m.reserved_after) if m.runs is not None else "—",
              _alive(m), m.text) for m in profile.lines]
@@ -43,7 +37,7 @@ def title(profile: LineMemoryProfile) -> str:
     if profile.allocated_end is not None and profile.allocated_start is not None:
         change = profile.allocated_end - profile.allocated_start
     return (f"devinspect: %%gpumem on {profile.device}: allocated {human_bytes(profile.allocated_start)} → "
-            f"{human_bytes(profile.allocated_end)} ({_signed(change)}), reserved "
+            f"{human_bytes(profile.allocated_end)} ({signed_bytes(change)}), reserved "
             f"{human_bytes(profile.reserved_start)} → {human_bytes(profile.reserved_end)}")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ..model.memory import DeviceMemory, MemoryHistory, MemorySnapshot, ReconRow
-from ..model.units import human_bytes
+from ..model.units import human_bytes, signed_bytes
 from .text import plural
 
 _LABEL_WIDTH = 58
@@ -109,13 +109,11 @@ def history_rows(history: MemoryHistory) -> list[tuple[str, ...]]:
             change = None
             if d.allocated_after is not None and d.allocated_before is not None:
                 change = d.allocated_after - d.allocated_before
-            sign = "+" if change is not None and change >= 0 else "-"
-            change_text = "?" if change is None else f"{sign}{human_bytes(abs(change))}"
             out.append((
                 f"[{c.cell}]" if c.cell is not None else "[?]",
                 d.device + (" resident" if d.device == "cpu" else " allocated"),
                 human_bytes(d.allocated_after),
-                change_text,
+                signed_bytes(change),
                 human_bytes(d.peak_allocated),
                 "" if d.device == "cpu" else human_bytes(d.reserved_after),
                 f"{c.wall_s * 1000:.0f} ms" if c.wall_s < 10 else f"{c.wall_s:.1f} s",
