@@ -20,7 +20,8 @@ one step, and N loose small tensors in a list (N = 20,000 and 100,000).
 
 Prints medians of CPU time (``time.process_time``) over several repetitions and the
 ratios. Targets on the 2-core
-development machine: scan <= 1.3x bare loop and <= 3x the id walk; >= 3x faster than MemReporter;
+development machine: scan <= 1.3x bare loop and <= 3x the id walk; <= 150 B per record (tracemalloc);
+>= 3x faster than MemReporter;
 %devices end to end < 0.5 s on the 20,000-tensor namespace.
 
 Run: ``python benchmarks/scan.py [--repeat 7] [--sizes 20000 100000]``
@@ -111,6 +112,25 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(times)
 
 
+def bytes_per_record(namespace: dict[str, Any]) -> tuple[float, float, int]:
+    """(retained, peak) bytes per record of one scan, by ``tracemalloc``: what the result keeps,
+    and the most the walk held at once while it ran (its own bookkeeping included)."""
+    import tracemalloc
+
+    devinspect.scan(namespace)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        result = devinspect.scan(namespace)
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    count = len(result.records)
+    return (current - before) / count, (peak - before) / count, count
+
+
 def memreporter(model: nn.Module) -> Callable[[], None] | None:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -182,6 +202,9 @@ def main() -> None:
         print(f"bare id walk            {walk * 1e3:9.1f} ms")
         print(f"devinspect.scan         {scan * 1e3:9.1f} ms   ratio scan/gc loop = {scan / bare:.2f}x  (target <= 1.3x)"
               f"   ratio scan/id walk = {scan / walk:.2f}x  (target <= 3x)")
+        retained, peak, _ = bytes_per_record(ns)
+        print(f"memory per record       {retained:9.0f} B kept by the result, {peak:.0f} B at the walk's peak"
+              f"  (target <= 150 B)")
         reporter = memreporter(ns["model"])
         if reporter is not None:
             model_only = median_time(lambda: devinspect.scan({"model": ns["model"], "opt": ns["opt"]}), args.repeat)

@@ -171,3 +171,38 @@ def test_findings_only_shows_the_findings_without_the_tables(sim):
     clean = scan({"y": torch.ones(2)}).select(Selection(), Display(findings_only=True))
     quiet = DevicesExplorer(clean, lambda: clean, {}, ["cpu"])
     assert "No findings." in quiet.findings.children[0].value
+
+
+class _Marked(torch.Tensor):
+    """A tensor subclass with nothing else unusual about it: only its class goes in the note."""
+
+
+def test_each_row_of_the_table_says_what_its_record_says(sim):
+    """The frame is built a column at a time; each row must read as its record alone would."""
+    import warnings
+
+    from devinspect import scan
+    from devinspect.model.units import shape_text
+    from devinspect.render.grid import natural_key
+    from devinspect.render.table import note_cell, size_cell, size_key
+
+    base = torch.zeros(6)
+    lazy = torch.nn.LazyLinear(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized and sparse tensors warn when made
+        ns = {"plain": [torch.zeros(i % 4 + 1) for i in range(50)], "views": [base, base[2:], base.view(2, 3)],
+              "meta": [torch.empty(3, device="meta"), torch.empty(2, device="meta")], "lazy": lazy,
+              "graph": [torch.ones(2, requires_grad=True) * 2], "leaf": torch.ones(3, requires_grad=True),
+              "q": torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8), "sparse": torch.eye(3).to_sparse(),
+              "model": torch.nn.Linear(2, 2).to(sim), "scalar": torch.tensor(1.0), "ints": {"a": torch.arange(4)},
+              "marked": torch.ones(2).as_subclass(_Marked)}
+        records = scan(ns).select().records
+    frame = table_frame(records)
+    assert list(frame["index"]) == list(range(len(records)))
+    for row, r in zip(frame.itertuples(index=False), records):
+        assert (row.name, row.kind, row.device, row.dtype) == (r.name, r.kind, r.device, r.dtype or "?")
+        assert (row.size, row.size_key, row.note) == (size_cell(r), size_key(r), note_cell(r)), r.name
+        assert (row.shape_text, row.shape_key) == (shape_text(r.shape), natural_key(shape_text(r.shape)))
+        assert row.device_key == natural_key(r.device)
+    assert {"shared", "needs 12 B"} <= set(frame["size"]) and any("requires_grad" in n for n in frame["note"])
+    assert "_Marked" in set(frame["note"])

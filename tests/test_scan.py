@@ -304,6 +304,15 @@ def facts_fail_for_three_elements(monkeypatch):
         return real(t)
 
     monkeypatch.setattr(scan_module, "tensor_facts", broken)
+    # A list of plain tensors is read a column at a time: one that fails there is read item by item.
+    real_bytes = scan_module._storage_bytes
+
+    def broken_bytes(storage):
+        if real_bytes(storage) == 3 * 4:
+            raise RuntimeError("storage gone")
+        return real_bytes(storage)
+
+    monkeypatch.setattr(scan_module, "_storage_bytes", broken_bytes)
 
 
 def test_uninspectable_object_becomes_an_error_record(facts_fail_for_three_elements):
@@ -439,3 +448,82 @@ def test_a_traceback_through_one_function_twice_names_each_holder_once(sim):
         assert finding.storage_bytes == 128  # both tensors counted
     finally:
         sys.last_type = sys.last_value = sys.last_traceback = None
+
+
+class _Pair(NamedTuple):
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+def _generated_containers(seed: int, sim: torch.device) -> dict:
+    """A namespace of containers of plain tensors, with what makes a run unusual mixed in:
+    views and shared objects (aliases, inside a run and across runs), tensors needing a
+    gradient, a quantized tensor, a meta or sparse one, a Parameter, another object, odd keys."""
+    import random
+
+    rng = random.Random(seed)
+    pool = [torch.zeros(rng.randint(1, 5)) for _ in range(6)]
+    devices = ["cpu", sim]
+
+    def item():
+        roll = rng.random()
+        if roll < 0.45:
+            dtype = rng.choice([torch.float32, torch.int64])
+            return torch.ones(rng.randint(1, 4), device=rng.choice(devices), dtype=dtype)
+        if roll < 0.6:
+            return rng.choice(pool)  # the same object again
+        if roll < 0.7:
+            return rng.choice(pool)[:1]  # a view: its memory is another's
+        if roll < 0.76:
+            return torch.ones(2, requires_grad=True) * 2 if rng.random() < 0.5 else torch.ones(2, requires_grad=True)
+        if roll < 0.8:
+            return torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
+        if roll < 0.84:
+            return torch.empty(2, device="meta") if rng.random() < 0.5 else torch.ones(2).to_sparse()
+        if roll < 0.88:
+            return torch.nn.Parameter(torch.ones(2))
+        if roll < 0.92:
+            return rng.choice([None, 3, "text", [torch.ones(1)]])
+        return torch.ones(5)
+
+    namespace = {}
+    for n in range(rng.randint(3, 7)):
+        size = rng.choice([2, 3, 8, 40, 300])
+        flavour = rng.choice(["mixed", "plain", "plain with aliases"])
+        if flavour == "mixed":
+            values = [item() for _ in range(size)]
+        elif flavour == "plain":
+            values = [torch.ones(2) for _ in range(size)]
+        else:  # memory shared inside the container, met there first, and with other containers
+            local = [torch.zeros(3) for _ in range(4)]
+            values = [rng.choice([torch.ones(2), rng.choice(local), rng.choice(local)[1:], rng.choice(pool),
+                                  rng.choice(pool)[:1]])
+                      for _ in range(size)]
+        shape = rng.choice(["list", "tuple", "dict", "keys", "pair"])
+        if shape == "list":
+            namespace[f"c{n}"] = values
+        elif shape == "tuple":
+            namespace[f"c{n}"] = tuple(values)
+        elif shape == "dict":
+            namespace[f"c{n}"] = {f"k{i}": v for i, v in enumerate(values)}
+        elif shape == "keys":
+            keys = [rng.choice([i, (i, "a"), f"w-{i}", 1.5 * i, object()]) for i in range(size)]
+            namespace[f"c{n}"] = dict(zip(keys, values))
+        else:
+            namespace[f"c{n}"] = _Pair(values[0], values[-1])
+    if rng.random() < 0.3:
+        namespace["lone"] = pool[0]  # a tensor root is walked before containers: its memory is seen first
+    return namespace
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_containers_read_a_column_at_a_time_give_the_records_read_item_by_item(seed, sim, monkeypatch):
+    namespace = _generated_containers(seed, sim)
+    monkeypatch.setattr(devinspect.collect.walk, "_RUN", 32)  # long containers are read in several runs
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized and sparse tensors warn when made and read
+        at_once = devinspect.scan(namespace)
+        monkeypatch.setattr(devinspect.collect.walk.Walker, "records_runs", False)
+        one_by_one = devinspect.scan(namespace)
+    assert at_once.records == one_by_one.records
+    assert at_once.devices == one_by_one.devices and at_once.truncated == one_by_one.truncated

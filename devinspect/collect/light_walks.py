@@ -28,6 +28,8 @@ _PLAIN = frozenset({_Tensor})
 
 
 class _WholeContainerWalker(Walker):
+    records_runs = False
+
     def __init__(self, options: ScanOptions):
         super().__init__(options)
         #: The items of each container taken in whole, kept to be asked later (asking once

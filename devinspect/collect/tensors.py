@@ -21,10 +21,23 @@ _strided = torch.strided
 _Lazy = torch.nn.parameter.UninitializedTensorMixin
 
 
-_device_names: dict[Any, str] = {}
+class _Names(dict):
+    """``str`` of a device or dtype, made once per distinct value: ``names[device]`` (or a
+    ``map`` of ``names.__getitem__`` over a column) costs a dict lookup."""
+
+    def __init__(self, spell: Any):
+        super().__init__()
+        self._spell = spell
+
+    def __missing__(self, key: Any) -> str:
+        name = self[key] = self._spell(key)
+        return name
 
 
-_dtype_names: dict[Any, str] = {}
+#: ``device_names[torch.device("cuda", 0)]`` is ``"cuda:0"``.
+device_names = _Names(str)
+#: ``dtype_names[torch.float32]`` is ``"float32"``.
+dtype_names = _Names(lambda dtype: str(dtype).removeprefix("torch."))
 
 
 def fake_device_of(attributes: dict) -> torch.device | None:
@@ -51,8 +64,8 @@ def tensor_facts(t: Any) -> tuple:
         storage = t.untyped_storage()
         device, dtype = t.device, t.dtype
         return (
-            _device_names.get(device) or device_name(device),
-            _dtype_names.get(dtype) or dtype_name(dtype),
+            device_names[device],
+            dtype_names[dtype],
             tuple(t.shape),
             t.nbytes,
             storage.nbytes(),
@@ -131,17 +144,11 @@ def shape_of(t: Any) -> tuple | None:
 
 
 def device_name(device: Any) -> str:
-    name = _device_names.get(device)
-    if name is None:
-        name = _device_names[device] = str(device)
-    return name
+    return device_names[device]
 
 
 def dtype_name(dtype: Any) -> str:
-    name = _dtype_names.get(dtype)
-    if name is None:
-        name = _dtype_names[dtype] = str(dtype).removeprefix("torch.")
-    return name
+    return dtype_names[dtype]
 
 
 def layout_name(layout: Any) -> str:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import collections
 import gc
-import inspect
+import operator
 import sys
 import types
 from dataclasses import dataclass
+from itertools import islice, repeat
 from typing import Any
 
 import torch
@@ -26,13 +27,13 @@ from ..model.records import (
     TensorRecord,
     Truncation,
     Unregistered,
-    make_record,
 )
 from . import locations
 from . import tensorbase as tb
 from .class_source import attribute_assignment, class_source_lines, library_of, recomputed_attributes
-from .names import attr_name, child_name, describe_error, key_text, literal_value
+from .names import attr_name, child_name, describe_error, key_text
 from .placement import off_map, placement_of
+from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .static import (
     ATOM_IDS,
     OPAQUE,
@@ -49,12 +50,16 @@ from .static import (
     type_module,
     type_name,
 )
-from .tensors import shape_of, tensor_facts
+from .tensors import device_names, dtype_names, shape_of, tensor_facts
 
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _Module = torch.nn.Module
 _Optimizer = torch.optim.Optimizer
+_strided = torch.strided
+_new = tuple.__new__
+_storage_bytes = torch._C.StorageBase.nbytes
+_storage_key = torch._C.StorageBase.__dict__["_cdata"].__get__
 
 
 #: Attributes every ``nn.Module`` has; anything else in a module's ``__dict__`` is the user's.
@@ -80,6 +85,10 @@ class ScanOptions:
 class Walker:
     """One walk's state. Holds user objects only by ``id()`` while it runs."""
 
+    #: Whether a container of plain tensors is recorded in one step (:meth:`_plain_tensors`);
+    #: a walk that records tensors its own way (its own :meth:`_tensor`) goes item by item.
+    records_runs = True
+
     def __init__(self, options: ScanOptions):
         self.options = options
         self.records: list[TensorRecord] = []
@@ -91,6 +100,8 @@ class Walker:
         #: Index of the first record found through history names or the traceback.
         self.first_hidden: int | None = None
         self._storage_first: dict[int, str] = {}
+        #: One tuple per distinct shape: most tensors of a large namespace share a few shapes.
+        self._shapes: dict[tuple, tuple] = {}
         self._tensor_first: dict[int, str] = {}
         self._visited: set[int] = set()
         self._param_names: dict[int, str] = {}
@@ -264,11 +275,13 @@ class Walker:
             self._tensor_first[tid] = alias
         requires_grad = tb.requires_grad(t)
         is_leaf = tb.is_leaf(t) if requires_grad else True
+        if shape is not None:
+            shape = self._shapes.setdefault(shape, shape)
         self.records.append(
-            make_record(
+            _new(TensorRecord, (
                 name, root, kind, device, dtype, shape, nbytes, storage_bytes, key, alias, requires_grad,
                 type_name(cls), layout, owner, param, note or facts_note, self.hidden, is_leaf,
-            )
+            ))
         )
         # Reading .grad of a non-leaf warns; only leaves (or retain_grad()) have one.
         if requires_grad and kind != "gradient" and not same_object and (is_leaf or tb.retains_grad(t)):
@@ -444,7 +457,7 @@ class Walker:
                     else:
                         self._visit(value, sname, root, 2, None)
         if not self.hidden:
-            self.optimizers.append(_optimizer_summary(opt, name, d, len(groups), parameters, orphans, orphan_shapes))
+            self.optimizers.append(optimizer_summary(opt, name, d, len(groups), parameters, orphans, orphan_shapes))
 
     def _object(self, o: Any, name: str, root: str, vt: type, depth: int, owner: str | None) -> None:
         if vt is list or vt is tuple or vt is dict or issubclass(vt, (list, tuple, dict, set, frozenset, collections.deque)):
@@ -456,7 +469,7 @@ class Walker:
         if module in ("numpy", "pandas"):
             self._foreign_container(o, vt, name, module)
             return
-        if type_module(vt).startswith(_SCHEDULER_MODULES):
+        if type_module(vt).startswith(SCHEDULER_MODULES):
             self._scheduler(o, vt, name)
         if issubclass(vt, torch.utils.data.DataLoader):
             d = instance_dict(o)
@@ -510,10 +523,13 @@ class Walker:
             return
         if issubclass(vt, dict):
             total = dict.__len__(o)
-            items = dict.items(o)
-            for i, (key, value) in enumerate(items):
-                if i >= limit:
-                    break
+            keys = list(islice(dict.keys(o), limit))
+            values = list(islice(dict.values(o), limit))
+            if not any(issubclass(type(k), _Tensor) for k in keys) and self._plain_tensors(
+                    values, lambda: _dict_item_names(name, keys), root, "attribute" if owner is not None else "tensor",
+                    owner):
+                values = ()
+            for i, (key, value) in enumerate(zip(keys, values)):
                 typed_key = key_text(key)
                 if issubclass(type(key), _Tensor):
                     self._visit(key, f"list({name})[{i}]", root, depth + 1, owner)
@@ -539,12 +555,14 @@ class Walker:
                 iterator = set.__iter__(o) if issubclass(vt, set) else frozenset.__iter__(o)
                 fields, prefix = None, f"list({name})["
             kind = "attribute" if owner is not None else "tensor"
+            values = list(islice(iterator, limit))
+            if self._plain_tensors(values, lambda: [f"{name}.{f}" for f in fields[:len(values)]] if fields is not None
+                                   else [f"{prefix}{i}]" for i in range(len(values))], root, kind, owner):
+                values = []
             atoms, tensor_type, record = ATOM_IDS, _Tensor, self._tensor
-            # The hot loop of a large namespace: tensors are recorded inline, each in
-            # its own try so one bad item becomes an error record and the rest go on.
-            for i, value in enumerate(iterator):
-                if i >= limit:
-                    break
+            # Mixed items: tensors are recorded inline, each in its own try so one bad
+            # item becomes an error record and the rest go on.
+            for i, value in enumerate(values):
                 vtype = type(value)
                 if id(vtype) in atoms:
                     continue
@@ -559,6 +577,98 @@ class Walker:
         if total > limit:
             self.truncated.append(Truncation(name, f"more than {limit:,} items", total - limit))
 
+    def _plain_tensors(self, values: list, names_of: Any, root: str, kind: str, owner: str | None) -> bool:
+        """Record ``values`` at once when every one is a plain tensor (exactly ``torch.Tensor``,
+        strided, not nested, not meta): the hot path of a large namespace (a list of batches,
+        a dict of features, a state dict). Each fact is read for a run of items through
+        TensorBase's C getters; the records are the ones :meth:`_tensor` makes, in the same
+        order. A tensor that requires grad goes through :meth:`_tensor` (its gradient is
+        walked too). False, recording nothing, for any other container."""
+        if len(values) < 2 or self.wanted is not None or not self.records_runs:
+            return False
+        if any(map(operator.is_not, map(type, values), repeat(_Tensor))):
+            return False
+        try:
+            if any(map(operator.is_not, map(tb.layout, values), repeat(_strided))) \
+                    or any(map(tb.is_nested, values)) or any(map(tb.is_meta, values)):
+                return False
+        except Exception:  # noqa: BLE001 - an item that cannot be read goes the item-by-item way
+            return False
+        names = names_of()
+        for start in range(0, len(values), _RUN):
+            run, run_names = values[start:start + _RUN], names[start:start + _RUN]
+            try:
+                columns = self._columns(run)
+            except Exception:  # noqa: BLE001 - a tensor that cannot be read: item by item, as an error record
+                for t, name in zip(run, run_names):
+                    self._guarded(self._tensor, t, name, root, kind, owner)
+                continue
+            self._plain_run(run, run_names, columns, root, kind, owner)
+        return True
+
+    def _columns(self, values: list) -> tuple[list, ...]:
+        """Devices, dtypes, shapes, sizes, storage sizes and keys of a run of plain tensors."""
+        devices = list(map(device_names.__getitem__, map(tb.device, values)))
+        dtypes = list(map(dtype_names.__getitem__, map(tb.dtype, values)))
+        shapes = list(map(tuple, map(tb.shape, values)))
+        shapes = list(map(self._shapes.setdefault, shapes, shapes))
+        nbytes = list(map(tb.nbytes, values))
+        storages = list(map(tb.storage, values))
+        return devices, dtypes, shapes, nbytes, list(map(_storage_bytes, storages)), list(map(_storage_key, storages))
+
+    def _plain_run(self, values: list, names: list[str], columns: tuple[list, ...], root: str, kind: str,
+                   owner: str | None) -> None:
+        # A bounded run, so the walk's peak memory stays near what its records keep.
+        devices, dtypes, shapes, nbytes, storage_bytes, keys = columns
+        notes = map(_QUANTIZED.get, dtypes)
+        tensor_first, storage_first = self._tensor_first, self._storage_first
+        needs_grad = any(map(tb.requires_grad, values))
+        ids = list(map(id, values))
+        if not needs_grad and len(set(keys)) == len(keys) and storage_first.keys().isdisjoint(keys):
+            # The common case, every memory seen for the first time (so every tensor too): no alias.
+            tensor_first.update(zip(ids, names))
+            storage_first.update(zip(keys, names))
+            self.records.extend(map(_new, repeat(TensorRecord), zip(
+                names, repeat(root), repeat(kind), devices, dtypes, shapes, nbytes, storage_bytes, keys,
+                repeat(None), repeat(False), repeat("Tensor"), repeat("strided"), repeat(owner), repeat(None), notes,
+                repeat(self.hidden), repeat(True),
+            )))
+            return
+        grads = list(map(tb.requires_grad, values)) if needs_grad else repeat(False)
+        append, hidden, record = self.records.append, self.hidden, self._tensor
+        for t, tid, name, device, dtype, shape, nb, sb, key, note, requires_grad in zip(
+                values, ids, names, devices, dtypes, shapes, nbytes, storage_bytes, keys, notes, grads):
+            if requires_grad:
+                self._guarded(record, t, name, root, kind, owner)
+                continue
+            alias = tensor_first.get(tid)
+            if alias is None:
+                alias = storage_first.get(key)
+                if alias is None:
+                    tensor_first[tid] = storage_first[key] = name
+                else:
+                    tensor_first[tid] = alias
+            append(_new(TensorRecord, (
+                name, root, kind, device, dtype, shape, nb, sb, key, alias, False, "Tensor", "strided", owner, None,
+                note, hidden, True,
+            )))
+
+
+#: Items of a container read as one run of columns.
+_RUN = 4096
+#: The note of a quantized tensor, by dtype name: a strided tensor is quantized exactly when its dtype is.
+_QUANTIZED = dict.fromkeys(("qint8", "quint8", "qint32", "quint4x2", "quint2x4"), "quantized")
+
+
+def _dict_item_names(name: str, keys: list) -> list[str]:
+    """How each item of dict ``name`` is typed (``d["a"]``; ``list(d.values())[3]`` for a key
+    with no literal form)."""
+    out = []
+    for i, key in enumerate(keys):
+        typed_key = key_text(key)
+        out.append(f"{name}[{typed_key}]" if typed_key is not None else f"list({name}.values())[{i}]")
+    return out
+
 
 def _moves_inputs(d: dict) -> bool:
     """Whether a module has forward pre-hooks (or accelerate's ``_hf_hook``), which may move its inputs."""
@@ -571,81 +681,3 @@ def _moves_inputs(d: dict) -> bool:
 _ON_HOST_BY_DESIGN = {("torch.optim.swa_utils", "AveragedModel"): ("n_averaged",)}
 ON_HOST_NOTE = "kept on the host by PyTorch"
 
-#: Where PyTorch's learning-rate schedulers live.
-_SCHEDULER_MODULES = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
-#: Constructor arguments that a rebuilt scheduler never takes over.
-_FRESH = frozenset({"self", "optimizer", "last_epoch", "verbose"})
-
-
-def scheduler_kwargs(name: str, cls: type, d: dict) -> tuple[tuple[str, str], ...] | None:
-    """Constructor arguments to make a PyTorch scheduler of ``cls`` again for another optimizer:
-    literals where its instance dict holds one, else the expression reading it from the old
-    scheduler (``sched.lr_lambdas[0]``); None when a required argument cannot be found."""
-    if not type_module(cls).startswith(_SCHEDULER_MODULES):
-        return None
-    try:
-        signature = inspect.signature(cls.__init__)  # torch's own class: reading it runs no user code
-    except (TypeError, ValueError):
-        return None
-    out = []
-    for pname, parameter in signature.parameters.items():
-        if pname in _FRESH or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            continue
-        stored = pname if pname in d else f"{pname}s" if f"{pname}s" in d else None
-        if stored is None:
-            if parameter.default is inspect.Parameter.empty:
-                return None
-            continue
-        value = d[stored]
-        text = literal_value(value)
-        if text is not None and parameter.default is not inspect.Parameter.empty and \
-                _same_literal(value, parameter.default):
-            continue
-        if text is None:
-            # lr_lambda is kept as lr_lambdas, one per parameter group
-            one = stored != pname and type(value) is list and list.__len__(value) == 1
-            text = f"{name}.{stored}[0]" if one else f"{name}.{stored}"
-        out.append((pname, text))
-    return tuple(out)
-
-
-def _optimizer_summary(opt: Any, name: str, d: dict[str, Any], groups: int, parameters: int, orphans: int,
-                       orphan_shapes: list) -> OptimizerSummary:
-    cls = type(opt)
-    tname = type_name(cls)
-    class_path = f"torch.optim.{tname}" if getattr(torch.optim, tname, None) is cls else None
-    return OptimizerSummary(
-        name=name, type_name=tname, class_path=class_path, parameters=parameters, groups=groups, orphans=orphans,
-        orphan_shapes=tuple(tuple(s) for s in orphan_shapes),
-        rebuild_kwargs=_rebuild_kwargs(cls, d.get("defaults")) if class_path else None,
-    )
-
-
-def _rebuild_kwargs(cls: type, defaults: Any) -> tuple[tuple[str, str], ...] | None:
-    """Constructor arguments (as literals) whose values differ from a torch optimizer's defaults.
-
-    None when one cannot be written as a literal (a tensor learning rate, say).
-    """
-    if not issubclass(type(defaults), dict):
-        return None
-    try:
-        signature = inspect.signature(cls.__init__)  # torch's own class: reading it runs no user code
-    except (TypeError, ValueError):
-        return None
-    out = []
-    values = dict(str_items(defaults))
-    for pname, parameter in signature.parameters.items():
-        if pname in ("self", "params") or pname not in values:
-            continue
-        value = values[pname]
-        if parameter.default is not inspect.Parameter.empty and _same_literal(value, parameter.default):
-            continue
-        text = literal_value(value)
-        if text is None:
-            return None
-        out.append((pname, text))
-    return tuple(out)
-
-
-def _same_literal(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and literal_value(a) == literal_value(b) and literal_value(a) is not None

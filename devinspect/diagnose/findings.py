@@ -93,8 +93,8 @@ def model_device(module: ModuleSummary) -> str | None:
 def optimizers_with_state_under(result: ScanResult, module: str) -> tuple[str, ...]:
     """Optimizers holding state for parameters of ``module`` (their state must follow a move)."""
     names = []
-    for r in result.records:
-        if r.kind == "optimizer_state" and r.param and is_under(r.param, module) and not r.hidden:
+    for r in result.of_kind("optimizer_state"):
+        if r.param and is_under(r.param, module) and not r.hidden:
             opt = r.name.split(".state[", 1)[0]
             if opt not in names:
                 names.append(opt)
@@ -104,8 +104,8 @@ def optimizers_with_state_under(result: ScanResult, module: str) -> tuple[str, .
 def graph_holder_names(result: ScanResult) -> tuple[str, ...]:
     """The namespace names of tensors with a grad_fn, each of which a fix can detach (every
     name of one: a name left holding it keeps the graph)."""
-    return tuple(r.name for r in result.records
-                 if r.kind == "tensor" and r.requires_grad and not r.is_leaf and not r.hidden
+    return tuple(r.name for r in result.of_kind("tensor")
+                 if r.requires_grad and not r.is_leaf and not r.hidden
                  and fixes.assignment(r.name, f"{r.name}.detach()"))
 
 
@@ -132,7 +132,7 @@ def move_fix(result: ScanResult, module: ModuleSummary, device: str, why: str = 
 
 def _meta_call(result: ScanResult, module: ModuleSummary, call: Any, reported: set[str]) -> Iterator[Finding]:
     """A model wholly on ``meta`` (no data) that a cell calls with tensors on a device."""
-    args = [r for r in result.records if r.kind == "tensor" and not r.hidden and r.alias_of is None
+    args = [r for r in result.of_kind("tensor") if not r.hidden and r.alias_of is None
             and (r.name == call.argument or r.name.startswith(call.argument + "[")) and r.device != "meta"]
     if not args:
         return
@@ -154,7 +154,9 @@ def _meta_call(result: ScanResult, module: ModuleSummary, call: Any, reported: s
 
 def _functions_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding]:
     """A recent cell calls a function with namespace tensors on different devices (``F.linear(x, w, b)``)."""
-    records = {r.name: r for r in result.records if not r.hidden and r.kind in ("tensor", "parameter")}
+    if not result.function_calls:
+        return
+    records = {r.name: r for r in result.of_kind("tensor", "parameter") if not r.hidden}
     for call in result.function_calls:
         args = [records[a] for a in call.arguments if a in records]
         devices = [r.device for r in args if not (r.device == "cpu" and r.shape == ())]
@@ -179,7 +181,7 @@ def _functions_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Fin
 
 
 def _module_records(result: ScanResult, module: str) -> tuple[str, ...]:
-    return tuple(r.name for r in result.records if r.kind in ("parameter", "buffer") and is_under(r.name, module))
+    return tuple(r.name for r in result.of_kind("parameter", "buffer") if is_under(r.name, module))
 
 
 # -- rules -----------------------------------------------------------------------------------------
@@ -243,7 +245,7 @@ def partly_materialised_modules(result: ScanResult) -> Iterator[Finding]:
 
 def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
     """Tensors stored as plain module attributes: ``model.to()`` leaves them behind."""
-    by_name = {r.name: r for r in result.records if r.kind == "attribute" and not r.hidden}
+    by_name = {r.name: r for r in result.of_kind("attribute") if not r.hidden}
     for module in result.modules:
         target = model_device(module)
         for u in module.unregistered:
@@ -280,10 +282,10 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
 
 def optimizer_state_elsewhere(result: ScanResult) -> Iterator[Finding]:
     """Optimizer state on another device than its own parameter (typical after loading a checkpoint)."""
-    device_of = {r.name: r.device for r in result.records if r.kind == "parameter"}
+    device_of = {r.name: r.device for r in result.of_kind("parameter")}
     by_opt: dict[str, list[TensorRecord]] = defaultdict(list)
-    for r in result.records:
-        if r.kind != "optimizer_state" or r.param is None or r.hidden:
+    for r in result.of_kind("optimizer_state"):
+        if r.param is None or r.hidden:
             continue
         pdevice = device_of.get(r.param)
         if pdevice is None or pdevice == r.device or fixes.stays_on_host(r.shape, r.device):
@@ -314,8 +316,8 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
             continue
         wanted = Counter(opt.orphan_shapes)
         candidates = [m for m in result.modules
-                      if Counter(tuple(r.shape or ()) for r in result.records if r.kind == "parameter"
-                                 and r.owner is not None and is_under(r.name, m.name) and r.alias_of is None) == wanted]
+                      if Counter(tuple(r.shape or ()) for r in result.of_kind("parameter")
+                                 if r.owner is not None and is_under(r.name, m.name) and r.alias_of is None) == wanted]
         module = candidates[0].name if len(candidates) == 1 else None
         likely = f"; it looks like the parameters of an earlier {module}" if module else ""
         bound = [s for s in result.schedulers if s.optimizer == opt.name]
@@ -345,8 +347,8 @@ def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
         return
     model_devices = {m.devices[0] for m in result.modules if m.devices}
     accelerated = sorted({m.devices[0] for m in placed})
-    for r in result.records:
-        if r.kind != "tensor" or r.alias_of is not None or r.hidden or r.device in model_devices or r.name in reported:
+    for r in result.of_kind("tensor"):
+        if r.alias_of is not None or r.hidden or r.device in model_devices or r.name in reported:
             continue
         base = re.split(r"[.\[]", r.name, maxsplit=1)[0]
         if base not in INPUT_NAMES:
@@ -370,7 +372,7 @@ def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
 
 
 def _move_record(result: ScanResult, r: TensorRecord, target: str) -> fixes.Fix:
-    grads = {x.param for x in result.records if x.kind == "gradient"}
+    grads = {x.param for x in result.of_kind("gradient")}
     return fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad, is_leaf=r.is_leaf,
                              is_parameter=r.type_name == "Parameter", has_grad=r.name in grads,
                              swap_flag=bool(result.options.get("swap_flag")))
@@ -388,7 +390,7 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
         if module is None or len(real) != 1 or module.unmaterialised or module.moves_inputs:
             continue  # a module whose hooks move its inputs takes them from anywhere
         here = real[0]
-        args = [r for r in result.records if r.kind in ("tensor", "parameter") and r.owner is None and not r.hidden
+        args = [r for r in result.of_kind("tensor", "parameter") if r.owner is None and not r.hidden
                 and r.alias_of is None and (r.name == call.argument or r.name.startswith(call.argument + "["))]
         wrong = [r for r in args if r.device not in (here, "meta") and r.name not in reported]
         if not wrong:
@@ -481,10 +483,9 @@ def truncated_walk(result: ScanResult) -> Iterator[Finding]:
 
 
 def could_not_inspect(result: ScanResult) -> Iterator[Finding]:
-    for r in result.records:
-        if r.kind == "error":
-            yield Finding(code="could-not-inspect", severity="hint", subject=r.name, message=f"{r.name}: {r.note}",
-                          names=(r.name,))
+    for r in result.of_kind("error"):
+        yield Finding(code="could-not-inspect", severity="hint", subject=r.name, message=f"{r.name}: {r.note}",
+                      names=(r.name,))
 
 
 RULES: tuple[Rule, ...] = (

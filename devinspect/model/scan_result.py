@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .display import bundle, text
 from .fixes import Finding
 from .records import (
-    FRAME_COLUMNS,
     DeviceTotal,
     FunctionCall,
     HistoryHold,
@@ -20,6 +19,7 @@ from .records import (
     SchedulerSummary,
     TensorRecord,
     Truncation,
+    record_column,
 )
 
 if TYPE_CHECKING:
@@ -63,6 +63,16 @@ class ScanResult:
         """Per-device totals, most storage bytes first (summed on first use, then kept)."""
         return _kept(self, "_devices", lambda: device_totals(self.records))
 
+    def of_kind(self, *kinds: str) -> tuple[TensorRecord, ...]:
+        """The records of these kinds, in walk order (grouped on first use, then kept): a rule
+        about parameters or optimizer state reads those, not every tensor of the namespace."""
+        kept = _kept(self, "_of_kind", dict)
+        found = kept.get(kinds)
+        if found is None:
+            column = _kept(self, "_kinds", lambda: record_column(self.records, "kind"))
+            found = kept[kinds] = tuple(compress(self.records, map(frozenset(kinds).__contains__, column)))
+        return found
+
     @property
     def history_bytes(self) -> int:
         """Accelerator bytes held only by output history / the last traceback."""
@@ -70,7 +80,8 @@ class ScanResult:
 
     @property
     def total_bytes(self) -> int:
-        return sum(r.counted_bytes for r in self.records)
+        """Bytes of every storage, each counted once: the sum of :attr:`devices`."""
+        return sum(d.storage_bytes for d in self.devices)
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -112,12 +123,20 @@ def _kept(owner: Any, key: str, compute: Callable[[], Any]) -> Any:
 def device_totals(records: tuple[TensorRecord, ...] | list[TensorRecord]) -> tuple[DeviceTotal, ...]:
     """Per-device totals of ``records``, each storage counted once, most bytes first."""
     totals: dict[str, list[int]] = {}
-    for r in records:
-        t = totals.setdefault(r.device, [0, 0, 0])
+    # Read as columns: one loop over plain values, no attribute or property read per record.
+    for device, alias, storage_bytes, nbytes in zip(record_column(records, "device"),
+                                                    record_column(records, "alias_of"),
+                                                    record_column(records, "storage_bytes"),
+                                                    record_column(records, "nbytes")):
+        t = totals.get(device)
+        if t is None:
+            t = totals[device] = [0, 0, 0]
         t[0] += 1
-        t[1] += r.counted_bytes
-        if r.alias_of is None and r.nbytes is not None:
-            t[2] += r.nbytes
+        if alias is None:
+            if storage_bytes is not None:
+                t[1] += storage_bytes
+            if nbytes is not None:
+                t[2] += nbytes
     out = [DeviceTotal(d, n, s, lg) for d, (n, s, lg) in totals.items()]
     out.sort(key=lambda d: (-d.storage_bytes, d.device))
     return tuple(out)
@@ -228,7 +247,7 @@ class ScanView:
 
     @property
     def total_bytes(self) -> int:
-        return sum(r.counted_bytes for r in self.records)
+        return sum(d.storage_bytes for d in self.devices)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -256,9 +275,9 @@ def is_under(name: str, prefix: str) -> bool:
 def records_frame(records: tuple[TensorRecord, ...] | list[TensorRecord]) -> pd.DataFrame:
     import pandas as pd
 
-    columns = [*FRAME_COLUMNS, "hidden", "is_leaf"]
-    row_of = operator.attrgetter(*columns)
-    frame = pd.DataFrame([row_of(r) for r in records], columns=columns)
+    # FRAME_COLUMNS, then hidden and is_leaf: a record's own fields, in order.
+    columns = TensorRecord._fields
+    frame = pd.DataFrame({name: record_column(records, name) for name in columns}, columns=columns)
     for column in ("nbytes", "storage_bytes", "storage_id"):
         frame[column] = frame[column].astype("Int64")
     return frame

@@ -6,14 +6,17 @@ fast: each interaction is a vectorised pandas step on the scan's frame, then a p
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, replace
+from itertools import compress, repeat
 from typing import TYPE_CHECKING
 
-from ..model.records import TensorRecord
+from ..model.records import TensorRecord, record_column
 from ..model.scan_result import device_matches
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 #: Columns the table shows, in order, with the frame column each sorts by.
@@ -44,8 +47,18 @@ class GridState:
 
 _NUMBER = re.compile(r"\d+")
 
+
+
 #: Types a row's note does not mention.
-_PLAIN_TYPES = ("Tensor", "Parameter")
+_PLAIN_TYPES = frozenset({"Tensor", "Parameter"})
+
+
+def _objects(values: list) -> np.ndarray:
+    import numpy as np
+
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array
 
 
 def _padded(match: re.Match) -> str:
@@ -73,31 +86,53 @@ def table_frame(records: tuple[TensorRecord, ...]) -> pd.DataFrame:
     Built column by column: a session's many tensors share few shapes and sizes, so each
     distinct shape and size is turned into text once, not once per row.
     """
+    import numpy as np
     import pandas as pd
 
-    from ..model.units import shape_text
+    from ..model.units import human_bytes, shape_text
     from .table import note_cell, size_cell, size_key
 
-    shapes = [r.shape for r in records]
+    rows = range(len(records))
+    shapes = record_column(records, "shape")
     try:
         shape_texts = {shape: shape_text(shape) for shape in set(shapes)}
-        shape_column = [shape_texts[shape] for shape in shapes]
+        shape_column = list(map(shape_texts.__getitem__, shapes))
     except TypeError:  # an unhashable dimension: each row's own text
         shape_column = [shape_text(shape) for shape in shapes]
-    # What a size cell and its sort key depend on; one record stands for all that share it.
-    size_facts = [(r.alias_of is None, r.device == "meta", r.nbytes, r.storage_bytes) for r in records]
-    sizes = {facts: (size_cell(r), size_key(r)) for facts, r in dict(zip(size_facts, records)).items()}
-    note_column = [note_cell(r) if (r.alias_of is not None or r.note or r.type_name not in _PLAIN_TYPES
-                                    or (r.requires_grad and r.kind == "tensor")) else "" for r in records]
-    frame = pd.DataFrame({
-        "index": range(len(records)), "name": [r.name for r in records], "kind": [r.kind for r in records],
-        "device": [r.device for r in records], "dtype": [r.dtype or "?" for r in records],
-        "shape_text": shape_column, "size": [sizes[facts][0] for facts in size_facts],
-        "size_key": [sizes[facts][1] for facts in size_facts], "note": note_column})
-    for column, key in (("device", "device_key"), ("shape_text", "shape_key")):
-        # Few distinct devices and shapes among many rows: each distinct text is keyed once.
-        frame[key] = frame[column].map({text: natural_key(text) for text in frame[column].unique()})
-    return frame
+    aliases, devices = record_column(records, "alias_of"), record_column(records, "device")
+    # A size cell and its sort key follow from the storage's size, except on the few rows
+    # that share memory or are meta tensors: each distinct size is spelled once.
+    storage_bytes = record_column(records, "storage_bytes")
+    texts = {size: human_bytes(size) for size in set(storage_bytes)}
+    size_column = list(map(texts.__getitem__, storage_bytes))
+    size_key_column = [size or 0 for size in storage_bytes]
+    unusual = set(compress(rows, map(operator.is_not, aliases, repeat(None))))
+    if "meta" in set(devices):
+        unusual.update(compress(rows, map(operator.eq, devices, repeat("meta"))))
+    for i in unusual:
+        size_column[i], size_key_column[i] = size_cell(records[i]), size_key(records[i])
+    # A note only for the few unusual rows: shared memory, a note, a gradient, another class.
+    note_column = [""] * len(records)
+    unusual.update(compress(rows, record_column(records, "note")))
+    unusual.update(compress(rows, record_column(records, "requires_grad")))
+    type_names = record_column(records, "type_name")
+    if not _PLAIN_TYPES.issuperset(type_names):
+        unusual.update(compress(rows, map(operator.not_, map(_PLAIN_TYPES.__contains__, type_names))))
+    for i in unusual:
+        note_column[i] = note_cell(records[i])
+    # Few distinct devices and shapes among many rows: each distinct text is keyed once.
+    device_keys = {device: natural_key(device) for device in set(devices)}
+    shape_keys = {text: natural_key(text) for text in set(shape_column)}
+    # Columns handed over as arrays: pandas takes them as they are instead of converting lists.
+    return pd.DataFrame({
+        "index": np.arange(len(records)), "name": _objects(record_column(records, "name")),
+        "kind": _objects(record_column(records, "kind")), "device": _objects(devices),
+        "dtype": _objects([dtype or "?" for dtype in record_column(records, "dtype")]),
+        "shape_text": _objects(shape_column), "size": _objects(size_column),
+        "size_key": np.array(size_key_column, dtype=np.int64), "note": _objects(note_column),
+        "device_key": _objects(list(map(device_keys.__getitem__, devices))),
+        "shape_key": _objects(list(map(shape_keys.__getitem__, shape_column))),
+    }, copy=False)
 
 
 def select(frame: pd.DataFrame, state: GridState) -> pd.DataFrame:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 from ..model.records import KINDS, TensorRecord
 from ..model.scan_result import ScanView
 from ..model.units import human_bytes
@@ -27,11 +29,11 @@ def visible_rows(result: ScanView) -> tuple[list[TensorRecord], int]:
     if limit <= 0 or len(records) <= limit:
         return records, 0
     if sort == "walk":
-        # Keep the largest, shown in walk order so related names stay together.
-        order = {id(r): i for i, r in enumerate(records)}
-        kept = sorted(records, key=lambda r: -size_key(r))[:limit]
-        kept.sort(key=lambda r: order[id(r)])
-        return kept, len(records) - limit
+        # Keep the largest (the first met among equals), shown in walk order so related names
+        # stay together: a partial selection, not a sort of every record.
+        sizes = size_keys(records)
+        kept = sorted(heapq.nlargest(limit, range(len(records)), key=sizes.__getitem__))
+        return [records[i] for i in kept], len(records) - limit
     return records[:limit], len(records) - limit
 
 
@@ -40,6 +42,12 @@ def size_key(r: TensorRecord) -> int:
     if r.device == "meta" and r.alias_of is None:
         return r.nbytes or 0
     return r.counted_bytes or 0
+
+
+def size_keys(records: list[TensorRecord]) -> list[int]:
+    """:func:`size_key` of each record (one pass, no call per record)."""
+    return [0 if r.alias_of is not None else (r.nbytes or 0) if r.device == "meta" else (r.storage_bytes or 0)
+            for r in records]
 
 
 def size_cell(r: TensorRecord) -> str:
