@@ -31,7 +31,7 @@ import tracemalloc
 from typing import Any, Callable
 
 import torch
-from scan import build_namespace, id_walk, shell_with
+from scan import build_namespace, bytes_per_record, id_walk, shell_with
 
 import devinspect
 
@@ -98,22 +98,20 @@ def main() -> None:
     print(f"%devices + explorer {with_explorer * 1e3:9.0f} ms   {with_explorer / scan:.2f}x the scan "
           f"(target <= 2x)")
 
+    retained, peak, _ = bytes_per_record(namespace)
+    print(f"scan memory         {retained:9.0f} B per record kept, {peak:.0f} B at the walk's peak "
+          f"(target <= 150 B per record)")
+    result = devinspect.scan(namespace)
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
         tracemalloc.reset_peak()
-        result = devinspect.scan(namespace)
-        scanned, scan_peak = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
         explorer = explorer_of(result.select(), namespace)
         kept, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    count = len(result.records)
-    print(f"scan memory         {(scanned - before) / MiB:9.0f} MiB kept ({(scanned - before) / count:.0f} B per "
-          f"record), {(scan_peak - before) / MiB:.0f} MiB at its peak (target <= 150 B per record)")
-    print(f"explorer memory     {(kept - scanned) / MiB:9.0f} MiB kept, {(peak - scanned) / MiB:.0f} MiB at its peak"
+    print(f"explorer memory     {(kept - before) / MiB:9.0f} MiB kept, {(peak - before) / MiB:.0f} MiB at its peak"
           f"  (target <= +300 MiB)")
     del explorer
 

@@ -19,15 +19,22 @@ SCHEDULER_MODULES = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
 _FRESH = frozenset({"self", "optimizer", "last_epoch", "verbose"})
 
 
+def _signature(cls: type) -> inspect.Signature | None:
+    """The constructor's signature of a torch class (reading it runs no user code), or None."""
+    try:
+        return inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return None
+
+
 def scheduler_kwargs(name: str, cls: type, d: dict) -> tuple[tuple[str, str], ...] | None:
     """Constructor arguments to make a PyTorch scheduler of ``cls`` again for another optimizer:
     literals where its instance dict holds one, else the expression reading it from the old
     scheduler (``sched.lr_lambdas[0]``); None when a required argument cannot be found."""
     if not type_module(cls).startswith(SCHEDULER_MODULES):
         return None
-    try:
-        signature = inspect.signature(cls.__init__)  # torch's own class: reading it runs no user code
-    except (TypeError, ValueError):
+    signature = _signature(cls)
+    if signature is None:
         return None
     out = []
     for pname, parameter in signature.parameters.items():
@@ -70,9 +77,8 @@ def _rebuild_kwargs(cls: type, defaults: Any) -> tuple[tuple[str, str], ...] | N
     """
     if not issubclass(type(defaults), dict):
         return None
-    try:
-        signature = inspect.signature(cls.__init__)  # torch's own class: reading it runs no user code
-    except (TypeError, ValueError):
+    signature = _signature(cls)
+    if signature is None:
         return None
     out = []
     values = dict(str_items(defaults))
