@@ -527,3 +527,14 @@ def test_containers_read_a_column_at_a_time_give_the_records_read_item_by_item(s
         one_by_one = devinspect.scan(namespace)
     assert at_once.records == one_by_one.records
     assert at_once.devices == one_by_one.devices and at_once.truncated == one_by_one.truncated
+
+
+def test_records_of_some_kinds_keep_the_walk_order():
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    result = devinspect.scan({"model": model, "opt": opt, "xs": [torch.ones(1) for _ in range(20)]})
+    for kinds in (("parameter",), ("tensor",), ("parameter", "gradient"), ("optimizer_state", "tensor"), ("nope",)):
+        assert result.of_kind(*kinds) == tuple(r for r in result.records if r.kind in kinds)
+        assert result.of_kind(*kinds) == tuple(r for r in result.records if r.kind in kinds)  # kept or made again

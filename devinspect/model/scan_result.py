@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import compress, repeat
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .display import bundle, text
 from .fixes import Finding
 from .records import (
+    KINDS,
     DeviceTotal,
     FunctionCall,
     HistoryHold,
@@ -64,13 +65,18 @@ class ScanResult:
         return _kept(self, "_devices", lambda: device_totals(self.records))
 
     def of_kind(self, *kinds: str) -> tuple[TensorRecord, ...]:
-        """The records of these kinds, in walk order (grouped on first use, then kept): a rule
-        about parameters or optimizer state reads those, not every tensor of the namespace."""
+        """The records of these kinds, in walk order: a rule about parameters or optimizer
+        state reads those, not every tensor of the namespace. The kinds are kept as one byte
+        per record, and a selection is kept when it is a small part of the records."""
         kept = _kept(self, "_of_kind", dict)
         found = kept.get(kinds)
         if found is None:
-            column = _kept(self, "_kinds", lambda: record_column(self.records, "kind"))
-            found = kept[kinds] = tuple(compress(self.records, map(frozenset(kinds).__contains__, column)))
+            codes = _kept(self, "_kind_codes",
+                          lambda: bytes(map(_KIND_CODES.get, record_column(self.records, "kind"), repeat(255))))
+            wanted = frozenset(_KIND_CODES.get(kind, 254) for kind in kinds)
+            found = tuple(compress(self.records, map(wanted.__contains__, codes)))
+            if len(found) * 8 <= len(self.records):
+                kept[kinds] = found
         return found
 
     @property
@@ -109,6 +115,10 @@ class ScanResult:
 
     def __repr__(self) -> str:
         return repr(self.select())
+
+
+#: A record's kind as one byte (255: a kind not listed in KINDS).
+_KIND_CODES = {kind: code for code, kind in enumerate(KINDS)}
 
 
 def _kept(owner: Any, key: str, compute: Callable[[], Any]) -> Any:
