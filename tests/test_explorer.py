@@ -184,7 +184,7 @@ def test_each_row_of_the_table_says_what_its_record_says(sim):
     from devinspect import scan
     from devinspect.model.units import shape_text
     from devinspect.render.grid import natural_key
-    from devinspect.render.table import note_cell, size_cell, size_key
+    from devinspect.render.table import note_cell, size_cell, size_key, size_keys
 
     base = torch.zeros(6)
     lazy = torch.nn.LazyLinear(2)
@@ -206,3 +206,4 @@ def test_each_row_of_the_table_says_what_its_record_says(sim):
         assert row.device_key == natural_key(r.device)
     assert {"shared", "needs 12 B"} <= set(frame["size"]) and any("requires_grad" in n for n in frame["note"])
     assert "_Marked" in set(frame["note"])
+    assert size_keys(list(records)) == [size_key(r) for r in records]  # the text table's column form

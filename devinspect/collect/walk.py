@@ -526,17 +526,15 @@ class Walker:
             keys = list(islice(dict.keys(o), limit))
             values = list(islice(dict.values(o), limit))
             if not any(issubclass(type(k), _Tensor) for k in keys) and self._plain_tensors(
-                    values, lambda: _dict_item_names(name, keys), root, "attribute" if owner is not None else "tensor",
-                    owner):
+                    values, lambda: [_dict_item_name(name, i, k) for i, k in enumerate(keys)], root,
+                    "attribute" if owner is not None else "tensor", owner):
                 values = ()
             for i, (key, value) in enumerate(zip(keys, values)):
-                typed_key = key_text(key)
                 if issubclass(type(key), _Tensor):
                     self._visit(key, f"list({name})[{i}]", root, depth + 1, owner)
                 if id(type(value)) in ATOM_IDS:
                     continue
-                child = f"{name}[{typed_key}]" if typed_key is not None else f"list({name}.values())[{i}]"
-                self._visit(value, child, root, depth + 1, owner)
+                self._visit(value, _dict_item_name(name, i, key), root, depth + 1, owner)
         else:
             if issubclass(vt, (list, tuple)):
                 total = list.__len__(o) if issubclass(vt, list) else tuple.__len__(o)
@@ -622,9 +620,9 @@ class Walker:
         devices, dtypes, shapes, nbytes, storage_bytes, keys = columns
         notes = map(_QUANTIZED.get, dtypes)
         tensor_first, storage_first = self._tensor_first, self._storage_first
-        needs_grad = any(map(tb.requires_grad, values))
+        grads = list(map(tb.requires_grad, values))
         ids = list(map(id, values))
-        if not needs_grad and len(set(keys)) == len(keys) and storage_first.keys().isdisjoint(keys):
+        if not any(grads) and len(set(keys)) == len(keys) and storage_first.keys().isdisjoint(keys):
             # The common case, every memory seen for the first time (so every tensor too): no alias.
             tensor_first.update(zip(ids, names))
             storage_first.update(zip(keys, names))
@@ -634,7 +632,6 @@ class Walker:
                 repeat(self.hidden), repeat(True),
             )))
             return
-        grads = list(map(tb.requires_grad, values)) if needs_grad else repeat(False)
         append, hidden, record = self.records.append, self.hidden, self._tensor
         for t, tid, name, device, dtype, shape, nb, sb, key, note, requires_grad in zip(
                 values, ids, names, devices, dtypes, shapes, nbytes, storage_bytes, keys, notes, grads):
@@ -660,14 +657,11 @@ _RUN = 4096
 _QUANTIZED = dict.fromkeys(("qint8", "quint8", "qint32", "quint4x2", "quint2x4"), "quantized")
 
 
-def _dict_item_names(name: str, keys: list) -> list[str]:
-    """How each item of dict ``name`` is typed (``d["a"]``; ``list(d.values())[3]`` for a key
-    with no literal form)."""
-    out = []
-    for i, key in enumerate(keys):
-        typed_key = key_text(key)
-        out.append(f"{name}[{typed_key}]" if typed_key is not None else f"list({name}.values())[{i}]")
-    return out
+def _dict_item_name(name: str, index: int, key: Any) -> str:
+    """How item ``index`` of dict ``name`` is typed (``d["a"]``; ``list(d.values())[3]`` for a
+    key with no literal form)."""
+    typed_key = key_text(key)
+    return f"{name}[{typed_key}]" if typed_key is not None else f"list({name}.values())[{index}]"
 
 
 def _moves_inputs(d: dict) -> bool:
