@@ -17,9 +17,13 @@ one step, and N loose small tensors in a list (N = 20,000 and 100,000).
 
 - bare id walk: a walk from the namespace that collects the ids of the same tensors and
   names nothing: the floor for any walk that names.
+- facts read: the id walk, then the facts each record holds (device, dtype, shape, logical
+  bytes, storage identity and bytes, requires_grad) read for every tensor found through
+  TensorBase's C getters, one ``map`` pass per fact, with no name, record or alias made:
+  the floor for any scan that reads through PyTorch's Python API.
 
-Prints medians of CPU time (``time.process_time``) over several repetitions and the
-ratios. Targets on the 2-core
+Prints medians of CPU time (``time.process_time``) over several rounds, the steps
+compared with each other run in turn within each round, and the ratios. Targets on the 2-core
 development machine: scan <= 1.3x bare loop and <= 3x the id walk; <= 150 B per record (tracemalloc);
 >= 3x faster than MemReporter;
 %devices end to end < 0.5 s on the 20,000-tensor namespace.
@@ -30,6 +34,7 @@ Run: ``python benchmarks/scan.py [--repeat 7] [--sizes 20000 100000]``
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import gc
 import io
@@ -98,6 +103,57 @@ def id_walk(namespace: dict[str, Any]) -> int:
             stack.append(value.state)
             stack.append(value.param_groups)
     return len(found)
+
+
+def facts_read(namespace: dict[str, Any]) -> int:
+    """The id walk, then each fact a record holds read for every tensor it found, one C-level
+    pass per fact (the reads the scan itself makes, without naming or recording anything)."""
+    found: dict[int, torch.Tensor] = {}
+    seen: set[int] = set()
+    stack = list(namespace.values())
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            found[id(value)] = value
+            continue
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, nn.Module):
+            stack.extend(value._parameters.values())
+            stack.extend(value._buffers.values())
+            stack.extend(value._modules.values())
+        elif isinstance(value, torch.optim.Optimizer):
+            stack.append(value.state)
+            stack.append(value.param_groups)
+    tensors = list(found.values())
+    base = torch._C.TensorBase
+    # Each value is read and dropped at once (nothing kept, so no collector work either).
+    for name in ("device", "dtype", "shape", "nbytes", "requires_grad"):
+        collections.deque(map(base.__dict__[name].__get__, tensors), maxlen=0)
+    storages = list(map(base.untyped_storage, tensors))
+    collections.deque(map(torch._C.StorageBase.__dict__["_cdata"].__get__, storages), maxlen=0)
+    collections.deque(map(torch._C.StorageBase.nbytes, storages), maxlen=0)
+    return len(tensors)
+
+
+def interleaved_medians(steps: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    """Median CPU seconds of each step over ``repeat`` rounds, every round running each step
+    once in turn, so a change in the machine's load falls on all of them alike."""
+    for fn in steps.values():
+        fn()  # warm up (imports, caches)
+    times: dict[str, list[float]] = {label: [] for label in steps}
+    for _ in range(repeat):
+        for label, fn in steps.items():
+            gc.collect()
+            start = time.process_time()
+            fn()
+            times[label].append(time.process_time() - start)
+    return {label: statistics.median(values) for label, values in times.items()}
 
 
 def median_time(fn: Callable[[], Any], repeat: int) -> float:
@@ -195,11 +251,15 @@ def main() -> None:
         ns = build_namespace(size)
         result = devinspect.scan(ns)
         print(f"\n== 200-block model + AdamW state + {size:,} loose tensors: {len(result.records):,} records ==")
-        bare = median_time(bare_loop, args.repeat)
-        walk = median_time(lambda: id_walk(ns), args.repeat)
-        scan = median_time(lambda: devinspect.scan(ns), args.repeat)
+        medians = interleaved_medians({
+            "bare": bare_loop, "walk": lambda: id_walk(ns), "facts": lambda: facts_read(ns),
+            "scan": lambda: devinspect.scan(ns),
+        }, args.repeat)
+        bare, walk, facts, scan = medians["bare"], medians["walk"], medians["facts"], medians["scan"]
         print(f"bare gc loop            {bare * 1e3:9.1f} ms")
         print(f"bare id walk            {walk * 1e3:9.1f} ms")
+        print(f"facts read              {facts * 1e3:9.1f} ms   {facts / walk:.2f}x the id walk: reading alone, "
+              f"nothing named or recorded   ratio scan/facts read = {scan / facts:.2f}x")
         print(f"devinspect.scan         {scan * 1e3:9.1f} ms   ratio scan/gc loop = {scan / bare:.2f}x  (target <= 1.3x)"
               f"   ratio scan/id walk = {scan / walk:.2f}x  (target <= 3x)")
         retained, peak, _ = bytes_per_record(ns)
@@ -207,8 +267,10 @@ def main() -> None:
               f"  (target <= 150 B)")
         reporter = memreporter(ns["model"])
         if reporter is not None:
-            model_only = median_time(lambda: devinspect.scan({"model": ns["model"], "opt": ns["opt"]}), args.repeat)
-            mem = median_time(reporter, args.repeat)
+            medians = interleaved_medians({
+                "model_only": lambda: devinspect.scan({"model": ns["model"], "opt": ns["opt"]}), "mem": reporter,
+            }, args.repeat)
+            model_only, mem = medians["model_only"], medians["mem"]
             print(f"scan (model + opt only) {model_only * 1e3:9.1f} ms")
             print(f"MemReporter(model)      {mem * 1e3:9.1f} ms   ratio MemReporter/scan = {mem / model_only:.1f}x  (target >= 3x)")
         else:

@@ -1,6 +1,6 @@
 """Every reader of devinspect over a namespace of hostile objects, counted.
 
-For one namespace (a seeded draw of :mod:`hostile_kinds`): the scan, ``--why``, the
+For one namespace (a seeded draw of :mod:`hostile_kinds`): the scan, ``--why`` of every tensor name, the
 explanation of a device mismatch and of an out-of-memory error whose frames hold the
 hostile objects, the memory tally and the per-rank summary run with the tripwire armed.
 Counted: hostile code that ran (``user_code``), readers that raised (``crashes``), and
@@ -67,12 +67,18 @@ def readers(device: str) -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
     return [
         ("scan", lambda ns: devinspect.scan(ns)),
         ("scan everything", lambda ns: devinspect.scan(ns, include_hidden=True, all_objects=True)),
-        ("--why", lambda ns: holders(ns, "anchor")),
+        ("--why", lambda ns: [holders(ns, name) for name in _tensor_names(ns)]),
         ("explanation", explained),
         ("out-of-memory", out_of_memory),
         ("memory tally", lambda ns: tally_tensors(ns)),
         ("rank summary", lambda ns: summary(ns)),
     ]
+
+
+def _tensor_names(ns: dict[str, Any]) -> list[str]:
+    """The anchor and every name whose value is a tensor by its real type (what ``--why`` takes)."""
+    return ["anchor"] + [name for name, value in ns.items()
+                         if name != "anchor" and issubclass(type(value), torch._C.TensorBase)]
 
 
 def fuzz_namespace(seed: int, device: str = "meta", size: int = 6) -> FuzzCounts:

@@ -290,6 +290,31 @@ def quantized_tensor(trip: Trip) -> Any:
         return torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.qint8), None
 
 
+def escaped_vmap_tensor(trip: Trip) -> Any:
+    """A batched tensor kept past the ``vmap`` that made it: its type is plain ``torch.Tensor``,
+    yet its storage cannot be read."""
+    kept: list[Any] = []
+    torch.vmap(lambda x: kept.append(x) or x)(torch.ones(3, 2))
+    return kept[0], None
+
+
+def escaped_grad_tensor(trip: Trip) -> Any:
+    """A functorch wrapper kept past the ``torch.func.grad`` call that made it."""
+    kept: list[Any] = []
+    torch.func.grad(lambda x: kept.append(x) or (x * x).sum())(torch.ones(3))
+    return kept[0], None
+
+
+def scripted_module(trip: Trip) -> Any:
+    """A TorchScript module: its tensors live in C++, behind wrappers of its own."""
+    return torch.jit.script(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())), None
+
+
+def traced_module(trip: Trip) -> Any:
+    """A traced module: its tensors sit in a scripted module it keeps, reached through ``__getattr__``."""
+    return torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(2, 2)), torch.ones(1, 2)), None
+
+
 def module_getattr(trip: Trip) -> Any:
     class Wrapper(torch.nn.Module):
         def __init__(self):
@@ -397,7 +422,7 @@ KINDS: dict[str, Callable[[Trip], tuple[Any, Any]]] = {
         slots_object, cycle, deep, huge, tensor_subclass_function, tensor_subclass_properties, sparse_tensor,
         nested_tensor, meta_tensor, quantized_tensor, module_getattr, replaced_dict, dict_subclass_dict,
         paused_generator, partial_object, raising_everything, parameter_subclass, module_type_object,
-        callable_object, dtensor,
+        callable_object, dtensor, escaped_vmap_tensor, escaped_grad_tensor, scripted_module, traced_module,
     )
 }
 

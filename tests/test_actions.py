@@ -154,6 +154,22 @@ def test_failed_moves_change_nothing_and_say_why():
     result = actions.move(ns, "t[0]", "meta")  # a tuple item cannot be assigned
     assert not result.ok and "nothing was changed" in result.message and ns["t"][0].device.type == "cpu"
 
+def test_a_torchscript_module_is_moved_only_where_the_move_reaches_its_cpp_tensors(sim):
+    scripted = torch.jit.script(nn.Linear(2, 2))
+    traced = torch.jit.trace(nn.Sequential(nn.Linear(2, 2)), torch.ones(1, 2))
+    weight, traced_weight = scripted.weight, getattr(traced, "0").weight
+    ns = {"scripted": scripted, "traced": traced}
+    # The simulated device and meta need a swap of the tensors, which C++ never sees: refused up front.
+    for name, device in (("scripted", "sim:0"), ("scripted.weight", "sim:0"), ("traced", "meta"),
+                         ("getattr(traced, '0').weight", "sim:0")):
+        result = actions.move(ns, name, device)
+        assert not result.ok and "TorchScript" in result.message and "nothing was changed" in result.message, name
+    assert scripted.weight is weight and weight.device.type == "cpu"
+    assert getattr(traced, "0").weight is traced_weight and traced_weight.device.type == "cpu"
+    # A move to where it already is has nothing to swap: it succeeds, read back through the module.
+    assert actions.move(ns, "scripted", "cpu").ok and scripted.weight.device.type == "cpu"
+
+
 
 def test_register_buffer_validates_first_and_never_loses_the_tensor(sim):
     class Lazy(nn.Module):

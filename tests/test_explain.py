@@ -60,6 +60,21 @@ def test_the_printed_fix_runs_as_printed_and_the_cell_then_works(ip, sim):
     assert run(ip, "y = model(x)")[0].success
 
 
+
+def test_a_torchscript_model_called_with_a_meta_input_is_explained_with_an_edit_that_works(ip):
+    # TorchScript runs the model in C++ (no Python frame inside it): the line that called it is
+    # the failing call, the model's C++ parameters its other side.
+    run(ip, "import torch\nfrom torch import nn\nmodel = nn.Sequential(nn.Linear(4, 4), nn.ReLU())\n"
+            "scripted = torch.jit.script(model)\n")
+    run(ip, "x = torch.ones(2, 4, device='meta')")
+    result, text, _, _ = run(ip, "y = scripted(x)")
+    assert type(result.error_in_exec) is RuntimeError
+    assert "device mismatch in scripted (cpu, meta)" in text and "model[0].weight" in text
+    # A meta tensor holds no data to move: the line that makes it is edited instead.
+    assert "x = x.to(" not in text and '+ x = torch.ones(2, 4, device="cpu")' in text
+    assert run(ip, 'x = torch.ones(2, 4, device="cpu")')[0].success
+    assert run(ip, "y = scripted(x)")[0].success
+
 def test_apply_fix_under_an_explained_error_moves_the_input(ip, sim):
     from devinspect.jupyter.fix_panel import explanation_panel
 
@@ -392,6 +407,17 @@ def test_why_names_a_container_it_looked_at_in_part(ip):
     assert not found.complete
     assert "objs: looked at the first 10,000 of 20,001" in repr(found)
 
+
+
+def test_why_of_a_tensor_whose_memory_cannot_be_read_still_lists_its_holders(ip):
+    # A batched tensor kept past its vmap: plain torch.Tensor by type, no readable storage.
+    run(ip, "import torch\nkept = []\n_ = torch.vmap(lambda x: kept.append(x) or x)(torch.ones(3, 2))\n"
+            "first = kept[0]")
+    result, out, _, _ = run(ip, "%devices --why first")
+    assert result.error_in_exec is None, result.error_in_exec
+    assert "could not inspect: NotImplementedError" in out and "kept[0]" in out
+    found = ip.run_line_magic("devices", "--why first -o")
+    assert {r.path for r in found.references} == {"first", "kept[0]"} and found.device == "?"
 
 # -- in a real kernel -----------------------------------------------------------------------------
 

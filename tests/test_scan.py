@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import devinspect
+from devinspect.collect.referrers import holders
 from devinspect.model.records import FRAME_COLUMNS
 
 
@@ -321,6 +322,19 @@ def test_uninspectable_object_becomes_an_error_record(facts_fail_for_three_eleme
     assert recs["good"].kind == "tensor"
 
 
+
+def test_an_unreadable_tensor_under_several_names_is_one_hint_and_aliases():
+    # A batched tensor kept past its vmap: plain torch.Tensor by type, no readable storage.
+    kept: list = []
+    torch.vmap(lambda x: kept.append(x) or x)(torch.ones(3, 2))
+    result = devinspect.scan({"a": kept[0], "many": [kept[0]] * 5 + [torch.zeros(2)]})
+    recs = by_name(result)
+    assert recs["a"].kind == "error" and recs["a"].alias_of is None
+    assert [recs[f"many[{i}]"].alias_of for i in range(5)] == ["a"] * 5 and recs["many[5]"].kind == "tensor"
+    hints = [f for f in result.findings if f.code == "could-not-inspect"]
+    assert len(hints) == 1 and hints[0].names == ("a", *(f"many[{i}]" for i in range(5)))
+    assert hints[0].message.endswith("(also reached as many[0], many[1], many[2], …)")
+
 def test_dataloader_is_summarised_and_its_dataset_walked():
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -398,15 +412,52 @@ def test_containers_not_looked_into_are_reported():
     objects = np.empty(2, dtype=object)
     objects[0] = torch.zeros(1)
     ns = {"arr": objects, "df": pd.DataFrame({"t": [torch.zeros(1)]}), "plain": np.zeros(3),
-          "numbers": pd.DataFrame({"a": [1.0]}), "odd": odd, "scripted": torch.jit.script(torch.nn.Linear(2, 2))}
+          "numbers": pd.DataFrame({"a": [1.0]}), "odd": odd}
     result = devinspect.scan(ns)
     reasons = {t.name: t.reason for t in result.truncated}
     assert "numpy array of Python objects" in reasons["arr"]
     assert "DataFrame with object columns" in reasons["df"]
     assert "DictSubclass" in reasons["odd"]
-    assert "live in C++" in reasons["scripted"]
     assert "plain" not in reasons and "numbers" not in reasons  # numeric arrays hold no tensors
-    assert {f.subject for f in result.findings if f.code == "not-walked"} >= {"arr", "df", "odd", "scripted"}
+    assert {f.subject for f in result.findings if f.code == "not-walked"} >= {"arr", "df", "odd"}
+
+
+class _Blocks(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(4, 4)])
+        self.bn = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        x = self.seq(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.bn(x)
+
+
+def test_torchscript_modules_are_read_through_their_cpp_dictionaries_by_the_names_users_type():
+    scripted = torch.jit.script(_Blocks())
+    traced = torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(4, 2)), torch.ones(1, 4))
+    opt = torch.optim.SGD(scripted.parameters(), lr=0.1, momentum=0.9)
+    scripted(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    ns = {"scripted": scripted, "traced": traced, "opt": opt}
+    result = devinspect.scan(ns)
+    recs = by_name(result)
+    expected = {"scripted.seq[0].weight": "parameter", "scripted.blocks[0].bias": "parameter",
+                "scripted.bn.running_mean": "buffer", "scripted.seq[0].weight.grad": "gradient",
+                "getattr(traced, '0').weight": "parameter",
+                'opt.state[scripted.bn.weight]["momentum_buffer"]': "optimizer_state"}
+    assert {name: recs[name].kind for name in expected} == expected
+    for r in result.records:  # every name is one the user can type
+        assert tuple(eval(r.name, dict(ns)).shape) == r.shape, r.name
+    assert eval("scripted.blocks[0].weight", dict(ns)) is scripted.blocks[0].weight
+    summary = {m.name: m for m in result.modules}
+    assert summary["scripted"].parameters == 6 and summary["scripted"].buffers == 3
+    assert not result.truncated and not [f for f in result.findings if f.code == "not-walked"]
+    why = holders(ns, "scripted.blocks[0].weight")
+    assert "scripted.blocks[0].weight" in [r.path for r in why.references]
 
 
 def test_the_tools_own_frames_in_the_last_traceback_make_no_findings(ip, sim):

@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterable, MutableMapping
 import torch
 
 from ..collect.locations import frame_locals
-from ..collect.static import type_is_one_of
+from ..collect.script_modules import script_object
+from ..collect.static import instance_dict, type_is_one_of
 from ..diagnose import fixes
 from ..model.fixes import ReleaseGraphs
 from .memory import clear_last_error
@@ -67,6 +68,9 @@ class Mover:
             for attr in _recomputed(sub):
                 recomputed.append((sub, attr))
         problem = self._refusal([(n, p) for n, p in params.values()] + [(n, b) for _, _, n, b in buffers])
+        if problem is None and not self._all_in_place([p for _, p in params.values()] + [b for *_, b in buffers]) \
+                and any(_is_torchscript(sub) for _, sub in _named_modules(module, name)):
+            problem = self._torchscript_refusal(name)
         if problem is not None:
             return problem
         # Attributes weight_norm & co. recompute before each forward hold a graph that saves
@@ -100,6 +104,13 @@ class Mover:
             states = self._commit_state(planned_state)
         except Exception as exc:  # noqa: BLE001 - anything half done is undone
             return self._undone(f"could not move {name} to {self.target}", reason(exc))
+        # Read back through the modules themselves: a TorchScript module keeps its tensors in
+        # C++, where a swap of the Python objects does not reach.
+        left = [(_child(path, key, sub), t) for path, sub in _named_modules(module, name)
+                for group in (sub._parameters, sub._buffers) for key, t in list(group.items())
+                if t is not None and not self._on_target(t)]
+        if left:
+            return self._undone(f"could not move {name} to {self.target}", self._left_behind(module, left))
         counts = f"{len(planned_params)} parameters, {len(planned_buffers)} buffers"
         grads = sum(1 for *_, g in planned_params if g is not None)
         if grads:
@@ -128,6 +139,12 @@ class Mover:
             return ActionResult(True, f"{name} = {name}.to({str(self.target)!r}) ({human(self.moved_bytes)})",
                                 self.moved_bytes)
         if not self._all_in_place([t]):
+            try:
+                holders = NamePath(name).holders(self.namespace)
+            except Exception:  # noqa: BLE001 - the name was found a moment ago; a holder that fails to read is no module
+                holders = []
+            if any(_is_torchscript(h) for h in holders):
+                return self._torchscript_refusal(name)
             held = self._held([(name, t)])
             if held is not None:
                 return held
@@ -142,6 +159,9 @@ class Mover:
             states = self._commit_state(planned_state)
         except Exception as exc:  # noqa: BLE001
             return self._undone(f"could not move {name} to {self.target}", reason(exc))
+        now, _ = find_named(self.namespace, name)
+        if isinstance(now, torch.Tensor) and not self._on_target(now):
+            return self._undone(f"could not move {name} to {self.target}", self._left_behind(None, [(name, now)]))
         what = "Parameter" if isinstance(t, torch.nn.Parameter) else "leaf tensor"
         extra = f", and {states} optimizer state tensors" if states else ""
         return ActionResult(True, f"moved {name} to {self.target}, the same {what}{extra} ({human(self.moved_bytes)})",
@@ -160,6 +180,22 @@ class Mover:
                                            "load it with load_state_dict(state_dict, assign=True), or use "
                                            f"to_empty(device={str(self.target)!r}) and initialise it (nothing was changed)")
         return None
+
+    def _on_target(self, t: torch.Tensor) -> bool:
+        device = t.device
+        return device.type == self.target.type and (self.target.index is None or device.index == self.target.index)
+
+    def _torchscript_refusal(self, name: str) -> ActionResult:
+        return ActionResult(False, f"could not move {name} to {self.target}: its tensors are held by a TorchScript "
+                                   "module, in C++, where this move (a swap of the tensors) cannot reach; move the "
+                                   f"model before scripting it: torch.jit.script(model.to({str(self.target)!r})) "
+                                   "(nothing was changed)")
+
+    @staticmethod
+    def _left_behind(module: torch.nn.Module | None, left: list[tuple[str, torch.Tensor]]) -> str:
+        """Which tensors, read back after the move, are not on the target."""
+        names = ", ".join(n for n, _ in left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+        return f"{names} stayed on {left[0][1].device} when read back through {'the module' if module else 'its name'}"
 
     def _in_place(self, t: torch.Tensor) -> bool:
         return fixes.moves_in_place(str(t.device), str(self.target), self.swap_flag) and \
@@ -302,6 +338,10 @@ def _child(path: str, key: str, module: torch.nn.Module) -> str:
     from ..collect.names import child_name
 
     return child_name(path, key, type(module))
+
+
+def _is_torchscript(value: Any) -> bool:
+    return isinstance(value, torch.nn.Module) and script_object(instance_dict(value)) is not None
 
 
 def _recomputed(module: torch.nn.Module) -> list[str]:

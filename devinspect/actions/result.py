@@ -61,6 +61,15 @@ class NamePath:
             value = getattr(value, key) if kind == "attr" else value[key]
         return value
 
+    def holders(self, namespace: MutableMapping[str, Any]) -> list[Any]:
+        """The objects the path passes through before its last step (the variable first)."""
+        value = namespace[self.root]
+        out = [value]
+        for kind, key in self.steps[:-1]:
+            value = getattr(value, key) if kind == "attr" else value[key]
+            out.append(value)
+        return out if self.steps else []
+
     def set(self, namespace: MutableMapping[str, Any], new: Any) -> None:
         if not self.steps:
             namespace[self.root] = new

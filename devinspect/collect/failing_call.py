@@ -25,6 +25,7 @@ import torch
 
 from . import locations
 from . import tensorbase as tb
+from .script_modules import script_object, script_tensors
 from .static import instance_dict, type_is_one_of
 from .tensors import fake_device_of
 from .values import MISSING, attribute_of, item_of
@@ -34,7 +35,7 @@ _Module = torch.nn.Module
 _MISSING: Any = object()
 
 #: Messages that say a mismatch; used only when no frame's operands could be read.
-_MISMATCH_WORDS = re.compile(r"on the same device|same device as|should be the same|device type|"
+_MISMATCH_WORDS = re.compile(r"on the same device|same device as|should be the same|device type|expected device|"
                              r"Expected all tensors", re.IGNORECASE)
 #: Calls whose inputs may lawfully sit on different devices: their failing for mixed devices
 #: needs the message to say so too.
@@ -139,7 +140,8 @@ def failing_call(entries: list[Entry], exc: BaseException) -> FailingCall | None
     looked = 0
     for entry in reversed(entries):
         filename = entry.frame.f_code.co_filename
-        if locations.is_own_file(filename) or locations.is_compile_machinery(filename):
+        if locations.is_own_file(filename) or locations.is_compile_machinery(filename) \
+                or _is_module_call_plumbing(entry.frame.f_code):
             continue
         looked += 1
         node = _running_expression(entry)
@@ -152,6 +154,16 @@ def failing_call(entries: list[Entry], exc: BaseException) -> FailingCall | None
     if hinted:
         return _from_locals(entries)
     return None
+
+
+#: Where ``Module.__call__`` dispatches to ``forward``: it passes the module and its inputs on,
+#: so the line that called the module, or the module's own code, names the failing call.
+_MODULE_FILE = torch.nn.modules.module.__file__
+_CALL_PLUMBING = frozenset({"_wrapped_call_impl", "_call_impl"})
+
+
+def _is_module_call_plumbing(code: types.CodeType) -> bool:
+    return code.co_name in _CALL_PLUMBING and code.co_filename == _MODULE_FILE
 
 
 def message(exc: BaseException) -> str:
@@ -303,14 +315,25 @@ def _module_sample(module: Any) -> list:
         m = stack.pop()
         visited += 1
         d = instance_dict(m)
-        for group in ("_parameters", "_buffers"):
-            members = d.get(group)
-            for t in dict.values(members) if type(members) is dict else ():
-                if _is_tensor(t):
-                    by_device.setdefault(str(tb.device(t)), t)
+        for t in _own_tensors(d):
+            if _is_tensor(t):
+                by_device.setdefault(str(tb.device(t)), t)
         children = d.get("_modules")
         stack.extend(c for c in (dict.values(children) if type(children) is dict else ()) if _is_module(c))
     return list(by_device.values())
+
+
+def _own_tensors(d: dict) -> list:
+    """A module's parameters and buffers, from its instance dict ``d``; all of them for a
+    TorchScript module, whose tensors and submodules live in C++."""
+    script = script_object(d)
+    if script is not None:
+        return script_tensors(script[0])
+    out: list = []
+    for group in ("_parameters", "_buffers"):
+        members = d.get(group)
+        out += list(dict.values(members)) if type(members) is dict else []
+    return out
 
 
 def device_of(operand: Any) -> str:
@@ -344,9 +367,7 @@ def _from_locals(entries: list[Entry]) -> FailingCall | None:
     owner = dict.get(local_vars, "self")
     if _is_module(owner):
         d = instance_dict(owner)
-        for group in ("_parameters", "_buffers"):
-            members = d.get(group)
-            values += list(dict.values(members)) if type(members) is dict else []
+        values += _own_tensors(d)
         values += list(dict.values(d))  # tensors kept as plain attributes
     tensors = [v for v in values if _is_tensor(v)][:_MAX_TENSORS]
     devices = devices_of(tensors)

@@ -91,6 +91,13 @@ def attr_name(parent: str, attr: str) -> str:
     return f"getattr({parent}, {literal(attr)})"
 
 
+def dict_item_name(name: str, index: int, key: Any) -> str:
+    """How item ``index`` of dict ``name`` is typed (``d["a"]``; ``list(d.values())[3]`` for a
+    key with no literal form)."""
+    typed_key = key_text(key)
+    return f"{name}[{typed_key}]" if typed_key is not None else f"list({name}.values())[{index}]"
+
+
 def child_name(parent: str, child: str, parent_type: type) -> str:
     """``model.layers[0]``, ``model.blocks["a-b"]``, ``model.fc`` for a module child."""
 

@@ -31,7 +31,7 @@ import torch
 from ..model.holders import Holders, Reference
 from . import locations
 from . import tensorbase as tb
-from .names import HISTORY_RE, PLUMBING, attr_name, child_name, key_text, namespace_items
+from .names import HISTORY_RE, PLUMBING, attr_name, child_name, describe_error, key_text, namespace_items
 from .static import (
     ATOM_IDS,
     PROXY_TYPES,
@@ -45,6 +45,7 @@ from .static import (
     type_module,
     type_name,
 )
+from .script_modules import script_members, script_object
 from .tensors import tensor_facts
 
 _T = torch.Tensor
@@ -71,7 +72,12 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
         target = find_tensor(namespace, name, exclude=exclude)
         search = _Search(target)
         complete = search.run(_roots(namespace, set(exclude) | PLUMBING))
-        device, dtype, shape, _, storage_bytes, _, _, _ = tensor_facts(target)
+        try:
+            device, dtype, shape, _, storage_bytes, _, _, _ = tensor_facts(target)
+            unread = ""
+        except Exception as exc:  # noqa: BLE001 - a tensor whose memory cannot be read still has holders
+            device, dtype, shape, storage_bytes = "?", "?", None, 0
+            unread = f"could not inspect: {describe_error(exc)}"
         found = {id(o) for o in search.reached}
         # A class holds its attributes in a dict behind its mappingproxy: that dict is the referrer.
         found |= {id(d) for o in search.reached if issubclass(type(o), type)
@@ -83,7 +89,7 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
         references = sorted(search.references, key=lambda r: (order.get(r.root, 3), r.via != "", len(r.path)))
         shape = tuple(int(n) for n in shape) if shape is not None else ()
         result = Holders(name, device, dtype, shape, storage_bytes or 0, tuple(references), complete, unreached,
-                         time.perf_counter() - start, tuple(search.cut), search.too_deep)
+                         time.perf_counter() - start, tuple(search.cut), search.too_deep, unread)
     del target, search
     return result
 
@@ -263,6 +269,9 @@ class _Search:
 
     def _module_children(self, m: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:
         d = instance_dict(m)
+        script = script_object(d)
+        if script is not None:
+            yield from _script_children(script[0], path, script[1])
         for group in ("_parameters", "_buffers", "_modules"):
             members = d.get(group)
             if type(members) is dict:
@@ -312,6 +321,16 @@ class _Search:
                     yield data, f"{path}.{public}{suffix}", "autograd graph", f"saved by {type(node).__name__}"
                 else:  # packed by a saved-tensor hook: what the hook returned
                     yield data, f"{path}.{attr}{suffix}.data", "autograd graph", "packed by a saved-tensor hook"
+
+
+def _script_children(c: Any, path: str, indexable: bool) -> Iterator[tuple[Any, str, str, str]]:
+    """The tensors of a TorchScript module and of all its submodules, each with its full name
+    (the C++ submodules themselves are made anew on each read, so they are not followed)."""
+    for kind, full, value in script_members(c, path, indexable):
+        if kind == "module":
+            yield from _script_children(value, full, indexable)
+        else:
+            yield value, full, "", ""
 
 
 def _function_children(f: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:

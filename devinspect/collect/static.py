@@ -87,6 +87,10 @@ OPAQUE: tuple[type, ...] = (
     torch.TypedStorage,
     torch.Stream,
     torch.Event,
+    # A traced graph and its nodes hold tensors' metadata (fake tensors, example values),
+    # not memory; a GraphModule's parameters, buffers and constants are its attributes.
+    torch.fx.Graph,
+    torch.fx.Node,
 )
 
 

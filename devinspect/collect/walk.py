@@ -31,9 +31,10 @@ from ..model.records import (
 from . import locations
 from . import tensorbase as tb
 from .class_source import attribute_assignment, class_source_lines, library_of, recomputed_attributes
-from .names import attr_name, child_name, describe_error, key_text
+from .names import attr_name, child_name, describe_error, dict_item_name, key_text
 from .placement import off_map, placement_of
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
+from .script_modules import class_name, script_members, script_object
 from .static import (
     ATOM_IDS,
     OPAQUE,
@@ -103,6 +104,8 @@ class Walker:
         #: One tuple per distinct shape: most tensors of a large namespace share a few shapes.
         self._shapes: dict[tuple, tuple] = {}
         self._tensor_first: dict[int, str] = {}
+        #: The first name of each tensor whose facts could not be read (kept apart: it names no memory).
+        self._unreadable_first: dict[int, str] = {}
         self._visited: set[int] = set()
         self._param_names: dict[int, str] = {}
         self._deferred: list[tuple[str, str, Any]] = []
@@ -228,10 +231,15 @@ class Walker:
             self._error_record(value, name, root, exc)
 
     def _error_record(self, value: Any, name: str, root: str, exc: BaseException) -> None:
+        alias = None
+        if tb.is_tensor(value):
+            # The same unreadable tensor under a second name is that name's alias, as a readable one is.
+            alias = self._unreadable_first.setdefault(id(value), name)
+            alias = alias if alias != name else None
         self.records.append(
             TensorRecord(
                 name=name, root=root, kind="error", device="?", dtype=None, shape=None, nbytes=None,
-                storage_bytes=None, storage_id=None, type_name=type_name(type(value)),
+                storage_bytes=None, storage_id=None, alias_of=alias, type_name=type_name(type(value)),
                 note=f"could not inspect: {describe_error(exc)}", hidden=self.hidden,
             )
         )
@@ -309,10 +317,14 @@ class Walker:
         mt = type(m)
         if not self.hidden:
             self.module_types.append((name, type_name(mt)))
+        script = script_object(d)
+        if script is not None:
+            self._guarded(self._script_module, script[0], name, root, script[1])
+            return
         params = d.get("_parameters")
         if params is not None and not issubclass(type(params), dict):
-            # TorchScript modules keep parameters in C++ behind wrappers devinspect does not open.
-            self.truncated.append(Truncation(name, f"a {type_name(mt)}: its parameters live in C++ and are not inspected"))
+            self.truncated.append(Truncation(name, f"a {type_name(mt)}: its parameters live behind a wrapper "
+                                                   "devinspect does not open"))
             return
         for pname, p in str_items(params):
             if p is not None:
@@ -353,6 +365,18 @@ class Walker:
             if child is None or id(child) in seen:
                 continue
             self._guarded(self._module, child, child_name(name, cname, mt), root, unregistered, seen)
+
+    def _script_module(self, c: Any, name: str, root: str, indexable: bool) -> None:
+        """The tensors and submodules of a TorchScript module's C++ object ``c``."""
+        for kind, full, value in script_members(c, name, indexable):
+            if kind == "module":
+                if not self.hidden:
+                    self.module_types.append((full, class_name(value)))
+                self._guarded(self._script_module, value, full, root, indexable)
+                continue
+            if kind == "parameter":
+                self._param_names.setdefault(id(value), full)
+            self._guarded(self._tensor_visit, value, full, root, kind, name)
 
     def _tensor_visit(self, t: Any, name: str, root: str, kind: str, owner: str | None, note: str | None = None) -> None:
         if issubclass(type(t), _Tensor):
@@ -526,7 +550,7 @@ class Walker:
             keys = list(islice(dict.keys(o), limit))
             values = list(islice(dict.values(o), limit))
             if not any(issubclass(type(k), _Tensor) for k in keys) and self._plain_tensors(
-                    values, lambda: [_dict_item_name(name, i, k) for i, k in enumerate(keys)], root,
+                    values, lambda: [dict_item_name(name, i, k) for i, k in enumerate(keys)], root,
                     "attribute" if owner is not None else "tensor", owner):
                 values = ()
             for i, (key, value) in enumerate(zip(keys, values)):
@@ -534,7 +558,7 @@ class Walker:
                     self._visit(key, f"list({name})[{i}]", root, depth + 1, owner)
                 if id(type(value)) in ATOM_IDS:
                     continue
-                self._visit(value, _dict_item_name(name, i, key), root, depth + 1, owner)
+                self._visit(value, dict_item_name(name, i, key), root, depth + 1, owner)
         else:
             if issubclass(vt, (list, tuple)):
                 total = list.__len__(o) if issubclass(vt, list) else tuple.__len__(o)
@@ -655,13 +679,6 @@ class Walker:
 _RUN = 4096
 #: The note of a quantized tensor, by dtype name: a strided tensor is quantized exactly when its dtype is.
 _QUANTIZED = dict.fromkeys(("qint8", "quint8", "qint32", "quint4x2", "quint2x4"), "quantized")
-
-
-def _dict_item_name(name: str, index: int, key: Any) -> str:
-    """How item ``index`` of dict ``name`` is typed (``d["a"]``; ``list(d.values())[3]`` for a
-    key with no literal form)."""
-    typed_key = key_text(key)
-    return f"{name}[{typed_key}]" if typed_key is not None else f"list({name}.values())[{index}]"
 
 
 def _moves_inputs(d: dict) -> bool:

@@ -271,7 +271,10 @@ class _Diagnosis:
     def _operand_fix(self, n: _Named, target: str) -> Fix | None:
         source = n.operand.source
         if n.device == "meta":
-            return self._meta_fix(n, target)
+            fix = self._meta_fix(n, target)
+            if fix is None and source == "namespace" and n.record is not None:
+                fix = self._meta_variable_fix(n, target)
+            return fix
         if source in ("parameter", "buffer", "gradient"):
             if source == "buffer":
                 made = self._forward_buffer_fix(n, target)
@@ -541,6 +544,17 @@ class _Diagnosis:
                                 release=graph_holder_names(self.index.holders), release_traceback=True)
         return dataclasses.replace(fix, rerun=fix.code is not None)
 
+    def _meta_variable_fix(self, n: _Named, target: str) -> Fix:
+        """A variable on the meta device holds no data to move: it is made again on ``target``,
+        by an edit of the line that makes it when that line is known."""
+        root = fixes.root_of(n.record.name)
+        device_expr = origins.device_expression(self.failure.namespace, target)
+        origin = origins.namespace_origin(root, self.cell, self.failing_line, [], device_expr)
+        if origin is not None and origin.edit is not None:
+            return self._edit_fix(origin, f"make {root} on {target} where it is made (on meta it holds no data to move)")
+        return Fix(summary=f"make {root} again on {target}",
+                   note=f"{root} is on the meta device and holds no data to move: create it on {target}")
+
     def _inputs_on_lines(self, target: str) -> list[Fix]:
         """Namespace tensors off ``target`` passed to calls on the user's lines (the failed cell's
         and the innermost user frame's)."""
@@ -578,8 +592,9 @@ class _Diagnosis:
                             or r.name in self.handled:
                         continue
                     self.handled.add(r.name)
-                    fix = self._namespace_fix(_Named(Operand(r.name, "namespace", r.device, r.dtype or "?", None),
-                                                     None, record=r), target)
+                    named = _Named(Operand(r.name, "namespace", r.device, r.dtype or "?", None), None, record=r)
+                    fix = self._meta_variable_fix(named, target) if r.device == "meta" else \
+                        self._namespace_fix(named, target)
                     if fix is not None:
                         out.append(fix)
         return out

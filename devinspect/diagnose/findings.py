@@ -483,9 +483,19 @@ def truncated_walk(result: ScanResult) -> Iterator[Finding]:
 
 
 def could_not_inspect(result: ScanResult) -> Iterator[Finding]:
+    """One hint per object that could not be read, with every other name it was reached by."""
+    others: dict[str, list[str]] = {}
+    notes: dict[str, str | None] = {}
     for r in result.of_kind("error"):
-        yield Finding(code="could-not-inspect", severity="hint", subject=r.name, message=f"{r.name}: {r.note}",
-                      names=(r.name,))
+        if r.alias_of in others:
+            others[r.alias_of].append(r.name)
+        else:
+            others[r.name], notes[r.name] = [], r.note
+    for name, also in others.items():
+        note = notes[name]
+        more = f" (also reached as {', '.join(also[:3])}{', …' if len(also) > 3 else ''})" if also else ""
+        yield Finding(code="could-not-inspect", severity="hint", subject=name, message=f"{name}: {note}{more}",
+                      names=(name, *also))
 
 
 RULES: tuple[Rule, ...] = (

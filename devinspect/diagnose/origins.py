@@ -163,7 +163,8 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
     if not text:
         return None
     column = node.col_offset
-    calls = [] if wrap else factory_calls(node)
+    # A factory call that names the wrong device is the cause itself: its device= is replaced.
+    calls = [] if wrap else (factory_calls(node) or factory_calls(node, given_too=True))
     if calls:
         new = with_device(text, calls, device_expr, offset=column)
         if new is not None and new != text:

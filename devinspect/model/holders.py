@@ -39,6 +39,8 @@ class Holders:
     cut: tuple[str, ...] = ()
     #: Whether objects at the depth bound were left unfollowed.
     too_deep: bool = False
+    #: Why the tensor's size, device and dtype are unknown ("could not inspect: …"); "" when read.
+    unread: str = ""
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return bundle(self)

@@ -13,7 +13,7 @@ _NOWRAP = CELL + ";white-space:nowrap"
 
 
 def headline(h: Holders) -> str:
-    size = f"{human_bytes(h.nbytes)} on {h.device}, {h.dtype}{shape_text(h.shape)}"
+    size = h.unread or f"{human_bytes(h.nbytes)} on {h.device}, {h.dtype}{shape_text(h.shape)}"
     if not h.references:
         return f"{h.name} ({size}): no path from your names, the output history or the last error reaches it"
     return f"{h.name} ({size}) is kept alive by {plural(len(h.references), 'reference')}"

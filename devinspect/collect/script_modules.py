@@ -1,0 +1,76 @@
+"""TorchScript modules, scripted or traced: their tensors live in C++, behind the module.
+
+Read through TorchScript's own dictionaries of the C++ module (``torch._C.ParameterDict``,
+``BufferDict``, ``ModuleDict``), which run none of the user's Python. Names are the ones
+the user types: ``scripted.blocks[0].weight``, ``getattr(traced, '0').weight``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+
+from .names import attr_name
+from .static import instance_dict
+
+_ScriptModule = torch._C.ScriptModule
+_Module = torch.nn.Module
+_INDEXABLE = ("Sequential", "ModuleList")
+
+
+def script_object(d: dict) -> tuple[Any, bool] | None:
+    """(the C++ module, whether its Sequential and ModuleList children take ``[i]``) behind a
+    TorchScript module's instance dict ``d``: its own ``_c`` when scripted, that of the scripted
+    module a traced one keeps (``_actual_script_module``), whose children only ``getattr``
+    reaches. None for any other module."""
+    c = d.get("_c")
+    if type(c) is _ScriptModule:
+        return c, True
+    actual = d.get("_actual_script_module")
+    if actual is not None and issubclass(type(actual), _Module):
+        c = instance_dict(actual).get("_c")
+        if type(c) is _ScriptModule:
+            return c, False
+    return None
+
+
+def script_members(c: Any, name: str, indexable: bool) -> Iterator[tuple[str, str, Any]]:
+    """``(kind, name, value)`` of each parameter, buffer and submodule of the C++ module ``c``
+    (kind: "parameter", "buffer" or "module"; a submodule's value is its C++ module)."""
+    for pname, p in torch._C.ParameterDict(c).items():
+        if p is not None:
+            yield "parameter", attr_name(name, pname), p
+    for bname, b in torch._C.BufferDict(c).items():
+        if b is not None:
+            yield "buffer", attr_name(name, bname), b
+    container = class_name(c)
+    for cname, child in torch._C.ModuleDict(c).items():
+        if not cname.isdigit():
+            full = attr_name(name, cname)
+        elif indexable and container in _INDEXABLE:
+            full = f"{name}[{cname}]"
+        else:
+            full = f"getattr({name}, {cname!r})"
+        yield "module", full, child
+
+
+def script_tensors(c: Any, limit: int = 10_000) -> list[Any]:
+    """The parameters and buffers of the C++ module ``c`` and of its submodules (at most ``limit``)."""
+    out: list[Any] = []
+    stack = [c]
+    while stack and len(out) < limit:
+        module = stack.pop()
+        out.extend(p for _, p in torch._C.ParameterDict(module).items() if p is not None)
+        out.extend(b for _, b in torch._C.BufferDict(module).items() if b is not None)
+        stack.extend(child for _, child in torch._C.ModuleDict(module).items())
+    return out[:limit]
+
+
+def class_name(c: Any) -> str:
+    """The class a C++ module was made from (``Linear`` for ``__torch__.torch.nn.…Linear``)."""
+    return c.qualified_name.rsplit(".", 1)[-1]
+
+
+def is_script_object(value: Any) -> bool:
+    return type(value) is _ScriptModule
