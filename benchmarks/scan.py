@@ -79,13 +79,17 @@ def id_walk(namespace: dict[str, Any]) -> int:
     """The floor for naming: a walk from the namespace that collects the ids of the same
     tensors (containers, modules' parameters, buffers and submodules, optimizers' state
     and groups), naming and reading nothing."""
-    found: set[int] = set()
+    return len(tensors_by_id(namespace))
+
+
+def tensors_by_id(namespace: dict[str, Any]) -> dict[int, torch.Tensor]:
+    found: dict[int, torch.Tensor] = {}
     seen: set[int] = set()
     stack = list(namespace.values())
     while stack:
         value = stack.pop()
         if isinstance(value, torch.Tensor):
-            found.add(id(value))
+            found[id(value)] = value
             continue
         if id(value) in seen:
             continue
@@ -102,35 +106,13 @@ def id_walk(namespace: dict[str, Any]) -> int:
         elif isinstance(value, torch.optim.Optimizer):
             stack.append(value.state)
             stack.append(value.param_groups)
-    return len(found)
+    return found
 
 
 def facts_read(namespace: dict[str, Any]) -> int:
     """The id walk, then each fact a record holds read for every tensor it found, one C-level
     pass per fact (the reads the scan itself makes, without naming or recording anything)."""
-    found: dict[int, torch.Tensor] = {}
-    seen: set[int] = set()
-    stack = list(namespace.values())
-    while stack:
-        value = stack.pop()
-        if isinstance(value, torch.Tensor):
-            found[id(value)] = value
-            continue
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
-        if isinstance(value, (list, tuple)):
-            stack.extend(value)
-        elif isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, nn.Module):
-            stack.extend(value._parameters.values())
-            stack.extend(value._buffers.values())
-            stack.extend(value._modules.values())
-        elif isinstance(value, torch.optim.Optimizer):
-            stack.append(value.state)
-            stack.append(value.param_groups)
-    tensors = list(found.values())
+    tensors = list(tensors_by_id(namespace).values())
     base = torch._C.TensorBase
     # Each value is read and dropped at once (nothing kept, so no collector work either).
     for name in ("device", "dtype", "shape", "nbytes", "requires_grad"):

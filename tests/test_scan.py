@@ -589,3 +589,25 @@ def test_records_of_some_kinds_keep_the_walk_order():
     for kinds in (("parameter",), ("tensor",), ("parameter", "gradient"), ("optimizer_state", "tensor"), ("nope",)):
         assert result.of_kind(*kinds) == tuple(r for r in result.records if r.kind in kinds)
         assert result.of_kind(*kinds) == tuple(r for r in result.records if r.kind in kinds)  # kept or made again
+
+
+class _Config:
+    """A class the user wrote, holding a tensor as a class attribute."""
+
+
+def test_namespaces_and_the_class_attributes_of_the_users_classes_are_walked():
+    import argparse
+    import types
+
+    _Config.table = torch.ones(3)
+    try:
+        ns = {"Config": _Config, "cfg": types.SimpleNamespace(scale=torch.ones(2), nested=types.SimpleNamespace(
+            bias=torch.zeros(1))), "args": argparse.Namespace(mask=torch.ones(4)), "Linear": torch.nn.Linear}
+        result = devinspect.scan(ns)
+        assert {r.name for r in result.records} == {"Config.table", "cfg.scale", "cfg.nested.bias", "args.mask"}
+        assert not result.truncated
+        for r in result.records:  # each name is one the user can type
+            assert tuple(eval(r.name, dict(ns)).shape) == r.shape
+        assert "cfg.nested.bias" in [ref.path for ref in holders(ns, "cfg.nested.bias").references]
+    finally:
+        del _Config.table

@@ -133,3 +133,23 @@ def recomputed_attributes(d: dict[str, Any]) -> dict[str, str]:
             if type(attr) is str:
                 out[attr] = type_name(type(hook))
     return out
+
+
+def user_class_attributes(cls: type) -> list[tuple[str, Any]]:
+    """``(name, value)`` of the class attributes of a class the user wrote (``Cfg.table = t``),
+    dunders left out; none for a library's class. Read from the class's own mapping, never
+    through its metaclass."""
+    mapping = type.__dict__["__dict__"].__get__(cls)
+    module = mapping.get("__module__")
+    if type(module) is not str or not _is_users_module(module):
+        return []
+    return [(key, value) for key, value in list(mapping.items())
+            if type(key) is str and not (key.startswith("__") and key.endswith("__"))]
+
+
+def _is_users_module(name: str) -> bool:
+    if name == "__main__":
+        return True
+    module = sys.modules.get(name)
+    filename = module.__dict__.get("__file__") if type(module) is types.ModuleType else None
+    return type(filename) is str and not locations.is_library_file(filename)

@@ -7,6 +7,18 @@ from typing import Any
 
 import torch
 
+#: Buffers PyTorch keeps on the host by design, by the module class that holds them: they
+#: never make a model split across devices.
+ON_HOST_BY_DESIGN = {("torch.optim.swa_utils", "AveragedModel"): ("n_averaged",)}
+ON_HOST_NOTE = "kept on the host by PyTorch"
+
+
+def moves_inputs(d: dict) -> bool:
+    """Whether a module (by its instance dict) has forward pre-hooks (or accelerate's
+    ``_hf_hook``), which may move its inputs."""
+    hooks = d.get("_forward_pre_hooks")
+    return "_hf_hook" in d or (issubclass(type(hooks), dict) and dict.__len__(hooks) > 0)
+
 
 def off_map(name: str, device_map: Any, owner_devices: dict[str, set[str]]) -> tuple[tuple[str, str, str], ...]:
     """``(part, device, mapped device)`` for each part of a dispatched model whose tensors are not

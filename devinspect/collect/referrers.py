@@ -31,7 +31,9 @@ import torch
 from ..model.holders import Holders, Reference
 from . import locations
 from . import tensorbase as tb
+from .class_source import user_class_attributes
 from .names import HISTORY_RE, PLUMBING, attr_name, child_name, describe_error, key_text, namespace_items
+from .script_modules import script_members, script_object
 from .static import (
     ATOM_IDS,
     PROXY_TYPES,
@@ -45,7 +47,6 @@ from .static import (
     type_module,
     type_name,
 )
-from .script_modules import script_members, script_object
 from .tensors import tensor_facts
 
 _T = torch.Tensor
@@ -127,22 +128,9 @@ def _roots(namespace: Mapping[str, Any], excluded: set[str]) -> Iterator[tuple[A
 
 def _class_attributes(cls: type, path: str) -> Iterator[tuple[Any, str, str, str]]:
     """A class the user wrote keeps its class attributes (``Cfg.table = t``); a library's
-    class is plumbing. Read from the class's own mapping, never through its metaclass."""
-    mapping = type.__dict__["__dict__"].__get__(cls)
-    module = mapping.get("__module__")
-    if type(module) is not str or not _is_users_module(module):
-        return
-    for key, value in list(mapping.items()):
-        if type(key) is str and not (key.startswith("__") and key.endswith("__")):
-            yield value, attr_name(path, key), "", ""
-
-
-def _is_users_module(name: str) -> bool:
-    if name == "__main__":
-        return True
-    module = sys.modules.get(name)
-    filename = module.__dict__.get("__file__") if type(module) is types.ModuleType else None
-    return type(filename) is str and not locations.is_library_file(filename)
+    class is plumbing."""
+    for key, value in user_class_attributes(cls):
+        yield value, attr_name(path, key), "", ""
 
 
 class _Search:

@@ -164,12 +164,17 @@ def instance_dict(o: Any) -> dict[str, Any]:
     return out
 
 
+#: ``types.SimpleNamespace`` (and ``argparse``-style namespaces built on it) keeps its dict in a
+#: C slot, read by this member descriptor: C code, like the getset descriptor of other classes.
+_NAMESPACE_DICT = types.SimpleNamespace.__dict__["__dict__"]
+
+
 def raw_instance_dict(o: Any) -> dict | None:
     """The object's own ``__dict__`` (exactly a dict), or None when it has none or it is not a dict."""
     for klass in mro(type(o)):
         descriptor = plain_class_dict(klass).get("__dict__")
         if descriptor is not None:
-            if type(descriptor) is types.GetSetDescriptorType:
+            if type(descriptor) is types.GetSetDescriptorType or descriptor is _NAMESPACE_DICT:
                 try:
                     d = descriptor.__get__(o, type(o))
                 except Exception:
@@ -184,7 +189,7 @@ def odd_instance_dict(o: Any) -> str | None:
     for klass in mro(type(o)):
         descriptor = plain_class_dict(klass).get("__dict__")
         if descriptor is not None:
-            if type(descriptor) is not types.GetSetDescriptorType:
+            if type(descriptor) is not types.GetSetDescriptorType and descriptor is not _NAMESPACE_DICT:
                 return "its __dict__ is replaced by a class attribute"
             try:
                 d = descriptor.__get__(o, type(o))

@@ -30,9 +30,15 @@ from ..model.records import (
 )
 from . import locations
 from . import tensorbase as tb
-from .class_source import attribute_assignment, class_source_lines, library_of, recomputed_attributes
+from .class_source import (
+    attribute_assignment,
+    class_source_lines,
+    library_of,
+    recomputed_attributes,
+    user_class_attributes,
+)
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text
-from .placement import off_map, placement_of
+from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE, moves_inputs, off_map, placement_of
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .script_modules import class_name, script_members, script_object
 from .static import (
@@ -334,7 +340,7 @@ class Walker:
                 if issubclass(type(p), _Tensor) and tb.use_count(p) > 2:
                     self._held.append(pfull)
         non_persistent = d.get("_non_persistent_buffers_set") or ()
-        on_host = _ON_HOST_BY_DESIGN.get((type_module(mt), type_name(mt)), ())
+        on_host = ON_HOST_BY_DESIGN.get((type_module(mt), type_name(mt)), ())
         for bname, b in str_items(d.get("_buffers")):
             if b is not None:
                 note = "non-persistent" if type(non_persistent) is set and bname in non_persistent else None
@@ -432,7 +438,7 @@ class Walker:
             off_map=off_map(name, instance_dict(m).get("hf_device_map"), owner_devices),
             held_parameters=tuple(self._held),
             library=library_of(type(m)),
-            moves_inputs=_moves_inputs(instance_dict(m)),
+            moves_inputs=moves_inputs(instance_dict(m)),
         )
 
     # -- optimizers, loaders, containers, objects -----------------------------
@@ -486,6 +492,10 @@ class Walker:
     def _object(self, o: Any, name: str, root: str, vt: type, depth: int, owner: str | None) -> None:
         if vt is list or vt is tuple or vt is dict or issubclass(vt, (list, tuple, dict, set, frozenset, collections.deque)):
             self._container(o, vt, name, root, depth, owner)
+            return
+        if issubclass(vt, type):  # a class the user wrote holds its class attributes (Cfg.table = t)
+            for attr, value in user_class_attributes(o):
+                self._visit(value, attr_name(name, attr), root, depth + 1, owner)
             return
         if issubclass(vt, OPAQUE) or is_opaque_package(vt):
             return
@@ -679,16 +689,3 @@ class Walker:
 _RUN = 4096
 #: The note of a quantized tensor, by dtype name: a strided tensor is quantized exactly when its dtype is.
 _QUANTIZED = dict.fromkeys(("qint8", "quint8", "qint32", "quint4x2", "quint2x4"), "quantized")
-
-
-def _moves_inputs(d: dict) -> bool:
-    """Whether a module has forward pre-hooks (or accelerate's ``_hf_hook``), which may move its inputs."""
-    hooks = d.get("_forward_pre_hooks")
-    return "_hf_hook" in d or (issubclass(type(hooks), dict) and dict.__len__(hooks) > 0)
-
-
-#: Buffers PyTorch keeps on the host by design, by the module class that holds them: they
-#: never make a model split across devices.
-_ON_HOST_BY_DESIGN = {("torch.optim.swa_utils", "AveragedModel"): ("n_averaged",)}
-ON_HOST_NOTE = "kept on the host by PyTorch"
-
