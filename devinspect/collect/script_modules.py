@@ -70,7 +70,3 @@ def script_tensors(c: Any, limit: int = 10_000) -> list[Any]:
 def class_name(c: Any) -> str:
     """The class a C++ module was made from (``Linear`` for ``__torch__.torch.nn.…Linear``)."""
     return c.qualified_name.rsplit(".", 1)[-1]
-
-
-def is_script_object(value: Any) -> bool:
-    return type(value) is _ScriptModule
