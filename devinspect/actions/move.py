@@ -58,7 +58,8 @@ class Mover:
         params: dict[int, tuple[str, torch.nn.Parameter]] = {}
         buffers: list[tuple[torch.nn.Module, str, str, torch.Tensor]] = []
         recomputed: list[tuple[torch.nn.Module, str]] = []
-        for path, sub in _named_modules(module, name):
+        named = _named_modules(module, name)
+        for path, sub in named:
             for key, p in list(sub._parameters.items()):
                 if p is not None and id(p) not in params:
                     params[id(p)] = (_child(path, key, sub), p)
@@ -69,7 +70,7 @@ class Mover:
                 recomputed.append((sub, attr))
         problem = self._refusal([(n, p) for n, p in params.values()] + [(n, b) for _, _, n, b in buffers])
         if problem is None and not self._all_in_place([p for _, p in params.values()] + [b for *_, b in buffers]) \
-                and any(_is_torchscript(sub) for _, sub in _named_modules(module, name)):
+                and any(_is_torchscript(sub) for _, sub in named):
             problem = self._torchscript_refusal(name)
         if problem is not None:
             return problem
@@ -106,7 +107,7 @@ class Mover:
             return self._undone(f"could not move {name} to {self.target}", reason(exc))
         # Read back through the modules themselves: a TorchScript module keeps its tensors in
         # C++, where a swap of the Python objects does not reach.
-        left = [(_child(path, key, sub), t) for path, sub in _named_modules(module, name)
+        left = [(_child(path, key, sub), t) for path, sub in named
                 for group in (sub._parameters, sub._buffers) for key, t in list(group.items())
                 if t is not None and not self._on_target(t)]
         if left:

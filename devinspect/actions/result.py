@@ -74,9 +74,7 @@ class NamePath:
         if not self.steps:
             namespace[self.root] = new
             return
-        parent = namespace[self.root]
-        for kind, key in self.steps[:-1]:
-            parent = getattr(parent, key) if kind == "attr" else parent[key]
+        parent = self.holders(namespace)[-1]
         kind, key = self.steps[-1]
         if kind == "attr":
             setattr(parent, key, new)

@@ -19,6 +19,7 @@ import linecache
 import re
 import types
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Iterator
 
 import torch
@@ -323,12 +324,16 @@ def _module_sample(module: Any) -> list:
     return list(by_device.values())
 
 
+#: Tensors read from one TorchScript module's C++ side, at most.
+_MAX_SCRIPT_TENSORS = 10_000
+
+
 def _own_tensors(d: dict) -> list:
     """A module's parameters and buffers, from its instance dict ``d``; all of them for a
     TorchScript module, whose tensors and submodules live in C++."""
     script = script_object(d)
     if script is not None:
-        return script_tensors(script[0])
+        return [t for _, t in islice(script_tensors(script[0], "", script[1]), _MAX_SCRIPT_TENSORS)]
     out: list = []
     for group in ("_parameters", "_buffers"):
         members = d.get(group)

@@ -33,7 +33,7 @@ from . import locations
 from . import tensorbase as tb
 from .class_source import user_class_attributes
 from .names import HISTORY_RE, PLUMBING, attr_name, child_name, describe_error, key_text, namespace_items
-from .script_modules import script_members, script_object
+from .script_modules import script_object, script_tensors
 from .static import (
     ATOM_IDS,
     PROXY_TYPES,
@@ -259,7 +259,8 @@ class _Search:
         d = instance_dict(m)
         script = script_object(d)
         if script is not None:
-            yield from _script_children(script[0], path, script[1])
+            c, indexable = script
+            yield from ((t, full, "", "") for full, t in script_tensors(c, path, indexable))
         for group in ("_parameters", "_buffers", "_modules"):
             members = d.get(group)
             if type(members) is dict:
@@ -309,16 +310,6 @@ class _Search:
                     yield data, f"{path}.{public}{suffix}", "autograd graph", f"saved by {type(node).__name__}"
                 else:  # packed by a saved-tensor hook: what the hook returned
                     yield data, f"{path}.{attr}{suffix}.data", "autograd graph", "packed by a saved-tensor hook"
-
-
-def _script_children(c: Any, path: str, indexable: bool) -> Iterator[tuple[Any, str, str, str]]:
-    """The tensors of a TorchScript module and of all its submodules, each with its full name
-    (the C++ submodules themselves are made anew on each read, so they are not followed)."""
-    for kind, full, value in script_members(c, path, indexable):
-        if kind == "module":
-            yield from _script_children(value, full, indexable)
-        else:
-            yield value, full, "", ""
 
 
 def _function_children(f: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:

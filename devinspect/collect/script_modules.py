@@ -55,16 +55,15 @@ def script_members(c: Any, name: str, indexable: bool) -> Iterator[tuple[str, st
         yield "module", full, child
 
 
-def script_tensors(c: Any, limit: int = 10_000) -> list[Any]:
-    """The parameters and buffers of the C++ module ``c`` and of its submodules (at most ``limit``)."""
-    out: list[Any] = []
-    stack = [c]
-    while stack and len(out) < limit:
-        module = stack.pop()
-        out.extend(p for _, p in torch._C.ParameterDict(module).items() if p is not None)
-        out.extend(b for _, b in torch._C.BufferDict(module).items() if b is not None)
-        stack.extend(child for _, child in torch._C.ModuleDict(module).items())
-    return out[:limit]
+def script_tensors(c: Any, name: str, indexable: bool) -> Iterator[tuple[str, Any]]:
+    """``(name, tensor)`` of each parameter and buffer of the C++ module ``c`` and of all its
+    submodules, depth first (the C++ submodules are made anew on each read, so only their
+    tensors are handed out)."""
+    for kind, full, value in script_members(c, name, indexable):
+        if kind == "module":
+            yield from script_tensors(value, full, indexable)
+        else:
+            yield full, value
 
 
 def class_name(c: Any) -> str:
