@@ -19,6 +19,7 @@ import time
 from typing import Any, Iterable, Mapping
 
 from ..model.memory import DeviceMemory, MemorySnapshot, TensorTally
+from ..model.record_table import record_column
 from .memory_readings import in_words, read, stat
 
 __all__ = ["snapshot", "read", "build", "tally_tensors"]
@@ -63,12 +64,16 @@ def tally_tensors(namespace: Mapping[str, Any], exclude: Iterable[str] = ()) -> 
 def tallies_of(result: Any) -> dict[str, TensorTally]:
     """:func:`tally_tensors` of a scan made with ``include_hidden=True, all_objects=True``."""
     counts: dict[str, list[int]] = {}
-    for r in result.records:
-        if r.alias_of is not None:
+    records = result.records
+    # Read as columns: a session's many tensors cost a pass over five columns, no record each.
+    for device, alias, kind, hidden, storage_bytes in zip(
+            record_column(records, "device"), record_column(records, "alias_of"), record_column(records, "kind"),
+            record_column(records, "hidden"), record_column(records, "storage_bytes")):
+        if alias is not None:
             continue
-        slot = 2 if r.kind == "unnamed" else 1 if r.hidden else 0
-        c = counts.setdefault(r.device, [0, 0, 0, 0, 0, 0])
-        c[slot] += r.counted_bytes
+        slot = 2 if kind == "unnamed" else 1 if hidden else 0
+        c = counts.setdefault(device, [0, 0, 0, 0, 0, 0])
+        c[slot] += storage_bytes or 0
         c[slot + 3] += 1
     now = time.time()
     return {device: TensorTally(*c, counted_at=now) for device, c in counts.items()}

@@ -14,7 +14,7 @@ import gc
 import re
 import sys
 import types
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -175,20 +175,21 @@ def _walk(walker: Walker, items: list[tuple[str, Any]], restricted: bool, user: 
 
 def _result(walker: Walker, user_names: list[str], prefixes: list[str], include_hidden: bool,
             all_objects: bool, max_depth: int, rules: Any = None) -> ScanResult:
-    records = walker.records
-    hidden = records[walker.first_hidden :] if walker.first_hidden is not None else []
+    walker.link_aliases()
+    records: Sequence[TensorRecord] = walker.records
+    hidden = records[walker.first_hidden :] if walker.first_hidden is not None else ()
     history = tuple(
         HistoryHold(r.name, r.device, r.storage_bytes)
         for r in hidden
         if r.hidden and r.alias_of is None and r.storage_bytes and device_is_accelerator(r.device)
     )
     if not include_hidden and hidden:
-        records = [r for r in records if not r.hidden]
+        records = walker.records.take(walker.records.indexes_where("hidden", (False,)))
     if prefixes:
         keep = Selection(names=tuple(prefixes)).keeps
-        records = [r for r in records if keep(r)]
+        records = tuple(r for r in records if keep(r))
     return ScanResult(
-        records=tuple(records),
+        records=records,
         modules=tuple(walker.modules),
         loaders=tuple(walker.loaders),
         truncated=tuple(walker.truncated),
@@ -235,6 +236,7 @@ class NameIndex:
 
     def __init__(self, namespace: Mapping[str, Any]):
         self._walker = Walker(ScanOptions())
+        self._walker.keeps_first_names = True  # lookups go by object
         user, _history = root_items(namespace_items(namespace), PLUMBING, include_hidden=False)
         ordered = sorted(user, key=_root_rank)
         self._ordered = ordered
@@ -264,7 +266,8 @@ class NameIndex:
         self._run(self._walker, roots)
         walker = self._walker
         self._result = self._result_of(walker)
-        self._by_name = {r.name: r for r in walker.records}
+        # name -> index (the last record of a name wins); a record is made only when asked for.
+        self._by_name = dict(zip(walker.records.column("name"), range(len(walker.records))))
         self._tensor_first = walker._tensor_first
         self._storage_first = walker._storage_first
 
@@ -311,7 +314,11 @@ class NameIndex:
 
     def _result_of(self, walker: Walker) -> ScanResult:
         """What ``walker`` found, as the scan of the user's own names returns it."""
-        return _result(walker, self._user_names, [], False, False, ScanOptions.max_depth)
+        result = _result(walker, self._user_names, [], False, False, ScanOptions.max_depth)
+        if walker is self._walker and self._rest:
+            # The walk goes on into the rest later: this result keeps the records found so far.
+            result = dataclasses.replace(result, records=walker.records.take(range(len(walker.records))))
+        return result
 
     def _walked(self, name: str) -> bool:
         """Whether everything the whole scan would name ``name`` (or below it) is named already:
@@ -335,7 +342,7 @@ class NameIndex:
             return None
         if not self._walked(name):
             self._finish()
-        return self._by_name.get(name)
+        return self._named(name)
 
     def lookup(self, t: Any) -> tuple[TensorRecord, bool] | None:
         """(the record of the name the user knows ``t`` by, whether ``t`` is only a view of it)."""
@@ -352,8 +359,12 @@ class NameIndex:
                 key = None
             name = self._storage_first.get(key) if key is not None else None
             is_view = name is not None
-        record = self._by_name.get(name) if name is not None else None
+        record = self._named(name) if name is not None else None
         return (record, is_view) if record is not None else None
+
+    def _named(self, name: str) -> TensorRecord | None:
+        index = self._by_name.get(name)
+        return None if index is None else self._walker.records[index]
 
     @staticmethod
     def source(record: TensorRecord) -> str:

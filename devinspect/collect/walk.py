@@ -10,16 +10,17 @@ reference to any user object. devinspect's own objects (earlier results kept in
 from __future__ import annotations
 
 import collections
+import dataclasses
 import gc
 import operator
 import sys
 import types
-from dataclasses import dataclass
 from itertools import islice, repeat
 from typing import Any
 
 import torch
 
+from ..model.record_table import RecordTable, spans_touched
 from ..model.records import (
     LoaderSummary,
     ModuleSummary,
@@ -30,15 +31,16 @@ from ..model.records import (
 )
 from . import locations
 from . import tensorbase as tb
+from .aliases import link_aliases
 from .class_source import (
     attribute_assignment,
     class_source_lines,
-    library_of,
     recomputed_attributes,
     user_class_attributes,
 )
+from .module_summary import module_bytes, module_summary
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text
-from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE, moves_inputs, off_map, placement_of
+from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .script_modules import class_name, script_members, script_object
 from .static import (
@@ -73,7 +75,7 @@ _storage_key = torch._C.StorageBase.__dict__["_cdata"].__get__
 _MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class ScanOptions:
     """Bounds and switches of a walk. Every bound that cuts something is reported."""
 
@@ -95,11 +97,17 @@ class Walker:
     #: Whether a container of plain tensors is recorded in one step (:meth:`_plain_tensors`);
     #: a walk that records tensors its own way (its own :meth:`_tensor`) goes item by item.
     records_runs = True
+    #: Whether every tensor's and every memory's first name is kept as the walk goes (a lookup
+    #: by object needs them). A scan does without for runs of plain tensors, which would double
+    #: its peak memory, and marks their aliases once the walk is done (:meth:`link_aliases`).
+    keeps_first_names = False
 
     def __init__(self, options: ScanOptions):
         self.options = options
-        self.records: list[TensorRecord] = []
+        self.records = RecordTable()
         self.modules: list[ModuleSummary] = []
+        #: (position in ``modules``, first record, end of its records) of each module summary.
+        self._module_spans: list[tuple[int, int, int]] = []
         self.loaders: list[LoaderSummary] = []
         self.optimizers: list[OptimizerSummary] = []
         self.truncated: list[Truncation] = []
@@ -130,6 +138,15 @@ class Walker:
 
     def root(self, name: str, value: Any) -> None:
         self._visit(value, name, name, 0, None)
+
+    def link_aliases(self) -> None:
+        """Mark every record whose memory an earlier record holds (the first name wins), and
+        recount the bytes of the module summaries whose records that changed."""
+        changed = link_aliases(self.records)
+        spans = self._module_spans
+        for n in spans_touched([(start, stop) for _, start, stop in spans], changed) if changed else ():
+            at, start, stop = spans[n]
+            self.modules[at] = dataclasses.replace(self.modules[at], **module_bytes(self.records[start:stop]))
 
     def flush_deferred(self) -> None:
         while self._deferred:
@@ -312,7 +329,8 @@ class Walker:
         try:
             self._module(m, name, root, unregistered, set())
             if not self.hidden:  # modules seen only through history or a traceback make no findings
-                self.modules.append(self._summarise(m, name, self.records[start:], unregistered))
+                self._module_spans.append((len(self.modules), start, len(self.records)))
+                self.modules.append(module_summary(m, name, self.records[start:], unregistered, self._held))
         finally:
             self._held = outer_held
 
@@ -363,7 +381,8 @@ class Walker:
             if issubclass(vt, _Tensor) or issubclass(vt, (list, tuple, dict, set)):
                 before = len(self.records)
                 self._visit(value, full, root, 1, name)
-                if any(r.kind == "attribute" and r.owner == name for r in self.records[before:]):
+                if any(kind == "attribute" and holder == name for kind, holder in
+                       zip(self.records.column("kind", before), self.records.column("owner", before))):
                     unregistered.append(self._unregistered(mt, full, name, attr, vt))
             elif not issubclass(vt, OPAQUE):
                 self._visit(value, full, root, 1, None)
@@ -405,41 +424,6 @@ class Walker:
                 pass
         container = next((k.__name__ for k in (dict, tuple, list, set) if issubclass(vt, k)), None)
         return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at, container)
-
-    def _summarise(self, m: Any, name: str, records: list[TensorRecord], unregistered: list[Unregistered]) -> ModuleSummary:
-        placed = [r for r in records if r.kind in ("parameter", "buffer")]
-        by_device: dict[str, int] = {}
-        owner_devices: dict[str, set[str]] = {}
-        unmaterialised = 0
-        for r in placed:
-            if r.note == ON_HOST_NOTE:
-                continue  # PyTorch keeps it on the host whatever device the model is on
-            if r.device == "meta" or (r.note or "").startswith("lazy"):
-                unmaterialised += 1
-            by_device[r.device] = by_device.get(r.device, 0) + (r.storage_bytes or r.nbytes or 0)
-            owner_devices.setdefault(r.owner or name, set()).add(r.device)
-        devices = tuple(sorted(by_device, key=lambda d: (-by_device[d], d)))
-        placement: tuple[tuple[str, str], ...] = ()
-        if len(devices) > 1:
-            placement = tuple(placement_of(name, owner_devices))
-        return ModuleSummary(
-            name=name,
-            type_name=type_name(type(m)),
-            parameters=sum(1 for r in records if r.kind == "parameter"),
-            parameter_bytes=sum(r.counted_bytes for r in records if r.kind == "parameter"),
-            buffers=sum(1 for r in records if r.kind == "buffer"),
-            buffer_bytes=sum(r.counted_bytes for r in records if r.kind == "buffer"),
-            gradient_bytes=sum(r.counted_bytes for r in records if r.kind == "gradient"),
-            devices=devices,
-            placement=placement,
-            unregistered=tuple(unregistered),
-            unmaterialised=unmaterialised,
-            deliberate_split=issubclass(type(instance_dict(m).get("hf_device_map")), dict),
-            off_map=off_map(name, instance_dict(m).get("hf_device_map"), owner_devices),
-            held_parameters=tuple(self._held),
-            library=library_of(type(m)),
-            moves_inputs=moves_inputs(instance_dict(m)),
-        )
 
     # -- optimizers, loaders, containers, objects -----------------------------
 
@@ -652,20 +636,24 @@ class Walker:
                    owner: str | None) -> None:
         # A bounded run, so the walk's peak memory stays near what its records keep.
         devices, dtypes, shapes, nbytes, storage_bytes, keys = columns
-        notes = map(_QUANTIZED.get, dtypes)
+        notes = list(map(_QUANTIZED.get, dtypes))
         tensor_first, storage_first = self._tensor_first, self._storage_first
         grads = list(map(tb.requires_grad, values))
         ids = list(map(id, values))
-        if not any(grads) and len(set(keys)) == len(keys) and storage_first.keys().isdisjoint(keys):
-            # The common case, every memory seen for the first time (so every tensor too): no alias.
-            tensor_first.update(zip(ids, names))
-            storage_first.update(zip(keys, names))
-            self.records.extend(map(_new, repeat(TensorRecord), zip(
-                names, repeat(root), repeat(kind), devices, dtypes, shapes, nbytes, storage_bytes, keys,
-                repeat(None), repeat(False), repeat("Tensor"), repeat("strided"), repeat(owner), repeat(None), notes,
-                repeat(self.hidden), repeat(True),
-            )))
-            return
+        if not any(grads) and not any(notes) and len(set(keys)) == len(keys) \
+                and storage_first.keys().isdisjoint(keys):
+            # The common case: memory not seen by the tensors recorded one by one, so no alias
+            # yet; one met earlier in another run is marked once the walk is done (link_aliases).
+            try:
+                self.records.extend_plain(names, root, kind, owner, self.hidden, devices, dtypes, shapes, nbytes,
+                                          storage_bytes, keys)
+            except (ValueError, OverflowError, TypeError):
+                pass  # a size or identity the columns cannot hold: item by item
+            else:
+                if self.keeps_first_names:
+                    tensor_first.update(zip(ids, names))
+                    storage_first.update(zip(keys, names))
+                return
         append, hidden, record = self.records.append, self.hidden, self._tensor
         for t, tid, name, device, dtype, shape, nb, sb, key, note, requires_grad in zip(
                 values, ids, names, devices, dtypes, shapes, nbytes, storage_bytes, keys, notes, grads):

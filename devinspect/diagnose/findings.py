@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from ..collect.scan import scan as collect_scan
 from ..collect.walk import ScanOptions
 from ..model.fixes import SEVERITY_ORDER, Finding
+from ..model.record_table import record_column
 from ..model.records import ModuleSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, is_under
 from ..model.units import human_bytes
@@ -332,7 +333,7 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
                      f"no module or variable in the namespace{likely}: training steps change nothing you use "
                      "(the model's cell ran again after the optimizer was made)"),
             fix=fix,
-            names=tuple(r.name for r in result.records if r.name.startswith(opt.name + ".")),
+            names=tuple(n for n in record_column(result.records, "name") if n.startswith(opt.name + ".")),
         )
 
 
@@ -471,7 +472,7 @@ def unpinned_loaders(result: ScanResult) -> Iterator[Finding]:
             ),
             fix=fixes.Fix(summary=f"pin {loader.name}'s batches (from its next iteration on)", code=code,
                           note="then copy with batch.to(device, non_blocking=True) in the loop"),
-            names=tuple(r.name for r in result.records if r.name.startswith(loader.name + ".")),
+            names=tuple(n for n in record_column(result.records, "name") if n.startswith(loader.name + ".")),
         )
 
 

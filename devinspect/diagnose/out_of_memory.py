@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from ..model.explanation import HeldTensor, MemoryFigures, OutOfMemory
 from ..model.fixes import EmptyCache, Fix, ReleaseHistory
+from ..model.record_table import record_column
 from ..model.records import TensorRecord
 from ..model.units import human_bytes, parse_bytes
 
@@ -57,7 +58,10 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
     snap = build(read(), tallies_of(result))
     device = failed_device(message) or next((d.device for d in snap.accelerators if d.state == "ready"), None)
     d = next((x for x in snap.devices if x.device == device), None)
-    on_device = [r for r in result.records if r.device == device and r.counted_bytes]
+    records = result.records
+    on_device = [records[i] for i, (where, alias, size) in enumerate(zip(
+        record_column(records, "device"), record_column(records, "alias_of"), record_column(records, "storage_bytes")))
+        if where == device and alias is None and size]
     traceback_bytes = sum(r.counted_bytes for r in on_device if r.hidden and r.root == "sys.last_traceback")
     history_bytes = sum(r.counted_bytes for r in on_device if r.hidden and r.root != "sys.last_traceback")
     largest = _largest(on_device)

@@ -4,12 +4,15 @@ with the number of tensors."""
 
 from __future__ import annotations
 
+import heapq
 import os
 import socket
 import time
+from itertools import compress
 from typing import Any, Mapping
 
 from ..model.ranks import DeviceUse, ParameterSignature, RankFinding, RankSummary, TopTensor
+from ..model.record_table import record_column
 
 #: Tensors listed per rank unless asked otherwise.
 TOP = 20
@@ -74,9 +77,11 @@ def _scan_part(namespace: Mapping[str, Any], top: int, _: dict[str, Any], exclud
     from ..diagnose.findings import scan
 
     result = scan(namespace, exclude=exclude)
-    counted = [r for r in result.records if r.counted_bytes]
-    largest = sorted(counted, key=lambda r: -r.counted_bytes)[:top]
-    params = [r for r in result.records if r.kind == "parameter" and r.alias_of is None]
+    records = result.records
+    sizes = [0 if alias is not None else (size or 0) for alias, size in
+             zip(record_column(records, "alias_of"), record_column(records, "storage_bytes"))]
+    largest = [records[i] for i in heapq.nlargest(top, compress(range(len(sizes)), sizes), key=sizes.__getitem__)]
+    params = [r for r in result.of_kind("parameter") if r.alias_of is None]
     return {
         "_result": result,
         "tensors": len(result.records),
@@ -138,8 +143,9 @@ def _dtensor_part(namespace: Mapping[str, Any], top: int, parts: dict[str, Any],
     from ..collect.dtensors import dtensor_placements
 
     result = parts.get("_result")
-    roots = None if result is None else {r.root for r in result.records
-                                         if r.type_name not in ("Tensor", "Parameter")}
+    roots = None if result is None else {root for root, class_name in zip(
+        record_column(result.records, "root"), record_column(result.records, "type_name"))
+        if class_name not in ("Tensor", "Parameter")}
     if roots is not None and not roots:
         return {"dtensors": ()}
     return {"dtensors": dtensor_placements(namespace, roots, exclude, MAX_PARAMETERS)}

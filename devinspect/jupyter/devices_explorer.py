@@ -102,9 +102,9 @@ class DevicesExplorer:
         self.summary.value = STYLE + (f'<span style="line-height:1.4"><b>devinspect</b>: '
                                       f'{escape(summary_line(view))}</span>')
         self._show_findings()
-        kinds = sorted({r.kind for r in view.records}, key=KINDS.index)
+        kinds = sorted(self.frame["kind"].unique(), key=KINDS.index)
         self.kind.options = [("every kind", "")] + [(k, k) for k in kinds]
-        present = sorted({r.device for r in view.records})
+        present = sorted(self.frame["device"].unique())
         self.device.options = [("every device", "")] + [(d, d) for d in present]
         self.tabs.set_title(0, f"Tensors ({len(view.records):,})")
         self.tabs.set_title(1, f"Modules ({len(self.nodes):,})")

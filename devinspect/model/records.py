@@ -10,8 +10,7 @@ something is said or drawn.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from operator import itemgetter
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 #: Record kinds, in the order a table groups them.
 KINDS = (
@@ -103,11 +102,6 @@ def device_is_accelerator(device: str) -> bool:
     """Whether a device string names accelerator memory (``cuda:0``, ``xpu:1``, ``sim:0``)."""
     kind = device.split(":", 1)[0]
     return kind not in ("cpu", "meta", "?", "")
-
-
-def record_column(records: Sequence[TensorRecord], field: str) -> list[Any]:
-    """``[r.<field> for r in records]``, read in one C-level pass (records are tuples)."""
-    return list(map(itemgetter(TensorRecord._fields.index(field)), records))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import heapq
+import operator
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from itertools import compress, islice, repeat
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from .display import bundle, text
 from .fixes import Finding
+from .record_table import RecordTable, record_column
 from .records import (
     KINDS,
     DeviceTotal,
@@ -20,7 +23,6 @@ from .records import (
     SchedulerSummary,
     TensorRecord,
     Truncation,
-    record_column,
 )
 
 if TYPE_CHECKING:
@@ -38,7 +40,8 @@ class ScanResult:
     about them) with display settings beside the data.
     """
 
-    records: tuple[TensorRecord, ...]
+    #: A :class:`~devinspect.model.record_table.RecordTable` from the walk; any sequence of records will do.
+    records: Sequence[TensorRecord]
     modules: tuple[ModuleSummary, ...] = ()
     loaders: tuple[LoaderSummary, ...] = ()
     truncated: tuple[Truncation, ...] = ()
@@ -66,18 +69,24 @@ class ScanResult:
 
     def of_kind(self, *kinds: str) -> tuple[TensorRecord, ...]:
         """The records of these kinds, in walk order: a rule about parameters or optimizer
-        state reads those, not every tensor of the namespace. The kinds are kept as one byte
-        per record, and a selection is kept when it is a small part of the records."""
+        state reads those, not every tensor of the namespace. Only the records picked are
+        made, and a selection is kept when it is a small part of the records."""
         kept = _kept(self, "_of_kind", dict)
         found = kept.get(kinds)
         if found is None:
-            codes = _kept(self, "_kind_codes",
-                          lambda: bytes(map(_KIND_CODES.get, record_column(self.records, "kind"), repeat(255))))
-            wanted = frozenset(_KIND_CODES.get(kind, 254) for kind in kinds)
-            found = tuple(compress(self.records, map(wanted.__contains__, codes)))
+            found = tuple(map(self.records.__getitem__, self._indexes_of_kind(kinds)))
             if len(found) * 8 <= len(self.records):
                 kept[kinds] = found
         return found
+
+    def _indexes_of_kind(self, kinds: tuple[str, ...]) -> Iterable[int]:
+        if isinstance(self.records, RecordTable):
+            return self.records.indexes_where("kind", kinds)
+        # Any other sequence of records: its kinds kept as one byte per record.
+        codes = _kept(self, "_kind_codes",
+                      lambda: bytes(map(_KIND_CODES.get, record_column(self.records, "kind"), repeat(255))))
+        wanted = frozenset(_KIND_CODES.get(kind, 254) for kind in kinds)
+        return compress(range(len(codes)), map(wanted.__contains__, codes))
 
     @property
     def history_bytes(self) -> int:
@@ -130,8 +139,11 @@ def _kept(owner: Any, key: str, compute: Callable[[], Any]) -> Any:
     return cached
 
 
-def device_totals(records: tuple[TensorRecord, ...] | list[TensorRecord]) -> tuple[DeviceTotal, ...]:
+def device_totals(records: Sequence[TensorRecord]) -> tuple[DeviceTotal, ...]:
     """Per-device totals of ``records``, each storage counted once, most bytes first."""
+    sums = records.device_sums() if isinstance(records, RecordTable) else None
+    if sums is not None:
+        return _ordered_totals(sums)
     totals: dict[str, list[int]] = {}
     # Read as columns: one loop over plain values, no attribute or property read per record.
     for device, alias, storage_bytes, nbytes in zip(record_column(records, "device"),
@@ -147,6 +159,10 @@ def device_totals(records: tuple[TensorRecord, ...] | list[TensorRecord]) -> tup
                 t[1] += storage_bytes
             if nbytes is not None:
                 t[2] += nbytes
+    return _ordered_totals(totals)
+
+
+def _ordered_totals(totals: dict[str, list[int]]) -> tuple[DeviceTotal, ...]:
     out = [DeviceTotal(d, n, s, lg) for d, (n, s, lg) in totals.items()]
     out.sort(key=lambda d: (-d.storage_bytes, d.device))
     return tuple(out)
@@ -208,7 +224,7 @@ class ScanView:
     display: Display = field(default_factory=Display)
 
     @property
-    def records(self) -> tuple[TensorRecord, ...]:
+    def records(self) -> Sequence[TensorRecord]:
         cached = self.__dict__.get("_records")
         if cached is None:
             keeps = self.selection.keeps
@@ -235,6 +251,24 @@ class ScanView:
         if self.selection.everything:
             return self.result.devices
         return _kept(self, "_devices", lambda: device_totals(self.records))
+
+    def largest(self, limit: int) -> list[int]:
+        """Positions in :attr:`records` of the ``limit`` largest records by :func:`size_keys`
+        (the first met among equals), ascending: what a long table shows (kept per limit)."""
+        kept = _kept(self, "_largest", dict)
+        if limit not in kept:
+            sizes = size_keys(self.records)
+            if limit >= len(sizes):
+                kept[limit] = list(range(len(sizes)))
+            else:
+                # The limit-th largest size is found among the sizes alone (a C-level heap of
+                # ints), then positions are picked in walk order: those above it, and the first
+                # ones equal to it.
+                threshold = heapq.nlargest(limit, sizes)[-1]
+                above = list(compress(range(len(sizes)), map(threshold.__lt__, sizes)))
+                equal = islice(compress(range(len(sizes)), map(threshold.__eq__, sizes)), limit - len(above))
+                kept[limit] = sorted(above + list(equal))
+        return kept[limit]
 
     @property
     def modules(self) -> tuple[ModuleSummary, ...]:
@@ -282,7 +316,23 @@ def is_under(name: str, prefix: str) -> bool:
     return name == prefix or (name.startswith(prefix) and len(name) > len(prefix) and name[len(prefix)] in ".[")
 
 
-def records_frame(records: tuple[TensorRecord, ...] | list[TensorRecord]) -> pd.DataFrame:
+def size_keys(records: Sequence[TensorRecord]) -> list[int]:
+    """The bytes each record is ordered by: what its memory holds (0 for an alias), or for a
+    meta tensor what it would need. Read from the columns (no record made): the storage
+    sizes, then the few aliases and meta tensors set apart."""
+    sizes = record_column(records, "storage_bytes")
+    if None in sizes:
+        sizes = [size or 0 for size in sizes]
+    devices = record_column(records, "device")
+    if "meta" in set(devices):
+        for i in compress(range(len(devices)), map("meta".__eq__, devices)):
+            sizes[i] = records[i].nbytes or 0
+    for i in compress(range(len(sizes)), map(operator.is_not, record_column(records, "alias_of"), repeat(None))):
+        sizes[i] = 0
+    return sizes
+
+
+def records_frame(records: Sequence[TensorRecord]) -> pd.DataFrame:
     import pandas as pd
 
     # FRAME_COLUMNS, then hidden and is_leaf: a record's own fields, in order.

@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from typing import TYPE_CHECKING
 
-from ..model.records import TensorRecord, record_column
+from ..model.record_table import record_column
+from ..model.records import TensorRecord
 from ..model.scan_result import device_matches
 
 if TYPE_CHECKING:

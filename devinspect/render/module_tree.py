@@ -42,8 +42,8 @@ def module_tree(result: ScanResult) -> dict[str, ModuleNode]:
     types = dict(result.module_types)
     per_device: dict[str, dict[str, int]] = {path: {} for path in types}
     elements: dict[str, int] = {path: 0 for path in types}
-    for r in result.records:
-        if r.kind not in ("parameter", "buffer") or r.owner is None or r.alias_of is not None:
+    for r in result.of_kind("parameter", "buffer"):
+        if r.owner is None or r.alias_of is not None:
             continue
         size = r.storage_bytes if r.device != "meta" else (r.nbytes or 0)
         count = math.prod(s for s in r.shape if isinstance(s, int)) if r.kind == "parameter" and r.shape else 0

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import heapq
-
 from ..model.records import KINDS, TensorRecord
-from ..model.scan_result import ScanView
+from ..model.scan_result import ScanView, size_keys
 from ..model.units import human_bytes
 
 DEFAULT_MAX_ROWS = 40
@@ -17,9 +15,15 @@ def visible_rows(result: ScanView) -> tuple[list[TensorRecord], int]:
     """(records to show, how many more exist). Long results keep the largest ones."""
     limit = result.display.max_rows
     sort = result.display.sort
+    if sort == "walk" and 0 < limit < len(result.records):
+        # Keep the largest (the first met among equals), shown in walk order so related names
+        # stay together: a partial selection read from the size columns, and only the rows
+        # shown are made into records.
+        return [result.records[i] for i in result.largest(limit)], len(result.records) - limit
     records = list(result.records)
     if sort == "bytes":
-        records.sort(key=lambda r: -size_key(r))
+        sizes = size_keys(records)
+        records = [records[i] for i in sorted(range(len(records)), key=lambda i: -sizes[i])]
     elif sort == "name":
         records.sort(key=lambda r: r.name)
     elif sort == "device":
@@ -28,26 +32,12 @@ def visible_rows(result: ScanView) -> tuple[list[TensorRecord], int]:
         records.sort(key=lambda r: (_KIND_RANK.get(r.kind, 99), r.name))
     if limit <= 0 or len(records) <= limit:
         return records, 0
-    if sort == "walk":
-        # Keep the largest (the first met among equals), shown in walk order so related names
-        # stay together: a partial selection, not a sort of every record.
-        sizes = size_keys(records)
-        kept = sorted(heapq.nlargest(limit, range(len(records)), key=sizes.__getitem__))
-        return [records[i] for i in kept], len(records) - limit
     return records[:limit], len(records) - limit
 
 
 def size_key(r: TensorRecord) -> int:
     """Bytes to order by: what a tensor holds, or for a meta tensor what it would need."""
-    if r.device == "meta" and r.alias_of is None:
-        return r.nbytes or 0
-    return r.counted_bytes or 0
-
-
-def size_keys(records: list[TensorRecord]) -> list[int]:
-    """:func:`size_key` of each record (one pass, no call per record)."""
-    return [0 if r.alias_of is not None else (r.nbytes or 0) if r.device == "meta" else (r.storage_bytes or 0)
-            for r in records]
+    return size_keys((r,))[0]
 
 
 def size_cell(r: TensorRecord) -> str:

@@ -1,0 +1,316 @@
+"""The records of one scan kept as columns: :class:`RecordTable`.
+
+A large session holds 100,000 tensors or more, and a record object per tensor costs
+about 200 bytes before its name is counted. The table keeps each field as a column
+instead: names in a list, sizes and storage identities in 8-byte arrays, devices and
+dtypes as 2-byte codes, shapes as references to one tuple per distinct shape, and the
+fields most records share (root, kind, class, layout, owner, note, flags) as one 4-byte
+code for their combination. A :class:`~devinspect.model.records.TensorRecord` is made
+only when one is asked for; a reader that needs one field of every record reads
+:meth:`RecordTable.column`, which costs a pass over that column alone.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from itertools import compress
+from operator import itemgetter
+from typing import Any, Iterable, Iterator, Sequence, overload
+
+from .records import TensorRecord
+
+#: The fields kept as one code for their combination, in this order.
+SHARED_FIELDS = ("root", "kind", "requires_grad", "type_name", "layout", "owner", "param", "note", "hidden",
+                 "is_leaf")
+_SHARED_AT = {field: i for i, field in enumerate(SHARED_FIELDS)}
+#: Array columns and the value that stands for None in each (a size is never negative; no
+#: storage is at address 0).
+_NUMBERS = {"nbytes": ("q", -1), "storage_bytes": ("q", -1), "storage_id": ("Q", 0)}
+_CODED = ("device", "dtype")
+_new = tuple.__new__
+
+
+class _Codes(dict):
+    """value -> code, numbered in order of first use; ``values[code]`` is the value."""
+
+    def __init__(self, values: Iterable[Any] = ()):
+        super().__init__()
+        self.values: list[Any] = []
+        for value in values:
+            self[value]
+
+    def __missing__(self, value: Any) -> int:
+        code = self[value] = len(self.values)
+        self.values.append(value)
+        return code
+
+
+class RecordTable(Sequence[TensorRecord]):
+    """Every record of a scan, in walk order, as columns (see the module's text).
+
+    Reads like a tuple of records: ``len``, indexing (a slice gives a tuple), iteration
+    and ``==`` with any sequence of records. The walk appends to it, then gives it the
+    aliases it found once it is done (:meth:`relink`); a finished table is not changed again.
+    """
+
+    __slots__ = ("_names", "_shapes", "_shared", "_shared_codes", "_device", "_device_codes", "_dtype",
+                 "_dtype_codes", "_nbytes", "_storage_bytes", "_storage_id", "_aliases", "_odd")
+
+    def __init__(self, records: Iterable[TensorRecord] = ()):
+        self._names: list[str] = []
+        self._shapes: list[Any] = []
+        self._shared = array("I")
+        self._shared_codes = _Codes()
+        self._device = array("H")
+        self._device_codes = _Codes()
+        self._dtype = array("H")
+        self._dtype_codes = _Codes()
+        self._nbytes = array("q")
+        self._storage_bytes = array("q")
+        self._storage_id = array("Q")
+        #: index -> the first name of the memory a later record shares (most records have none).
+        self._aliases: dict[int, str] = {}
+        #: (field, index) -> a size or storage id an array cannot hold (None is not odd).
+        self._odd: dict[tuple[str, int], Any] = {}
+        for record in records:
+            self.append(record)
+
+    # -- building ----------------------------------------------------------
+
+    def append(self, record: TensorRecord) -> None:
+        """Add one record (its fields are split into the columns)."""
+        i = len(self._names)
+        shared = self._shared_codes[(record.root, record.kind, record.requires_grad, record.type_name, record.layout,
+                                     record.owner, record.param, record.note, record.hidden, record.is_leaf)]
+        numbers = [self._number(field, getattr(record, field), i) for field in _NUMBERS]
+        device, dtype = self._device_codes[record.device], self._dtype_codes[record.dtype]
+        # Every value is checked above, so the columns grow together or not at all.
+        self._names.append(record.name)
+        self._shapes.append(record.shape)
+        self._shared.append(shared)
+        self._device.append(device)
+        self._dtype.append(dtype)
+        self._nbytes.append(numbers[0])
+        self._storage_bytes.append(numbers[1])
+        self._storage_id.append(numbers[2])
+        if record.alias_of is not None:
+            self._aliases[i] = record.alias_of
+
+    def _number(self, field: str, value: Any, i: int) -> int:
+        typecode, none = _NUMBERS[field]
+        if value is None:
+            return none
+        if type(value) is int and (0 < value < 1 << 63 if typecode == "Q" else 0 <= value < 1 << 63):
+            return value
+        self._odd[(field, i)] = value
+        return none
+
+    def extend_plain(self, names: list[str], root: str, kind: str, owner: str | None, hidden: bool,
+                     devices: list[str], dtypes: list[str], shapes: list[tuple], nbytes: list[int],
+                     storage_bytes: list[int], storage_ids: list[int]) -> None:
+        """Add a run of plain tensors (exactly ``torch.Tensor``, strided, no gradient, no
+        note, no alias known yet) column by column: the walk's hot path."""
+        count = len(names)
+        columns = (array("q", nbytes), array("q", storage_bytes), array("Q", storage_ids))
+        if 0 in columns[2] or -1 in columns[0] or -1 in columns[1]:
+            raise ValueError("a plain tensor without memory or size")
+        shared = self._shared_codes[(root, kind, False, "Tensor", "strided", owner, None, None, hidden, True)]
+        devices_coded = array("H", map(self._device_codes.__getitem__, devices))
+        dtypes_coded = array("H", map(self._dtype_codes.__getitem__, dtypes))
+        self._names += names
+        self._shapes += shapes
+        self._shared += array("I", (shared,)) * count
+        self._device += devices_coded
+        self._dtype += dtypes_coded
+        self._nbytes += columns[0]
+        self._storage_bytes += columns[1]
+        self._storage_id += columns[2]
+
+    def storage_ids(self) -> memoryview:
+        """Every record's storage identity as an unsigned 64-bit int, 0 for none: a read-only
+        view of the column, for work done in bulk."""
+        return memoryview(self._storage_id).toreadonly()
+
+    def aliases(self) -> dict[int, str]:
+        """``index -> alias_of`` of every record that has one."""
+        return dict(self._aliases)
+
+    def relink(self, aliases: dict[int, str]) -> list[int]:
+        """Give the records these aliases (``index -> first name``; every other record has
+        none) and return the indexes whose alias changed, ascending."""
+        old = self._aliases
+        changed = sorted(i for i in old.keys() | aliases.keys() if old.get(i) != aliases.get(i))
+        self._aliases = dict(aliases)
+        return changed
+
+    # -- reading -----------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    @overload
+    def __getitem__(self, index: int) -> TensorRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[TensorRecord, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> TensorRecord | tuple[TensorRecord, ...]:
+        if isinstance(index, slice):
+            return tuple(map(self._record, range(len(self._names))[index]))
+        count = len(self._names)
+        i = index.__index__()
+        if i < 0:
+            i += count
+        if not 0 <= i < count:
+            raise IndexError("record index out of range")
+        return self._record(i)
+
+    def __iter__(self) -> Iterator[TensorRecord]:
+        return map(self._record, range(len(self._names)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (RecordTable, tuple, list)):
+            return len(self) == len(other) and all(map(tuple.__eq__, self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<RecordTable of {len(self):,} records>"
+
+    def _record(self, i: int) -> TensorRecord:
+        root, kind, requires_grad, type_name, layout, owner, param, note, hidden, is_leaf = \
+            self._shared_codes.values[self._shared[i]]
+        nbytes, storage_bytes, storage_id = self._nbytes[i], self._storage_bytes[i], self._storage_id[i]
+        nbytes = None if nbytes == -1 else nbytes
+        storage_bytes = None if storage_bytes == -1 else storage_bytes
+        storage_id = None if storage_id == 0 else storage_id
+        if self._odd:
+            nbytes = self._odd.get(("nbytes", i), nbytes)
+            storage_bytes = self._odd.get(("storage_bytes", i), storage_bytes)
+            storage_id = self._odd.get(("storage_id", i), storage_id)
+        return _new(TensorRecord, (
+            self._names[i], root, kind, self._device_codes.values[self._device[i]],
+            self._dtype_codes.values[self._dtype[i]], self._shapes[i], nbytes, storage_bytes, storage_id,
+            self._aliases.get(i), requires_grad, type_name, layout, owner, param, note, hidden, is_leaf,
+        ))
+
+    def column(self, field: str, start: int = 0, stop: int | None = None) -> list[Any]:
+        """``[r.<field> for r in self[start:stop]]``, read from that column alone."""
+        window = slice(start, stop)
+        if field == "name":
+            return self._names[window]
+        if field == "shape":
+            return self._shapes[window]
+        if field in _SHARED_AT:
+            at = _SHARED_AT[field]
+            values = [shared[at] for shared in self._shared_codes.values]
+            return list(map(values.__getitem__, self._shared[window]))
+        if field in _CODED:
+            codes = self._device_codes if field == "device" else self._dtype_codes
+            return list(map(codes.values.__getitem__, (self._device if field == "device" else self._dtype)[window]))
+        if field == "alias_of":
+            indexes = range(len(self._names))[window]
+            out: list[Any] = [None] * len(indexes)
+            for i, alias in self._aliases.items():
+                if indexes.start <= i < indexes.stop:
+                    out[i - indexes.start] = alias
+            return out
+        if field in _NUMBERS:
+            column = {"nbytes": self._nbytes, "storage_bytes": self._storage_bytes,
+                      "storage_id": self._storage_id}[field][window]
+            none = _NUMBERS[field][1]
+            out = list(column)
+            if none in column:
+                out = [None if value == none else value for value in out]
+            if self._odd:
+                indexes = range(len(self._names))[window]
+                for (odd_field, i), value in self._odd.items():
+                    if odd_field == field and indexes.start <= i < indexes.stop:
+                        out[i - indexes.start] = value
+            return out
+        raise KeyError(f"no record field {field!r}")
+
+    def take(self, indexes: Sequence[int]) -> RecordTable:
+        """A new table of the records at ``indexes`` (ascending), aliases kept as they are."""
+        out = RecordTable()
+        out._names = list(map(self._names.__getitem__, indexes))
+        out._shapes = list(map(self._shapes.__getitem__, indexes))
+        out._shared_codes = _Codes(self._shared_codes.values)
+        out._device_codes = _Codes(self._device_codes.values)
+        out._dtype_codes = _Codes(self._dtype_codes.values)
+        for name in ("_shared", "_device", "_dtype", "_nbytes", "_storage_bytes", "_storage_id"):
+            column = getattr(self, name)
+            setattr(out, name, array(column.typecode, map(column.__getitem__, indexes)))
+        position = {i: n for n, i in enumerate(indexes)} if (self._aliases or self._odd) else {}
+        out._aliases = {position[i]: a for i, a in self._aliases.items() if i in position}
+        out._odd = {(f, position[i]): v for (f, i), v in self._odd.items() if i in position}
+        return out
+
+    def indexes_where(self, field: str, values: Iterable[Any]) -> list[int]:
+        """Indexes of the records whose shared ``field`` (see :data:`SHARED_FIELDS`) is one of
+        ``values``, ascending: one pass over the 4-byte codes, no record made."""
+        at, values = _SHARED_AT[field], set(values)
+        combinations = self._shared_codes.values
+        wanted = {code for code, shared in enumerate(combinations) if shared[at] in values}
+        if not wanted or len(wanted) == len(combinations):
+            return list(range(len(self._shared))) if wanted else []
+        if len(combinations) <= 256:
+            # Few combinations (the usual case): one byte per record, marked by a translation
+            # table in C, then the marked positions picked.
+            marks = bytes(1 if code in wanted else 0 for code in range(256))
+            return list(compress(range(len(self._shared)), bytes(iter(self._shared)).translate(marks)))
+        return list(compress(range(len(self._shared)), map(wanted.__contains__, self._shared)))
+
+    def device_sums(self) -> dict[str, list[int]] | None:
+        """``device -> [records, storage bytes, logical bytes]``: every record counted, the bytes
+        of aliases and unknown sizes not. Summed over the arrays (a pass per device in C), or
+        None when a value outside the arrays needs the record-by-record sum."""
+        if self._odd:
+            return None
+        codes, devices = self._device_codes.values, self._device
+        used = sorted(set(devices)) if len(codes) > 1 else list(range(len(codes)))
+        sums: dict[str, list[int]] = {}
+        for code in used:
+            if len(used) == 1:
+                mask = None
+                count = len(devices)
+                storage = sum(self._storage_bytes)
+                logical = sum(self._nbytes)
+            else:
+                mask = bytes(map(code.__eq__, devices))
+                count = mask.count(1)
+                storage = sum(compress(self._storage_bytes, mask))
+                logical = sum(compress(self._nbytes, mask))
+            sums[codes[code]] = [count, storage, logical]
+        # Take back what the sums over-count: aliases' bytes, and the -1 of each unknown size.
+        for i in self._aliases:
+            totals = sums[codes[devices[i]]]
+            totals[1] -= self._storage_bytes[i]
+            totals[2] -= self._nbytes[i]
+        for column, at in ((self._storage_bytes, 1), (self._nbytes, 2)):
+            if -1 in column:
+                for i in compress(range(len(column)), map((-1).__eq__, column)):
+                    if i not in self._aliases:
+                        sums[codes[devices[i]]][at] += 1
+        return sums
+
+
+def spans_touched(spans: Sequence[tuple[int, int]], indexes: list[int]) -> list[int]:
+    """Positions of the ``(start, stop)`` spans that hold one of the (ascending) ``indexes``."""
+    touched = []
+    for n, (start, stop) in enumerate(spans):
+        at = bisect_left(indexes, start)
+        if at < len(indexes) and indexes[at] < stop:
+            touched.append(n)
+    return touched
+
+
+
+def record_column(records: Sequence[TensorRecord], field: str) -> list[Any]:
+    """``[r.<field> for r in records]``: a table's column, or one C-level pass over records
+    (they are tuples)."""
+    if isinstance(records, RecordTable):
+        return records.column(field)
+    return list(map(itemgetter(TensorRecord._fields.index(field)), records))

@@ -1,0 +1,158 @@
+"""The scan's records kept as columns: a RecordTable reads exactly as the tuple of its records,
+and a scan that marks aliases after its walk marks the ones a per-tensor lookup would."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import pickle
+import random
+
+import pytest
+import torch
+
+import devinspect
+from devinspect.collect.walk import Walker
+from devinspect.model.record_table import RecordTable, record_column
+from devinspect.model.records import TensorRecord
+
+
+def generated_records(seed: int, count: int = 60) -> list[TensorRecord]:
+    """Records with every field varied, odd values included (sizes an 8-byte column cannot
+    hold, no size at all, a negative size from a broken tensor class, unhashable shapes)."""
+    rng = random.Random(seed)
+    names = [f"t{i}" for i in range(count)]
+    out = []
+    for i, name in enumerate(names):
+        size = rng.choice([None, 0, 12, 1 << 40, 1 << 70, -3, 2.5])
+        out.append(TensorRecord(
+            name=name, root=rng.choice(["a", "b", "Out"]), kind=rng.choice(["tensor", "parameter", "gradient", "error"]),
+            device=rng.choice(["cpu", "cuda:0", "meta", "?", "sim:1"]), dtype=rng.choice([None, "float32", "int8"]),
+            shape=rng.choice([None, (), (4,), (2, 3), ([1], 2)]), nbytes=size,
+            storage_bytes=rng.choice([None, 0, 64, size]), storage_id=rng.choice([None, 0, 7, 1 << 63, -1, i + 1]),
+            alias_of=rng.choice([None, None, names[0]]), requires_grad=rng.random() < 0.3,
+            type_name=rng.choice(["Tensor", "Parameter", "DTensor"]), layout=rng.choice(["strided", "sparse_coo"]),
+            owner=rng.choice([None, "", "model.fc"]), param=rng.choice([None, "model.fc.weight"]),
+            note=rng.choice([None, "could not inspect: x"]), hidden=rng.random() < 0.2, is_leaf=rng.random() < 0.8,
+        ))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_table_reads_as_the_tuple_of_its_records(seed):
+    records = generated_records(seed)
+    table = RecordTable(records)
+    assert len(table) == len(records)
+    assert table == tuple(records) and table == records and tuple(table) == tuple(records)
+    assert all(table[i] == records[i] and table[i - len(records)] == records[i] for i in range(len(records)))
+    assert table[5:17:3] == tuple(records[5:17:3])
+    for field in TensorRecord._fields:
+        assert record_column(table, field) == [getattr(r, field) for r in records], field
+        assert table.column(field, 7, 30) == [getattr(r, field) for r in records[7:30]], field
+    picked = [1, 4, 9, 33]
+    assert table.take(picked) == [records[i] for i in picked]
+    assert pickle.loads(pickle.dumps(table)) == table
+    with pytest.raises(IndexError):
+        table[len(records)]
+
+
+def test_a_run_of_plain_tensors_is_checked_before_the_table_grows():
+    table = RecordTable(generated_records(0, 5))
+    before = tuple(table)
+    with pytest.raises((ValueError, OverflowError, TypeError)):
+        table.extend_plain(["x", "y"], "x", "tensor", None, False, ["cpu", "cpu"], ["float32", "float32"],
+                           [(1,), (1,)], [4, 4], [4, 4], [11, 0])
+    with pytest.raises((ValueError, OverflowError, TypeError)):
+        table.extend_plain(["x"], "x", "tensor", None, False, ["cpu"], ["float32"], [(1,)], [1 << 70], [4], [11])
+    assert tuple(table) == before
+
+
+def generated_namespace(seed: int) -> dict:
+    """Tensors that share memory across every path the walk takes: runs of plain tensors in
+    lists and dicts, views and the same tensors again in later containers, parameters and
+    buffers also held loose, a module reached only inside a container, optimizer state."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    pool = [torch.randn(rng.randint(1, 6)) for _ in range(rng.randint(3, 12))]
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    held = torch.nn.Linear(2, 2)
+    held.register_buffer("shared", rng.choice(pool))
+    ns: dict = {}
+    for n in range(rng.randint(2, 6)):
+        kind = rng.choice(["list", "dict", "tuple", "views", "mixed"])
+        picks = [rng.choice(pool) for _ in range(rng.randint(2, 8))]
+        if kind == "dict":
+            value = {f"k{i}": t for i, t in enumerate(picks)}
+        elif kind == "tuple":
+            value = tuple(picks)
+        elif kind == "views":
+            value = [t[:1] for t in picks] + [t.detach() for t in picks]
+        elif kind == "mixed":
+            value = picks + [model[1].running_mean, held]
+        else:
+            value = list(picks)
+        ns[rng.choice("abcdefgh") + str(n)] = value
+    ns["model"] = model
+    ns["zz_holder"] = [held, model[0].weight]
+    if rng.random() < 0.5:
+        model(torch.randn(4, 3)).sum().backward()
+        opt = torch.optim.Adam(model.parameters())
+        opt.step()
+        ns["opt"] = opt
+    if rng.random() < 0.5:
+        ns["loose"] = rng.choice(pool)
+    return ns
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_aliases_marked_after_the_walk_are_those_a_lookup_per_tensor_finds(seed, monkeypatch):
+    ns = generated_namespace(seed)
+    after = devinspect.scan(ns)
+    monkeypatch.setattr(Walker, "keeps_first_names", True)
+    looked_up = devinspect.scan(ns)
+    assert tuple(after.records) == tuple(looked_up.records)
+    assert after.modules == looked_up.modules
+    assert after.devices == looked_up.devices
+    # Each memory is counted once, under its first name.
+    first: dict[int, str] = {}
+    for r in after.records:
+        if r.storage_id is not None:
+            assert r.alias_of == (None if first.setdefault(r.storage_id, r.name) == r.name else first[r.storage_id])
+
+
+def test_a_module_met_after_a_list_that_holds_its_buffer_counts_that_memory_once():
+    held = torch.nn.Linear(2, 2)
+    held.register_buffer("scale", torch.ones(1000))
+    result = devinspect.scan({"a_list": [held.scale, torch.zeros(3)], "b_holder": [held]})
+    names = {r.name: r for r in result.records}
+    assert names["b_holder[0].scale"].alias_of == "a_list[0]"
+    (summary,) = [m for m in result.modules if m.name == "b_holder[0]"]
+    assert summary.buffers == 1 and summary.buffer_bytes == 0
+    assert dataclasses.replace(summary, buffer_bytes=4000) != summary
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_totals_and_kinds_read_from_the_columns_are_those_of_the_records(seed):
+    from devinspect.model.scan_result import ScanResult, device_totals, size_keys
+    from devinspect.render.table import size_key
+
+    records = [r for r in generated_records(seed) if type(r.nbytes) is int and type(r.storage_bytes) is int
+               and r.nbytes >= 0 and r.storage_bytes >= 0 and r.nbytes < 1 << 62] or generated_records(seed)
+    records += [r._replace(name=f"{r.name}.none", nbytes=None, storage_bytes=None) for r in records[:3]]
+    table = RecordTable(records)
+    assert device_totals(table) == device_totals(tuple(records))
+    assert size_keys(table) == [size_key(r) for r in records]
+    sizes = size_keys(records)
+    for limit in (1, 5, 17, len(records), len(records) + 3):
+        # The largest records, the first met among equals, in walk order.
+        expected = sorted(heapq.nlargest(limit, range(len(records)), key=sizes.__getitem__))
+        assert ScanResult(records=table).select().largest(limit) == expected
+    for kinds in (("parameter",), ("gradient", "error"), ("unknown",)):
+        assert ScanResult(records=table).of_kind(*kinds) == ScanResult(records=tuple(records)).of_kind(*kinds)
+
+
+def test_records_are_picked_by_kind_among_many_combinations_of_shared_fields():
+    records = [r._replace(owner=f"model.layers[{i}]") for i, r in enumerate(generated_records(3, 600))]
+    table = RecordTable(records)
+    for kinds in (("parameter",), ("gradient", "tensor"), ("tensor", "parameter", "gradient", "error"), ()):
+        assert table.indexes_where("kind", kinds) == [i for i, r in enumerate(records) if r.kind in kinds]
