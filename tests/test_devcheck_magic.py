@@ -53,6 +53,32 @@ def test_counts_per_cell_line_and_the_cell_value_still_shows(ip):
     assert rep.frame.set_index("line").loc[5, "syncs"] == 3
 
 
+def test_what_a_cell_hands_to_torchscript_is_said_to_be_uncounted(ip):
+    ip.run_cell(SETUP + """
+import warnings
+warnings.simplefilter("ignore")
+class Act(nn.Module):
+    def forward(self, t):
+        return t.cpu().relu()
+traced = torch.jit.trace(Act().to(dev), torch.ones(2, device=dev))
+holder = nn.Sequential(nn.Identity(), traced)
+def plain(t):
+    return t * 2
+xs = x.to(dev)
+""")
+    result, text, html, _ = run(ip, "%%devcheck -v rep\na = traced(xs)\nb = holder.forward(xs)\nc = plain(xs).cpu()\n")
+    assert result.error_in_exec is None
+    rep = ip.user_ns["rep"]
+    assert rep.unseen == ("traced is a TorchScript module (TopLevelTracedModule)",
+                          "holder holds a TorchScript module, holder[1]")
+    assert "not counted: traced is a TorchScript module" in text and "not counted: holder holds" in html
+    # What Python runs is counted as before: the one copy the cell makes itself.
+    assert rep.totals["d2h_count"] == 1 and [s.where.line for s in rep.lines] == [4]
+    # A cell without TorchScript says nothing of it.
+    _, text, _, _ = run(ip, "%%devcheck -v rep\nc = plain(xs).cpu()\n")
+    assert ip.user_ns["rep"].unseen == () and "not counted" not in text
+
+
 def test_nested_magics_and_history(ip):
     ip.run_cell(SETUP)
     result, text, _, _ = run(ip, "%%devcheck\nr = %devices\nz = x * 2\n")

@@ -56,6 +56,20 @@ def test_a_table_reads_as_the_tuple_of_its_records(seed):
         table[len(records)]
 
 
+def test_records_read_back_while_the_table_grows_are_the_records_appended():
+    records = generated_records(7, 4200)  # more than a table keeps before splitting them
+    table = RecordTable()
+    for i, record in enumerate(records):
+        table.append(record)
+        if i % 997 == 0:
+            assert table[i] == record and table[-1] == record and table[i:] == (record,)
+            assert table.column("owner", max(0, i - 3)) == [r.owner for r in records[max(0, i - 3):i + 1]]
+            assert table[i:max(0, i - 5):-2] == tuple(records[i:max(0, i - 5):-2])
+    assert len(table) == len(records) and table == records
+    with pytest.raises(KeyError):
+        table.column("colour", 4199)
+
+
 def test_a_run_of_plain_tensors_is_checked_before_the_table_grows():
     table = RecordTable(generated_records(0, 5))
     before = tuple(table)

@@ -7,14 +7,17 @@ the user types: ``scripted.blocks[0].weight``, ``getattr(traced, '0').weight``.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import ast
+from typing import Any, Iterator, Mapping
 
 import torch
 
-from .names import attr_name
-from .static import instance_dict
+from .names import attr_name, child_name
+from .static import instance_dict, str_items, type_name
+from .values import object_at
 
 _ScriptModule = torch._C.ScriptModule
+_ScriptFunction = torch._C.ScriptFunction
 _Module = torch.nn.Module
 _INDEXABLE = ("Sequential", "ModuleList")
 
@@ -69,3 +72,62 @@ def script_tensors(c: Any, name: str, indexable: bool) -> Iterator[tuple[str, An
 def class_name(c: Any) -> str:
     """The class a C++ module was made from (``Linear`` for ``__torch__.torch.nn.…Linear``)."""
     return c.qualified_name.rsplit(".", 1)[-1]
+
+
+def script_calls(source: str, namespace: Mapping[str, Any], limit: int = 5) -> list[str]:
+    """What the calls in ``source`` hand to TorchScript, which runs in C++ where no Python mode
+    sees its ops: one line for each called name (or the object whose method is called) that
+    reads, statically, as a TorchScript function or module, or as a module with a TorchScript
+    part (``model``: ``model.encoder``). At most ``limit`` lines."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    found: list[str] = []
+    seen: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        targets = [node.func] + ([node.func.value] if isinstance(node.func, ast.Attribute) else [])
+        for target in targets:
+            text = ast.unparse(target)
+            if text in seen:
+                continue
+            seen.add(text)
+            use = _script_use(object_at(namespace, text), text)
+            if use is not None:
+                found.append(use)
+                break
+        if len(found) >= limit:
+            break
+    return found
+
+
+def _script_use(value: Any, text: str) -> str | None:
+    vt = type(value)
+    if issubclass(vt, _ScriptFunction):
+        return f"{text} is a TorchScript function"
+    if not issubclass(vt, _Module):
+        return None
+    if script_object(instance_dict(value)) is not None:
+        return f"{text} is a TorchScript module ({type_name(vt)})"
+    part = _script_part(value, text)
+    return None if part is None else f"{text} holds a TorchScript module, {part}"
+
+
+def _script_part(m: Any, name: str, budget: int = 10_000) -> str | None:
+    """The name of the first TorchScript submodule of the Python module ``m``, or None (the
+    module tree is read through its ``_modules`` dicts, at most ``budget`` modules)."""
+    stack, seen = [(m, name)], {id(m)}
+    while stack and budget > 0:
+        module, path = stack.pop()
+        budget -= 1
+        for cname, child in str_items(instance_dict(module).get("_modules")):
+            if child is None or id(child) in seen or not issubclass(type(child), _Module):
+                continue
+            seen.add(id(child))
+            full = child_name(path, cname, type(module))
+            if script_object(instance_dict(child)) is not None:
+                return full
+            stack.append((child, full))
+    return None

@@ -120,7 +120,7 @@ class CheckedCell:
         elapsed = time.perf_counter() - self.start
         self.mode.__exit__(None, None, None)
         try:
-            self.report = self.mode.report(error, elapsed)
+            self.report = self.mode.report(error, elapsed, self._unseen())
             if error is not None and self.report.mismatch is not None and self.explained is not None:
                 self.explained(error)  # explained here: not again after the cell
             if self.args.variable:
@@ -130,6 +130,15 @@ class CheckedCell:
         except Exception as exc:  # noqa: BLE001 - the report must never replace the cell's outcome
             print(f"devinspect: the report could not be shown ({type(exc).__name__}: {exc})", file=sys.stderr)
             self.report = None
+
+    def _unseen(self) -> tuple[str, ...]:
+        """What the cell hands to TorchScript, whose ops no Python mode sees (read statically)."""
+        from ..collect.script_modules import script_calls
+
+        try:
+            return tuple(script_calls(self.transformed, self.shell.user_ns))
+        except Exception:  # noqa: BLE001 - a note that cannot be made is left out
+            return ()
 
     def _display(self) -> None:
         from IPython.display import display

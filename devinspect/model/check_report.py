@@ -93,6 +93,9 @@ class CheckReport:
     mismatch: Mismatch | None = None
     error: str | None = None
     elapsed_s: float | None = None
+    #: What the code handed to TorchScript (``sm is a TorchScript module (RecursiveScriptModule)``):
+    #: it runs in C++, so the copies and syncs inside it are not counted.
+    unseen: tuple[str, ...] = ()
 
     @property
     def totals(self) -> dict[str, int]:

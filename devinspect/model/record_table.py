@@ -28,6 +28,10 @@ _SHARED_AT = {field: i for i, field in enumerate(SHARED_FIELDS)}
 #: storage is at address 0).
 _NUMBERS = {"nbytes": ("q", -1), "storage_bytes": ("q", -1), "storage_id": ("Q", 0)}
 _CODED = ("device", "dtype")
+#: Records a table keeps as they are before it splits them into its columns.
+_PENDING_AT_MOST = 4096
+#: Sizes and identities below this fit the arrays ("Q" could hold more; no real one is near).
+_LIMIT = 1 << 63
 _new = tuple.__new__
 
 
@@ -54,7 +58,7 @@ class RecordTable(Sequence[TensorRecord]):
     aliases it found once it is done (:meth:`relink`); a finished table is not changed again.
     """
 
-    __slots__ = ("_names", "_shapes", "_shared", "_shared_codes", "_device", "_device_codes", "_dtype",
+    __slots__ = ("_pending", "_names", "_shapes", "_shared", "_shared_codes", "_device", "_device_codes", "_dtype",
                  "_dtype_codes", "_nbytes", "_storage_bytes", "_storage_id", "_aliases", "_odd")
 
     def __init__(self, records: Iterable[TensorRecord] = ()):
@@ -73,44 +77,63 @@ class RecordTable(Sequence[TensorRecord]):
         self._aliases: dict[int, str] = {}
         #: (field, index) -> a size or storage id an array cannot hold (None is not odd).
         self._odd: dict[tuple[str, int], Any] = {}
+        #: Records appended one by one, not split into the columns yet: split a few thousand at a
+        #: time, or when a read needs the columns (the walk reads back the records it has just
+        #: made, a module's, from here as they are).
+        self._pending: list[TensorRecord] = []
         for record in records:
             self.append(record)
 
     # -- building ----------------------------------------------------------
 
     def append(self, record: TensorRecord) -> None:
-        """Add one record (its fields are split into the columns)."""
+        """Add one record."""
+        self._pending.append(record)
+        if len(self._pending) >= _PENDING_AT_MOST:
+            self._flush()
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for record in pending:
+            self._add(record)
+
+    def _add(self, record: TensorRecord) -> None:
+        (name, root, kind, device, dtype, shape, nbytes, storage_bytes, storage_id, alias_of, requires_grad,
+         type_name, layout, owner, param, note, hidden, is_leaf) = record
         i = len(self._names)
-        shared = self._shared_codes[(record.root, record.kind, record.requires_grad, record.type_name, record.layout,
-                                     record.owner, record.param, record.note, record.hidden, record.is_leaf)]
-        numbers = [self._number(field, getattr(record, field), i) for field in _NUMBERS]
-        device, dtype = self._device_codes[record.device], self._dtype_codes[record.dtype]
-        # Every value is checked above, so the columns grow together or not at all.
-        self._names.append(record.name)
-        self._shapes.append(record.shape)
+        shared = self._shared_codes[(root, kind, requires_grad, type_name, layout, owner, param, note, hidden, is_leaf)]
+        # Sizes and identities the arrays hold as they are; anything else is set apart first, so
+        # the columns grow together or not at all.
+        if type(nbytes) is not int or not 0 <= nbytes < _LIMIT:
+            nbytes = self._set_apart("nbytes", nbytes, i)
+        if type(storage_bytes) is not int or not 0 <= storage_bytes < _LIMIT:
+            storage_bytes = self._set_apart("storage_bytes", storage_bytes, i)
+        if type(storage_id) is not int or not 0 < storage_id < _LIMIT:
+            storage_id = self._set_apart("storage_id", storage_id, i)
+        device, dtype = self._device_codes[device], self._dtype_codes[dtype]
+        self._names.append(name)
+        self._shapes.append(shape)
         self._shared.append(shared)
         self._device.append(device)
         self._dtype.append(dtype)
-        self._nbytes.append(numbers[0])
-        self._storage_bytes.append(numbers[1])
-        self._storage_id.append(numbers[2])
-        if record.alias_of is not None:
-            self._aliases[i] = record.alias_of
+        self._nbytes.append(nbytes)
+        self._storage_bytes.append(storage_bytes)
+        self._storage_id.append(storage_id)
+        if alias_of is not None:
+            self._aliases[i] = alias_of
 
-    def _number(self, field: str, value: Any, i: int) -> int:
-        typecode, none = _NUMBERS[field]
-        if value is None:
-            return none
-        if type(value) is int and (0 < value < 1 << 63 if typecode == "Q" else 0 <= value < 1 << 63):
-            return value
-        self._odd[(field, i)] = value
-        return none
+    def _set_apart(self, field: str, value: Any, i: int) -> int:
+        """The array's stand-in for ``value``: its None, with any other value kept in ``_odd``."""
+        if value is not None:
+            self._odd[(field, i)] = value
+        return _NUMBERS[field][1]
 
     def extend_plain(self, names: list[str], root: str, kind: str, owner: str | None, hidden: bool,
                      devices: list[str], dtypes: list[str], shapes: list[tuple], nbytes: list[int],
                      storage_bytes: list[int], storage_ids: list[int]) -> None:
         """Add a run of plain tensors (exactly ``torch.Tensor``, strided, no gradient, no
         note, no alias known yet) column by column: the walk's hot path."""
+        self._flush()
         count = len(names)
         columns = (array("q", nbytes), array("q", storage_bytes), array("Q", storage_ids))
         if 0 in columns[2] or -1 in columns[0] or -1 in columns[1]:
@@ -130,15 +153,18 @@ class RecordTable(Sequence[TensorRecord]):
     def storage_ids(self) -> memoryview:
         """Every record's storage identity as an unsigned 64-bit int, 0 for none: a read-only
         view of the column, for work done in bulk."""
+        self._flush()
         return memoryview(self._storage_id).toreadonly()
 
     def aliases(self) -> dict[int, str]:
         """``index -> alias_of`` of every record that has one."""
+        self._flush()
         return dict(self._aliases)
 
     def relink(self, aliases: dict[int, str]) -> list[int]:
         """Give the records these aliases (``index -> first name``; every other record has
         none) and return the indexes whose alias changed, ascending."""
+        self._flush()
         old = self._aliases
         changed = sorted(i for i in old.keys() | aliases.keys() if old.get(i) != aliases.get(i))
         self._aliases = dict(aliases)
@@ -147,7 +173,7 @@ class RecordTable(Sequence[TensorRecord]):
     # -- reading -----------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._names)
+        return len(self._names) + len(self._pending)
 
     @overload
     def __getitem__(self, index: int) -> TensorRecord: ...
@@ -156,17 +182,22 @@ class RecordTable(Sequence[TensorRecord]):
     def __getitem__(self, index: slice) -> tuple[TensorRecord, ...]: ...
 
     def __getitem__(self, index: int | slice) -> TensorRecord | tuple[TensorRecord, ...]:
+        count, split = len(self), len(self._names)
         if isinstance(index, slice):
-            return tuple(map(self._record, range(len(self._names))[index]))
-        count = len(self._names)
+            indexes = range(count)[index]
+            if not indexes or min(indexes[0], indexes[-1]) >= split:
+                return tuple(map(self._pending.__getitem__, (i - split for i in indexes)))
+            self._flush()
+            return tuple(map(self._record, indexes))
         i = index.__index__()
         if i < 0:
             i += count
         if not 0 <= i < count:
             raise IndexError("record index out of range")
-        return self._record(i)
+        return self._pending[i - split] if i >= split else self._record(i)
 
     def __iter__(self) -> Iterator[TensorRecord]:
+        self._flush()
         return map(self._record, range(len(self._names)))
 
     def __eq__(self, other: object) -> bool:
@@ -198,15 +229,25 @@ class RecordTable(Sequence[TensorRecord]):
 
     def column(self, field: str, start: int = 0, stop: int | None = None) -> list[Any]:
         """``[r.<field> for r in self[start:stop]]``, read from that column alone."""
+        if field not in TensorRecord._fields:
+            raise KeyError(f"no record field {field!r}")
         window = slice(start, stop)
+        indexes = range(len(self))[window]
+        if indexes and indexes[0] >= len(self._names):  # only records not split yet
+            split = len(self._names)
+            return list(map(itemgetter(TensorRecord._fields.index(field)),
+                            self._pending[indexes.start - split:indexes.stop - split]))
+        self._flush()
         if field == "name":
             return self._names[window]
         if field == "shape":
             return self._shapes[window]
         if field in _SHARED_AT:
-            at = _SHARED_AT[field]
-            values = [shared[at] for shared in self._shared_codes.values]
-            return list(map(values.__getitem__, self._shared[window]))
+            at, combinations, codes = _SHARED_AT[field], self._shared_codes.values, self._shared[window]
+            if len(codes) < len(combinations):  # a few records of a table with many combinations
+                return [combinations[code][at] for code in codes]
+            values = [shared[at] for shared in combinations]
+            return list(map(values.__getitem__, codes))
         if field in _CODED:
             codes = self._device_codes if field == "device" else self._dtype_codes
             return list(map(codes.values.__getitem__, (self._device if field == "device" else self._dtype)[window]))
@@ -234,6 +275,7 @@ class RecordTable(Sequence[TensorRecord]):
 
     def take(self, indexes: Sequence[int]) -> RecordTable:
         """A new table of the records at ``indexes`` (ascending), aliases kept as they are."""
+        self._flush()
         out = RecordTable()
         out._names = list(map(self._names.__getitem__, indexes))
         out._shapes = list(map(self._shapes.__getitem__, indexes))
@@ -251,6 +293,7 @@ class RecordTable(Sequence[TensorRecord]):
     def indexes_where(self, field: str, values: Iterable[Any]) -> list[int]:
         """Indexes of the records whose shared ``field`` (see :data:`SHARED_FIELDS`) is one of
         ``values``, ascending: one pass over the 4-byte codes, no record made."""
+        self._flush()
         at, values = _SHARED_AT[field], set(values)
         combinations = self._shared_codes.values
         wanted = {code for code, shared in enumerate(combinations) if shared[at] in values}
@@ -267,6 +310,7 @@ class RecordTable(Sequence[TensorRecord]):
         """``device -> [records, storage bytes, logical bytes]``: every record counted, the bytes
         of aliases and unknown sizes not. Summed over the arrays (a pass per device in C), or
         None when a value outside the arrays needs the record-by-record sum."""
+        self._flush()
         if self._odd:
             return None
         codes, devices = self._device_codes.values, self._device

@@ -559,7 +559,8 @@ class DeviceCheckMode(TorchFunctionMode):
 
     # -- result ---------------------------------------------------------------------------
 
-    def report(self, error: BaseException | None = None, elapsed_s: float | None = None) -> CheckReport:
+    def report(self, error: BaseException | None = None, elapsed_s: float | None = None,
+               unseen: tuple[str, ...] = ()) -> CheckReport:
         lines = []
         for counts in self._lines.values():
             lines.append(
@@ -582,7 +583,7 @@ class DeviceCheckMode(TorchFunctionMode):
             self.mismatch = self._explained_after(error)
         return CheckReport(
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
-            error=first_line(error) if error is not None else None, elapsed_s=elapsed_s,
+            error=first_line(error) if error is not None else None, elapsed_s=elapsed_s, unseen=unseen,
         )
 
 

@@ -58,6 +58,8 @@ def mismatch_html(m: Mismatch) -> str:
 
 def render_check(report: CheckReport) -> str:
     out = [f'<div class="devinspect"><p style="margin:4px 0"><b>devcheck</b>: {escape(summary_line(report))}</p>']
+    out.extend(f'<p style="margin:2px 0">not counted: {escape(use)}; it runs in C++, where copies and syncs '
+               "are not seen</p>" for use in report.unseen)
     if report.mismatch is not None:
         out.append(mismatch_html(report.mismatch))
     if report.findings:

@@ -59,6 +59,7 @@ def summary_line(report: CheckReport) -> str:
 
 def render_check(report: CheckReport) -> str:
     lines = [f"devcheck: {summary_line(report)}"]
+    lines.extend(f"not counted: {use}; it runs in C++, where copies and syncs are not seen" for use in report.unseen)
     if report.mismatch is not None:
         lines.append("")
         lines.append(f"{SEVERITY_MARK['error']} " + mismatch_lines(report.mismatch)[0])
