@@ -2,38 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping
 
-from ..model.records import ModuleSummary, TensorRecord, Unregistered
+from ..model.records import ModuleSummary, Unregistered
 from .class_source import library_of
 from .placement import ON_HOST_NOTE, moves_inputs, off_map, placement_of
 from .static import instance_dict, type_name
 
+#: The record fields a summary reads.
+SUMMARY_FIELDS = ("kind", "note", "device", "storage_bytes", "nbytes", "owner", "alias_of")
 
-def module_summary(m: Any, name: str, records: Sequence[TensorRecord], unregistered: list[Unregistered],
+
+def module_summary(m: Any, name: str, columns: Mapping[str, list], unregistered: list[Unregistered],
                    held: list[str]) -> ModuleSummary:
-    """The summary of module ``m`` (named ``name``) whose parameters, buffers, gradients and
-    attributes are ``records``; ``held`` are the parameters an autograd graph has saved."""
-    placed = [r for r in records if r.kind in ("parameter", "buffer")]
+    """The summary of module ``m`` (named ``name``) from the columns (:data:`SUMMARY_FIELDS`)
+    of the records of its parameters, buffers, gradients and attributes; ``held`` are the
+    parameters an autograd graph has saved."""
     by_device: dict[str, int] = {}
     owner_devices: dict[str, set[str]] = {}
     unmaterialised = 0
-    for r in placed:
-        if r.note == ON_HOST_NOTE:
-            continue  # PyTorch keeps it on the host whatever device the model is on
-        if r.device == "meta" or (r.note or "").startswith("lazy"):
+    for kind, note, device, storage_bytes, nbytes, owner in zip(*(columns[f] for f in SUMMARY_FIELDS[:6])):
+        if kind not in ("parameter", "buffer") or note == ON_HOST_NOTE:
+            continue  # a host-side buffer by design: PyTorch keeps it there whatever device the model is on
+        if device == "meta" or (note or "").startswith("lazy"):
             unmaterialised += 1
-        by_device[r.device] = by_device.get(r.device, 0) + (r.storage_bytes or r.nbytes or 0)
-        owner_devices.setdefault(r.owner or name, set()).add(r.device)
+        by_device[device] = by_device.get(device, 0) + (storage_bytes or nbytes or 0)
+        owner_devices.setdefault(owner or name, set()).add(device)
     devices = tuple(sorted(by_device, key=lambda d: (-by_device[d], d)))
     placement: tuple[tuple[str, str], ...] = ()
     if len(devices) > 1:
         placement = tuple(placement_of(name, owner_devices))
+    kinds = columns["kind"]
     return ModuleSummary(
         name=name,
         type_name=type_name(type(m)),
-        parameters=sum(1 for r in records if r.kind == "parameter"),
-        buffers=sum(1 for r in records if r.kind == "buffer"),
+        parameters=kinds.count("parameter"),
+        buffers=kinds.count("buffer"),
         devices=devices,
         placement=placement,
         unregistered=tuple(unregistered),
@@ -43,15 +47,15 @@ def module_summary(m: Any, name: str, records: Sequence[TensorRecord], unregiste
         held_parameters=tuple(held),
         library=library_of(type(m)),
         moves_inputs=moves_inputs(instance_dict(m)),
-        **module_bytes(records),
+        **module_bytes(columns),
     )
 
 
-def module_bytes(records: Sequence[TensorRecord]) -> dict[str, int]:
-    """The bytes a module's records add to the totals, by kind (memory counted once: an
-    alias adds nothing), as :class:`ModuleSummary` names them."""
-    return {
-        "parameter_bytes": sum(r.counted_bytes for r in records if r.kind == "parameter"),
-        "buffer_bytes": sum(r.counted_bytes for r in records if r.kind == "buffer"),
-        "gradient_bytes": sum(r.counted_bytes for r in records if r.kind == "gradient"),
-    }
+def module_bytes(columns: Mapping[str, list]) -> dict[str, int]:
+    """The bytes a module's records (their columns) add to the totals, by kind (memory counted
+    once: an alias adds nothing), as :class:`ModuleSummary` names them."""
+    sums = {"parameter": 0, "buffer": 0, "gradient": 0}
+    for kind, alias, size in zip(columns["kind"], columns["alias_of"], columns["storage_bytes"]):
+        if kind in sums and alias is None and size:
+            sums[kind] += size
+    return {"parameter_bytes": sums["parameter"], "buffer_bytes": sums["buffer"], "gradient_bytes": sums["gradient"]}

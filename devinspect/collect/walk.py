@@ -38,7 +38,7 @@ from .class_source import (
     recomputed_attributes,
     user_class_attributes,
 )
-from .module_summary import module_bytes, module_summary
+from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text
 from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
@@ -108,6 +108,9 @@ class Walker:
         self.modules: list[ModuleSummary] = []
         #: (position in ``modules``, first record, end of its records) of each module summary.
         self._module_spans: list[tuple[int, int, int]] = []
+        #: How many records of kind "attribute" each module owner has (a module's plain tensor
+        #: attributes, which ``.to()`` does not move).
+        self._attribute_records: dict[str | None, int] = {}
         self.loaders: list[LoaderSummary] = []
         self.optimizers: list[OptimizerSummary] = []
         self.truncated: list[Truncation] = []
@@ -146,7 +149,11 @@ class Walker:
         spans = self._module_spans
         for n in spans_touched([(start, stop) for _, start, stop in spans], changed) if changed else ():
             at, start, stop = spans[n]
-            self.modules[at] = dataclasses.replace(self.modules[at], **module_bytes(self.records[start:stop]))
+            self.modules[at] = dataclasses.replace(self.modules[at], **module_bytes(self._columns_of(start, stop)))
+
+    def _columns_of(self, start: int, stop: int | None = None) -> dict[str, list]:
+        """The columns a module summary reads, of the records from ``start`` to ``stop``."""
+        return {field: self.records.column(field, start, stop) for field in SUMMARY_FIELDS}
 
     def flush_deferred(self) -> None:
         while self._deferred:
@@ -314,6 +321,8 @@ class Walker:
                 type_name(cls), layout, owner, param, note or facts_note, self.hidden, is_leaf,
             ))
         )
+        if kind == "attribute":
+            self._count_attributes(owner, 1)
         # Reading .grad of a non-leaf warns; only leaves (or retain_grad()) have one.
         if requires_grad and kind != "gradient" and not same_object and (is_leaf or tb.retains_grad(t)):
             grad = tb.grad(t)
@@ -330,7 +339,7 @@ class Walker:
             self._module(m, name, root, unregistered, set())
             if not self.hidden:  # modules seen only through history or a traceback make no findings
                 self._module_spans.append((len(self.modules), start, len(self.records)))
-                self.modules.append(module_summary(m, name, self.records[start:], unregistered, self._held))
+                self.modules.append(module_summary(m, name, self._columns_of(start), unregistered, self._held))
         finally:
             self._held = outer_held
 
@@ -379,10 +388,9 @@ class Walker:
                                   f"recomputed before each forward by {recomputed[attr]}")
                 continue
             if issubclass(vt, _Tensor) or issubclass(vt, (list, tuple, dict, set)):
-                before = len(self.records)
+                before = self._attribute_records.get(name, 0)
                 self._visit(value, full, root, 1, name)
-                if any(kind == "attribute" and holder == name for kind, holder in
-                       zip(self.records.column("kind", before), self.records.column("owner", before))):
+                if self._attribute_records.get(name, 0) > before:
                     unregistered.append(self._unregistered(mt, full, name, attr, vt))
             elif not issubclass(vt, OPAQUE):
                 self._visit(value, full, root, 1, None)
@@ -544,7 +552,7 @@ class Walker:
             keys = list(islice(dict.keys(o), limit))
             values = list(islice(dict.values(o), limit))
             if not any(issubclass(type(k), _Tensor) for k in keys) and self._plain_tensors(
-                    values, lambda: [dict_item_name(name, i, k) for i, k in enumerate(keys)], root,
+                    values, lambda run: [dict_item_name(name, i, keys[i]) for i in run], root,
                     "attribute" if owner is not None else "tensor", owner):
                 values = ()
             for i, (key, value) in enumerate(zip(keys, values)):
@@ -572,8 +580,8 @@ class Walker:
                 fields, prefix = None, f"list({name})["
             kind = "attribute" if owner is not None else "tensor"
             values = list(islice(iterator, limit))
-            if self._plain_tensors(values, lambda: [f"{name}.{f}" for f in fields[:len(values)]] if fields is not None
-                                   else [f"{prefix}{i}]" for i in range(len(values))], root, kind, owner):
+            if self._plain_tensors(values, lambda run: [f"{name}.{fields[i]}" for i in run] if fields is not None
+                                   else [f"{prefix}{i}]" for i in run], root, kind, owner):
                 values = []
             atoms, tensor_type, record = ATOM_IDS, _Tensor, self._tensor
             # Mixed items: tensors are recorded inline, each in its own try so one bad
@@ -599,7 +607,8 @@ class Walker:
         a dict of features, a state dict). Each fact is read for a run of items through
         TensorBase's C getters; the records are the ones :meth:`_tensor` makes, in the same
         order. A tensor that requires grad goes through :meth:`_tensor` (its gradient is
-        walked too). False, recording nothing, for any other container."""
+        walked too). ``names_of(positions)`` names the items at a range of positions. False,
+        recording nothing, for any other container."""
         if len(values) < 2 or self.wanted is not None or not self.records_runs:
             return False
         if any(map(operator.is_not, map(type, values), repeat(_Tensor))):
@@ -610,9 +619,9 @@ class Walker:
                 return False
         except Exception:  # noqa: BLE001 - an item that cannot be read goes the item-by-item way
             return False
-        names = names_of()
         for start in range(0, len(values), _RUN):
-            run, run_names = values[start:start + _RUN], names[start:start + _RUN]
+            # Each run's names are made with its records: the walk holds no list of every name.
+            run, run_names = values[start:start + _RUN], names_of(range(start, min(start + _RUN, len(values))))
             try:
                 columns = self._columns(run)
             except Exception:  # noqa: BLE001 - a tensor that cannot be read: item by item, as an error record
@@ -653,6 +662,8 @@ class Walker:
                 if self.keeps_first_names:
                     tensor_first.update(zip(ids, names))
                     storage_first.update(zip(keys, names))
+                if kind == "attribute":
+                    self._count_attributes(owner, len(names))
                 return
         append, hidden, record = self.records.append, self.hidden, self._tensor
         for t, tid, name, device, dtype, shape, nb, sb, key, note, requires_grad in zip(
@@ -671,6 +682,11 @@ class Walker:
                 name, root, kind, device, dtype, shape, nb, sb, key, alias, False, "Tensor", "strided", owner, None,
                 note, hidden, True,
             )))
+            if kind == "attribute":
+                self._count_attributes(owner, 1)
+
+    def _count_attributes(self, owner: str | None, count: int) -> None:
+        self._attribute_records[owner] = self._attribute_records.get(owner, 0) + count
 
 
 #: Items of a container read as one run of columns.

@@ -12,9 +12,10 @@ only when one is asked for; a reader that needs one field of every record reads
 
 from __future__ import annotations
 
+import operator
 from array import array
 from bisect import bisect_left
-from itertools import compress
+from itertools import compress, repeat
 from operator import itemgetter
 from typing import Any, Iterable, Iterator, Sequence, overload
 
@@ -93,9 +94,47 @@ class RecordTable(Sequence[TensorRecord]):
             self._flush()
 
     def _flush(self) -> None:
+        """Split the pending records into the columns, a column at a time."""
         pending, self._pending = self._pending, []
-        for record in pending:
-            self._add(record)
+        if len(pending) < 8:
+            for record in pending:
+                self._add(record)
+            return
+        start = len(self._names)
+        (names, roots, kinds, devices, dtypes, shapes, nbytes, storage_bytes, storage_ids, aliases, requires_grad,
+         type_names, layouts, owners, params, notes, hidden, is_leaf) = zip(*pending)
+        numbers = [self._numbers(field, values, start)
+                   for field, values in (("nbytes", nbytes), ("storage_bytes", storage_bytes), ("storage_id", storage_ids))]
+        shared = array("I", map(self._shared_codes.__getitem__, zip(
+            roots, kinds, requires_grad, type_names, layouts, owners, params, notes, hidden, is_leaf)))
+        device_codes = array("H", map(self._device_codes.__getitem__, devices))
+        dtype_codes = array("H", map(self._dtype_codes.__getitem__, dtypes))
+        self._names += names
+        self._shapes += shapes
+        self._shared += shared
+        self._device += device_codes
+        self._dtype += dtype_codes
+        self._nbytes += numbers[0]
+        self._storage_bytes += numbers[1]
+        self._storage_id += numbers[2]
+        for i in compress(range(len(aliases)), map(operator.is_not, aliases, repeat(None))):
+            self._aliases[start + i] = aliases[i]
+
+    def _numbers(self, field: str, values: tuple, start: int) -> array:
+        """``values`` as the field's array: in one step when all are ints it holds as they are,
+        else one by one, anything else set apart (see :meth:`_set_apart`)."""
+        typecode, none = _NUMBERS[field]
+        if set(map(type, values)) == {int}:
+            try:
+                column = array(typecode, values)
+            except OverflowError:
+                pass
+            else:
+                if (min(column) > 0 if typecode == "Q" else min(column) >= 0) and max(column) < _LIMIT:
+                    return column
+        low = 1 if typecode == "Q" else 0
+        return array(typecode, [value if type(value) is int and low <= value < _LIMIT
+                                else self._set_apart(field, value, start + i) for i, value in enumerate(values)])
 
     def _add(self, record: TensorRecord) -> None:
         (name, root, kind, device, dtype, shape, nbytes, storage_bytes, storage_id, alias_of, requires_grad,
