@@ -1,13 +1,18 @@
-"""One module's summary, from the records the walk made for it: counts, bytes and where it sits."""
+"""One module's summary, from the records the walk made for it: counts, bytes and where it sits,
+and the tensor attributes ``.to()`` does not move."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+import torch
+
 from ..model.records import ModuleSummary, Unregistered
-from .class_source import library_of
+from .class_source import attribute_assignment, class_source_lines, library_of
 from .placement import ON_HOST_NOTE, moves_inputs, off_map, placement_of
-from .static import instance_dict, type_name
+from .static import instance_dict, mro, plain_class_dict, type_name
+
+_Module = torch.nn.Module
 
 #: The record fields a summary reads.
 SUMMARY_FIELDS = ("kind", "note", "device", "storage_bytes", "nbytes", "owner", "alias_of")
@@ -59,3 +64,25 @@ def module_bytes(columns: Mapping[str, list]) -> dict[str, int]:
         if kind in sums and alias is None and size:
             sums[kind] += size
     return {"parameter_bytes": sums["parameter"], "buffer_bytes": sums["buffer"], "gradient_bytes": sums["gradient"]}
+
+
+def unregistered_attribute(mt: type, full: str, owner: str, attr: str, vt: type) -> Unregistered:
+    """The tensor attribute ``attr`` (``full``) of a module of class ``mt`` that is not a buffer,
+    with where its class assigns it and defines a default (what registering it as a buffer must
+    edit); ``vt`` is the class of its value."""
+    class_default = any(attr in plain_class_dict(k) for k in mro(mt) if k is not _Module and k is not object)
+    where = None
+    try:
+        found = attribute_assignment(mt, attr)
+    except Exception:  # noqa: BLE001 - a source we cannot read just has no edit
+        found = None
+    if found is not None:
+        mt, where = found
+    default_at = init_at = None
+    if class_default:
+        try:
+            default_at, init_at = class_source_lines(mt, attr)
+        except Exception:  # noqa: BLE001
+            pass
+    container = next((k.__name__ for k in (dict, tuple, list, set) if issubclass(vt, k)), None)
+    return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at, container)

@@ -33,12 +33,10 @@ from . import locations
 from . import tensorbase as tb
 from .aliases import link_aliases
 from .class_source import (
-    attribute_assignment,
-    class_source_lines,
     recomputed_attributes,
     user_class_attributes,
 )
-from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary
+from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, unregistered_attribute
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text
 from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
@@ -49,9 +47,7 @@ from .static import (
     PROXY_TYPES,
     instance_dict,
     is_opaque_package,
-    mro,
     odd_instance_dict,
-    plain_class_dict,
     proxy_referent,
     slot_values,
     static_class_attr,
@@ -303,15 +299,19 @@ class Walker:
         # A Parameter of a tensor subclass keeps its class and is marked by _is_param.
         if kind == "tensor" and cls is not _Tensor and (cls is _Parameter or "_is_param" in instance_dict(t)):
             kind = "parameter"
-        if alias is None and key is not None:
+        requires_grad = tb.requires_grad(t)
+        keeps = self.keeps_first_names
+        if alias is None and key is not None and keeps:
             alias = self._storage_first.get(key)
         if alias is None:
-            self._tensor_first[tid] = name
-            if key is not None:
+            # Without lookups by object, only what the marks after the walk cannot tell is kept:
+            # a tensor without memory to identify it, and one whose gradient is walked once.
+            if keeps or key is None or requires_grad:
+                self._tensor_first[tid] = name
+            if key is not None and keeps:
                 self._storage_first[key] = name
         elif tid not in self._tensor_first:
             self._tensor_first[tid] = alias
-        requires_grad = tb.requires_grad(t)
         is_leaf = tb.is_leaf(t) if requires_grad else True
         if shape is not None:
             shape = self._shapes.setdefault(shape, shape)
@@ -391,7 +391,7 @@ class Walker:
                 before = self._attribute_records.get(name, 0)
                 self._visit(value, full, root, 1, name)
                 if self._attribute_records.get(name, 0) > before:
-                    unregistered.append(self._unregistered(mt, full, name, attr, vt))
+                    unregistered.append(unregistered_attribute(mt, full, name, attr, vt))
             elif not issubclass(vt, OPAQUE):
                 self._visit(value, full, root, 1, None)
         for cname, child in str_items(d.get("_modules")):
@@ -415,23 +415,6 @@ class Walker:
         if issubclass(type(t), _Tensor):
             self._tensor(t, name, root, kind, owner, note=note)
 
-    def _unregistered(self, mt: type, full: str, owner: str, attr: str, vt: type) -> Unregistered:
-        class_default = any(attr in plain_class_dict(k) for k in mro(mt) if k is not _Module and k is not object)
-        where = None
-        try:
-            found = attribute_assignment(mt, attr)
-        except Exception:  # noqa: BLE001 - a source we cannot read just has no edit
-            found = None
-        if found is not None:
-            mt, where = found
-        default_at = init_at = None
-        if class_default:
-            try:
-                default_at, init_at = class_source_lines(mt, attr)
-            except Exception:  # noqa: BLE001
-                pass
-        container = next((k.__name__ for k in (dict, tuple, list, set) if issubclass(vt, k)), None)
-        return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at, container)
 
     # -- optimizers, loaders, containers, objects -----------------------------
 
@@ -649,10 +632,10 @@ class Walker:
         tensor_first, storage_first = self._tensor_first, self._storage_first
         grads = list(map(tb.requires_grad, values))
         ids = list(map(id, values))
-        if not any(grads) and not any(notes) and len(set(keys)) == len(keys) \
-                and storage_first.keys().isdisjoint(keys):
-            # The common case: memory not seen by the tensors recorded one by one, so no alias
-            # yet; one met earlier in another run is marked once the walk is done (link_aliases).
+        if not any(grads) and not any(notes) and (not self.keeps_first_names or (
+                len(set(keys)) == len(keys) and storage_first.keys().isdisjoint(keys))):
+            # The common case: no alias to look up as the walk goes (memory met before is marked
+            # once the walk is done, see link_aliases), or none when every memory is new.
             try:
                 self.records.extend_plain(names, root, kind, owner, self.hidden, devices, dtypes, shapes, nbytes,
                                           storage_bytes, keys)
@@ -671,13 +654,15 @@ class Walker:
             if requires_grad:
                 self._guarded(record, t, name, root, kind, owner)
                 continue
-            alias = tensor_first.get(tid)
-            if alias is None:
-                alias = storage_first.get(key)
+            alias = None
+            if self.keeps_first_names:
+                alias = tensor_first.get(tid)
                 if alias is None:
-                    tensor_first[tid] = storage_first[key] = name
-                else:
-                    tensor_first[tid] = alias
+                    alias = storage_first.get(key)
+                    if alias is None:
+                        tensor_first[tid] = storage_first[key] = name
+                    else:
+                        tensor_first[tid] = alias
             append(_new(TensorRecord, (
                 name, root, kind, device, dtype, shape, nb, sb, key, alias, False, "Tensor", "strided", owner, None,
                 note, hidden, True,

@@ -30,7 +30,7 @@ _SHARED_AT = {field: i for i, field in enumerate(SHARED_FIELDS)}
 _NUMBERS = {"nbytes": ("q", -1), "storage_bytes": ("q", -1), "storage_id": ("Q", 0)}
 _CODED = ("device", "dtype")
 #: Records a table keeps as they are before it splits them into its columns.
-_PENDING_AT_MOST = 4096
+_PENDING_AT_MOST = 512
 #: Sizes and identities below this fit the arrays ("Q" could hold more; no real one is near).
 _LIMIT = 1 << 63
 _new = tuple.__new__
