@@ -345,6 +345,12 @@ class RecordTable(Sequence[TensorRecord]):
             return list(compress(range(len(self._shared)), bytes(iter(self._shared)).translate(marks)))
         return list(compress(range(len(self._shared)), map(wanted.__contains__, self._shared)))
 
+    def values_of(self, field: str) -> set[Any]:
+        """The values a shared ``field`` (see :data:`SHARED_FIELDS`) takes in this table's
+        combinations (a superset of those its records hold)."""
+        at = _SHARED_AT[field]
+        return {shared[at] for shared in self._shared_codes.values}
+
     def device_sums(self) -> dict[str, list[int]] | None:
         """``device -> [records, storage bytes, logical bytes]``: every record counted, the bytes
         of aliases and unknown sizes not. Summed over the arrays (a pass per device in C), or

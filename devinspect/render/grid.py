@@ -6,13 +6,14 @@ fast: each interaction is a vectorised pandas step on the scan's frame, then a p
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
 from dataclasses import dataclass, replace
 from itertools import compress, repeat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from ..model.record_table import record_column
+from ..model.record_table import RecordTable, record_column
 from ..model.records import TensorRecord
 from ..model.scan_result import device_matches
 
@@ -106,7 +107,9 @@ def table_frame(records: tuple[TensorRecord, ...]) -> pd.DataFrame:
     storage_bytes = record_column(records, "storage_bytes")
     texts = {size: human_bytes(size) for size in set(storage_bytes)}
     size_column = list(map(texts.__getitem__, storage_bytes))
-    size_key_column = [size or 0 for size in storage_bytes]
+    # The sort keys are the sizes themselves where all are known (the list read above is this
+    # function's own, so its few unusual rows are set in place).
+    size_key_column = [size or 0 for size in storage_bytes] if None in storage_bytes else storage_bytes
     unusual = set(compress(rows, map(operator.is_not, aliases, repeat(None))))
     if "meta" in set(devices):
         unusual.update(compress(rows, map(operator.eq, devices, repeat("meta"))))
@@ -114,34 +117,51 @@ def table_frame(records: tuple[TensorRecord, ...]) -> pd.DataFrame:
         size_column[i], size_key_column[i] = size_cell(records[i]), size_key(records[i])
     # A note only for the few unusual rows: shared memory, a note, a gradient, another class.
     note_column = [""] * len(records)
-    unusual.update(compress(rows, record_column(records, "note")))
-    unusual.update(compress(rows, record_column(records, "requires_grad")))
-    type_names = record_column(records, "type_name")
-    if not _PLAIN_TYPES.issuperset(type_names):
-        unusual.update(compress(rows, map(operator.not_, map(_PLAIN_TYPES.__contains__, type_names))))
+    unusual.update(_noted_rows(records))
     for i in unusual:
         note_column[i] = note_cell(records[i])
-    # Few distinct devices and shapes among many rows: each distinct text is keyed once.
-    device_keys = {device: natural_key(device) for device in set(devices)}
-    shape_keys = {text: natural_key(text) for text in set(shape_column)}
     # Columns handed over as arrays: pandas takes them as they are instead of converting lists.
     return pd.DataFrame({
         "index": np.arange(len(records)), "name": _objects(record_column(records, "name")),
         "kind": _objects(record_column(records, "kind")), "device": _objects(devices),
-        "dtype": _objects([dtype or "?" for dtype in record_column(records, "dtype")]),
+        "dtype": _objects(_spelled(record_column(records, "dtype"))),
         "shape_text": _objects(shape_column), "size": _objects(size_column),
         "size_key": np.array(size_key_column, dtype=np.int64), "note": _objects(note_column),
-        "device_key": _objects(list(map(device_keys.__getitem__, devices))),
-        "shape_key": _objects(list(map(shape_keys.__getitem__, shape_column))),
     }, copy=False)
+
+
+def _noted_rows(records: Sequence[TensorRecord]) -> Iterable[int]:
+    """Rows with something to note beyond their size: a note, a gradient, a class other than
+    Tensor and Parameter. A table answers from the codes of its shared fields."""
+    if isinstance(records, RecordTable):
+        return itertools.chain(
+            records.indexes_where("note", records.values_of("note") - {None}),
+            records.indexes_where("requires_grad", (True,)),
+            records.indexes_where("type_name", records.values_of("type_name") - _PLAIN_TYPES))
+    rows = range(len(records))
+    type_names = record_column(records, "type_name")
+    return itertools.chain(
+        compress(rows, record_column(records, "note")), compress(rows, record_column(records, "requires_grad")),
+        compress(rows, map(operator.not_, map(_PLAIN_TYPES.__contains__, type_names))))
+
+
+def _spelled(dtypes: list[str | None]) -> list[str]:
+    """Each dtype's name, ``?`` where unknown."""
+    return [dtype or "?" for dtype in dtypes] if None in dtypes else dtypes
 
 
 def select(frame: pd.DataFrame, state: GridState) -> pd.DataFrame:
     """The rows the state keeps, in its order (all pages)."""
-    if state.sort == "name" and "name_key" not in frame:
-        # Every name is distinct, so its key costs a pass over all of them: made the first
-        # time the table is sorted by name, and kept with the frame for the next sorts.
-        frame["name_key"] = natural_keys(frame["name"].tolist())
+    column = dict(COLUMNS).get(state.sort, "size_key")
+    if column not in frame:
+        # A natural sort key is made the first time the table is sorted by its column, and kept
+        # with the frame for the next sorts: every name is distinct, so its key costs a pass over
+        # all of them; few distinct devices and shapes are each keyed once.
+        if column == "name_key":
+            frame[column] = natural_keys(frame["name"].tolist())
+        else:
+            texts = frame["device" if column == "device_key" else "shape_text"]
+            frame[column] = texts.map({text: natural_key(text) for text in texts.unique()})
     rows = frame
     if state.device:
         rows = rows[rows["device"].map(lambda d: device_matches(d, state.device))]
@@ -159,7 +179,6 @@ def select(frame: pd.DataFrame, state: GridState) -> pd.DataFrame:
                         | rows["device"].str.contains(word, case=False, regex=False)
                         | rows["dtype"].str.contains(word, case=False, regex=False)
                         | rows["kind"].str.contains(word, case=False, regex=False)]
-    column = dict(COLUMNS).get(state.sort, "size_key")
     # The frame is in record order and filtering keeps that order, so a stable sort on the
     # one column leaves ties in record order, ascending or descending (pandas keeps ties
     # in their original order either way): the same rows as sorting by (column, index).
