@@ -170,3 +170,16 @@ def test_records_are_picked_by_kind_among_many_combinations_of_shared_fields():
     table = RecordTable(records)
     for kinds in (("parameter",), ("gradient", "tensor"), ("tensor", "parameter", "gradient", "error"), ()):
         assert table.indexes_where("kind", kinds) == [i for i, r in enumerate(records) if r.kind in kinds]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_explorer_frame_of_a_table_is_that_of_its_records(seed):
+    from devinspect.render.grid import table_frame
+
+    def measurable(size):  # a size a real tensor can have
+        return size is None or (type(size) is int and 0 <= size < 1 << 62)
+
+    records = [r for r in generated_records(seed) if measurable(r.storage_bytes) and measurable(r.nbytes)]
+    expected = table_frame(tuple(records))
+    got = table_frame(RecordTable(records))  # a table whose records are not split yet
+    assert got.equals(expected)

@@ -348,6 +348,7 @@ class RecordTable(Sequence[TensorRecord]):
     def values_of(self, field: str) -> set[Any]:
         """The values a shared ``field`` (see :data:`SHARED_FIELDS`) takes in this table's
         combinations (a superset of those its records hold)."""
+        self._flush()
         at = _SHARED_AT[field]
         return {shared[at] for shared in self._shared_codes.values}
 
