@@ -70,6 +70,29 @@ def test_records_read_back_while_the_table_grows_are_the_records_appended():
         table.column("colour", 4199)
 
 
+def test_a_table_cut_keeps_its_first_records_exactly():
+    records = generated_records(11, 700)
+    for count in (0, 1, 350, 699, 700, 800):
+        table = RecordTable(records)
+        table.keep_first(count)
+        assert table == records[:count] and len(table) == min(count, len(records))
+        for field in TensorRecord._fields:
+            assert table.column(field) == [getattr(r, field) for r in records[:count]]
+
+
+def test_a_scan_leaves_out_what_only_history_holds_and_still_measures_it(sim):
+    kept = [torch.zeros(3) for _ in range(5)]
+    history_only = torch.zeros(1000, device=sim)
+    ns = {"kept": kept, "Out": {3: history_only, 4: kept[0]}, "_": history_only}
+    result = devinspect.scan(ns)
+    assert [r.name for r in result.records] == [f"kept[{i}]" for i in range(5)]
+    assert [(h.name, h.storage_bytes) for h in result.history] == [("Out[3]", 4000)]
+    everything = devinspect.scan(ns, include_hidden=True)
+    assert {r.name for r in everything.records} >= {"Out[3]", "Out[4]"}
+    with_unnamed = devinspect.scan(ns, all_objects=True)
+    assert all(not r.hidden for r in with_unnamed.records) and "kept[0]" in {r.name for r in with_unnamed.records}
+
+
 def test_a_run_of_plain_tensors_is_checked_before_the_table_grows():
     table = RecordTable(generated_records(0, 5))
     before = tuple(table)

@@ -184,7 +184,10 @@ def _result(walker: Walker, user_names: list[str], prefixes: list[str], include_
         if r.hidden and r.alias_of is None and r.storage_bytes and device_is_accelerator(r.device)
     )
     if not include_hidden and hidden:
-        records = walker.records.take(walker.records.indexes_where("hidden", (False,)))
+        if all_objects:  # the unnamed tensors come after the hidden ones
+            records = walker.records.take(walker.records.indexes_where("hidden", (False,)))
+        else:  # the hidden ones are the last: the walk is done, so its table is cut where they start
+            walker.records.keep_first(walker.first_hidden)
     if prefixes:
         keep = Selection(names=tuple(prefixes)).keeps
         records = tuple(r for r in records if keep(r))

@@ -329,6 +329,15 @@ class RecordTable(Sequence[TensorRecord]):
         out._odd = {(f, position[i]): v for (f, i), v in self._odd.items() if i in position}
         return out
 
+    def keep_first(self, count: int) -> None:
+        """Drop every record after the first ``count``, in place (no column is copied)."""
+        self._flush()
+        for column in (self._names, self._shapes, self._shared, self._device, self._dtype, self._nbytes,
+                       self._storage_bytes, self._storage_id):
+            del column[count:]
+        self._aliases = {i: alias for i, alias in self._aliases.items() if i < count}
+        self._odd = {(field, i): value for (field, i), value in self._odd.items() if i < count}
+
     def indexes_where(self, field: str, values: Iterable[Any]) -> list[int]:
         """Indexes of the records whose shared ``field`` (see :data:`SHARED_FIELDS`) is one of
         ``values``, ascending: one pass over the 4-byte codes, no record made."""
