@@ -138,18 +138,34 @@ def generated_namespace(seed: int) -> dict:
         ns["opt"] = opt
     if rng.random() < 0.5:
         ns["loose"] = rng.choice(pool)
+    if rng.random() < 0.5:
+        # An optimizer over tensors that need no gradient, named first as variables and in a
+        # module's attribute list: they are not its orphans.
+        frozen = torch.zeros(3)
+        ns["frozen"] = frozen
+        model[0].extra = [torch.zeros(2), torch.zeros(2)]
+        ns["sgd"] = torch.optim.SGD([frozen, model[0].extra[1]], lr=0.1)
     return ns
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_aliases_marked_after_the_walk_are_those_a_lookup_per_tensor_finds(seed, monkeypatch):
     ns = generated_namespace(seed)
-    after = devinspect.scan(ns)
+    views_of_unnamed = [torch.zeros(4)[1:], torch.zeros(4)]  # noqa: F841 - alive, reached by no name
+    views_of_unnamed.append(views_of_unnamed[1][2:])
+    after, after_all = devinspect.scan(ns), devinspect.scan(ns, all_objects=True)
     monkeypatch.setattr(Walker, "keeps_first_names", True)
-    looked_up = devinspect.scan(ns)
+    looked_up, looked_up_all = devinspect.scan(ns), devinspect.scan(ns, all_objects=True)
     assert tuple(after.records) == tuple(looked_up.records)
-    assert after.modules == looked_up.modules
-    assert after.devices == looked_up.devices
+    assert (after.modules, after.optimizers, after.devices) == (looked_up.modules, looked_up.optimizers,
+                                                                looked_up.devices)
+    assert [f.code for f in after.findings] == [f.code for f in looked_up.findings]
+    assert "stale-optimizer" not in {f.code for f in after.findings}
+    # Every tensor alive: the named ones are not listed again as unnamed.
+    assert tuple(after_all.records) == tuple(looked_up_all.records)
+    named = {r.storage_id for r in after.records}
+    assert not any(r.kind == "unnamed" and r.alias_of in {n.name for n in after.records} for r in after_all.records)
+    assert all(r.storage_id not in named for r in after_all.records if r.kind == "unnamed")
     # Each memory is counted once, under its first name.
     first: dict[int, str] = {}
     for r in after.records:

@@ -193,6 +193,10 @@ class Walker:
     def unnamed(self) -> None:
         """Tensors alive in the process that no name reaches (garbage-collector walk)."""
         count = 0
+        # Memory already named: every record's storage (runs of plain tensors are not looked up
+        # one by one as the walk goes).
+        named = set(self.records.storage_ids())
+        named.update(self._storage_first)
         objects = gc.get_objects()
         try:
             for o in objects:
@@ -202,10 +206,12 @@ class Walker:
                     except Exception:
                         continue
                     key = facts[5]
-                    if key is not None and key in self._storage_first:
+                    if key is not None and key in named:
                         continue
                     count += 1
                     self._tensor(o, f"<unnamed {count}>", "<unnamed>", "unnamed", facts=facts)
+                    if key is not None:
+                        named.add(key)
         finally:
             del objects
 
@@ -304,10 +310,9 @@ class Walker:
         if alias is None and key is not None and keeps:
             alias = self._storage_first.get(key)
         if alias is None:
-            # Without lookups by object, only what the marks after the walk cannot tell is kept:
-            # a tensor without memory to identify it, and one whose gradient is walked once.
-            if keeps or key is None or requires_grad:
-                self._tensor_first[tid] = name
+            # Each tensor met one by one keeps its first name (an optimizer names its parameters
+            # after it; a gradient is walked once); memory is marked once the walk is done.
+            self._tensor_first[tid] = name
             if key is not None and keeps:
                 self._storage_first[key] = name
         elif tid not in self._tensor_first:
@@ -642,8 +647,10 @@ class Walker:
             except (ValueError, OverflowError, TypeError):
                 pass  # a size or identity the columns cannot hold: item by item
             else:
-                if self.keeps_first_names:
+                if self.keeps_first_names or owner is not None:
+                    # A module's attribute may be an optimizer's parameter too: named after it.
                     tensor_first.update(zip(ids, names))
+                if self.keeps_first_names:
                     storage_first.update(zip(keys, names))
                 if kind == "attribute":
                     self._count_attributes(owner, len(names))
