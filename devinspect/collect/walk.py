@@ -299,24 +299,13 @@ class Walker:
         if facts is None:
             facts = tensor_facts(t)
         device, dtype, shape, nbytes, storage_bytes, key, layout, facts_note = facts
-        alias = self._tensor_first.get(tid)
-        same_object = alias is not None
+        same_object = tid in self._tensor_first
+        alias = self._first_name(tid, key, name)
         cls = type(t)
         # A Parameter of a tensor subclass keeps its class and is marked by _is_param.
         if kind == "tensor" and cls is not _Tensor and (cls is _Parameter or "_is_param" in instance_dict(t)):
             kind = "parameter"
         requires_grad = tb.requires_grad(t)
-        keeps = self.keeps_first_names
-        if alias is None and key is not None and keeps:
-            alias = self._storage_first.get(key)
-        if alias is None:
-            # Each tensor met one by one keeps its first name (an optimizer names its parameters
-            # after it; a gradient is walked once); memory is marked once the walk is done.
-            self._tensor_first[tid] = name
-            if key is not None and keeps:
-                self._storage_first[key] = name
-        elif tid not in self._tensor_first:
-            self._tensor_first[tid] = alias
         is_leaf = tb.is_leaf(t) if requires_grad else True
         if shape is not None:
             shape = self._shapes.setdefault(shape, shape)
@@ -333,6 +322,22 @@ class Walker:
             grad = tb.grad(t)
             if grad is not None:
                 self._tensor(grad, f"{name}.grad", root, "gradient", owner, param=name)
+
+    def _first_name(self, tid: int, key: int | None, name: str) -> str | None:
+        """The first name of the tensor ``tid`` (or, keeping first names, of its memory ``key``)
+        when one was met before, else None with ``name`` noted as its first. Each tensor met one
+        by one keeps its first name (an optimizer names its parameters after it; a gradient is
+        walked once); a scan marks shared memory once the walk is done."""
+        alias = self._tensor_first.get(tid)
+        if alias is None and key is not None and self.keeps_first_names:
+            alias = self._storage_first.get(key)
+        if alias is None:
+            self._tensor_first[tid] = name
+            if key is not None and self.keeps_first_names:
+                self._storage_first[key] = name
+        elif tid not in self._tensor_first:
+            self._tensor_first[tid] = alias
+        return alias
 
     # -- modules -------------------------------------------------------------
 
@@ -661,15 +666,7 @@ class Walker:
             if requires_grad:
                 self._guarded(record, t, name, root, kind, owner)
                 continue
-            alias = None
-            if self.keeps_first_names:
-                alias = tensor_first.get(tid)
-                if alias is None:
-                    alias = storage_first.get(key)
-                    if alias is None:
-                        tensor_first[tid] = storage_first[key] = name
-                    else:
-                        tensor_first[tid] = alias
+            alias = self._first_name(tid, key, name)
             append(_new(TensorRecord, (
                 name, root, kind, device, dtype, shape, nb, sb, key, alias, False, "Tensor", "strided", owner, None,
                 note, hidden, True,

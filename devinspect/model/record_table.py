@@ -96,9 +96,7 @@ class RecordTable(Sequence[TensorRecord]):
     def _flush(self) -> None:
         """Split the pending records into the columns, a column at a time."""
         pending, self._pending = self._pending, []
-        if len(pending) < 8:
-            for record in pending:
-                self._add(record)
+        if not pending:
             return
         start = len(self._names)
         (names, roots, kinds, devices, dtypes, shapes, nbytes, storage_bytes, storage_ids, aliases, requires_grad,
@@ -107,16 +105,7 @@ class RecordTable(Sequence[TensorRecord]):
                    for field, values in (("nbytes", nbytes), ("storage_bytes", storage_bytes), ("storage_id", storage_ids))]
         shared = array("I", map(self._shared_codes.__getitem__, zip(
             roots, kinds, requires_grad, type_names, layouts, owners, params, notes, hidden, is_leaf)))
-        device_codes = array("H", map(self._device_codes.__getitem__, devices))
-        dtype_codes = array("H", map(self._dtype_codes.__getitem__, dtypes))
-        self._names += names
-        self._shapes += shapes
-        self._shared += shared
-        self._device += device_codes
-        self._dtype += dtype_codes
-        self._nbytes += numbers[0]
-        self._storage_bytes += numbers[1]
-        self._storage_id += numbers[2]
+        self._grow(names, shapes, shared, devices, dtypes, *numbers)
         for i in compress(range(len(aliases)), map(operator.is_not, aliases, repeat(None))):
             self._aliases[start + i] = aliases[i]
 
@@ -136,31 +125,6 @@ class RecordTable(Sequence[TensorRecord]):
         return array(typecode, [value if type(value) is int and low <= value < _LIMIT
                                 else self._set_apart(field, value, start + i) for i, value in enumerate(values)])
 
-    def _add(self, record: TensorRecord) -> None:
-        (name, root, kind, device, dtype, shape, nbytes, storage_bytes, storage_id, alias_of, requires_grad,
-         type_name, layout, owner, param, note, hidden, is_leaf) = record
-        i = len(self._names)
-        shared = self._shared_codes[(root, kind, requires_grad, type_name, layout, owner, param, note, hidden, is_leaf)]
-        # Sizes and identities the arrays hold as they are; anything else is set apart first, so
-        # the columns grow together or not at all.
-        if type(nbytes) is not int or not 0 <= nbytes < _LIMIT:
-            nbytes = self._set_apart("nbytes", nbytes, i)
-        if type(storage_bytes) is not int or not 0 <= storage_bytes < _LIMIT:
-            storage_bytes = self._set_apart("storage_bytes", storage_bytes, i)
-        if type(storage_id) is not int or not 0 < storage_id < _LIMIT:
-            storage_id = self._set_apart("storage_id", storage_id, i)
-        device, dtype = self._device_codes[device], self._dtype_codes[dtype]
-        self._names.append(name)
-        self._shapes.append(shape)
-        self._shared.append(shared)
-        self._device.append(device)
-        self._dtype.append(dtype)
-        self._nbytes.append(nbytes)
-        self._storage_bytes.append(storage_bytes)
-        self._storage_id.append(storage_id)
-        if alias_of is not None:
-            self._aliases[i] = alias_of
-
     def _set_apart(self, field: str, value: Any, i: int) -> int:
         """The array's stand-in for ``value``: its None, with any other value kept in ``_odd``."""
         if value is not None:
@@ -178,16 +142,21 @@ class RecordTable(Sequence[TensorRecord]):
         if 0 in columns[2] or -1 in columns[0] or -1 in columns[1]:
             raise ValueError("a plain tensor without memory or size")
         shared = self._shared_codes[(root, kind, False, "Tensor", "strided", owner, None, None, hidden, True)]
-        devices_coded = array("H", map(self._device_codes.__getitem__, devices))
-        dtypes_coded = array("H", map(self._dtype_codes.__getitem__, dtypes))
+        self._grow(names, shapes, array("I", (shared,)) * count, devices, dtypes, *columns)
+
+    def _grow(self, names: Iterable[str], shapes: Iterable[Any], shared: array, devices: Iterable[str],
+              dtypes: Iterable[str | None], nbytes: array, storage_bytes: array, storage_ids: array) -> None:
+        """Append to every column at once (the values already checked for their arrays)."""
+        device_codes = array("H", map(self._device_codes.__getitem__, devices))
+        dtype_codes = array("H", map(self._dtype_codes.__getitem__, dtypes))
         self._names += names
         self._shapes += shapes
-        self._shared += array("I", (shared,)) * count
-        self._device += devices_coded
-        self._dtype += dtypes_coded
-        self._nbytes += columns[0]
-        self._storage_bytes += columns[1]
-        self._storage_id += columns[2]
+        self._shared += shared
+        self._device += device_codes
+        self._dtype += dtype_codes
+        self._nbytes += nbytes
+        self._storage_bytes += storage_bytes
+        self._storage_id += storage_ids
 
     def storage_ids(self) -> memoryview:
         """Every record's storage identity as an unsigned 64-bit int, 0 for none: a read-only
@@ -310,7 +279,7 @@ class RecordTable(Sequence[TensorRecord]):
                     if odd_field == field and indexes.start <= i < indexes.stop:
                         out[i - indexes.start] = value
             return out
-        raise KeyError(f"no record field {field!r}")
+        raise AssertionError(field)  # every field of TensorRecord is one of the columns above
 
     def take(self, indexes: Sequence[int]) -> RecordTable:
         """A new table of the records at ``indexes`` (ascending), aliases kept as they are."""
@@ -373,7 +342,6 @@ class RecordTable(Sequence[TensorRecord]):
         sums: dict[str, list[int]] = {}
         for code in used:
             if len(used) == 1:
-                mask = None
                 count = len(devices)
                 storage = sum(self._storage_bytes)
                 logical = sum(self._nbytes)
@@ -404,7 +372,6 @@ def spans_touched(spans: Sequence[tuple[int, int]], indexes: list[int]) -> list[
         if at < len(indexes) and indexes[at] < stop:
             touched.append(n)
     return touched
-
 
 
 def record_column(records: Sequence[TensorRecord], field: str) -> list[Any]:
