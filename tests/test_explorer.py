@@ -92,6 +92,45 @@ def test_the_module_tree_shows_where_each_part_is_and_moves_a_part(explorer, ip)
     assert [f.code for f in explorer.view.findings] == ["input-on-other-device"]  # only x is left on the host
 
 
+def open_widgets() -> int:
+    """Widgets made and not closed: ipywidgets keeps each in its registry until it is closed."""
+    from ipywidgets.widgets import widget
+
+    return len(widget._instances)  # the registry behind the deprecated Widget.widgets
+
+
+def test_a_module_with_many_children_shows_them_a_page_at_a_time():
+    from devinspect import scan
+    from devinspect.jupyter.devices_explorer import TREE_PAGE, DevicesExplorer
+
+    ns = {"deep": torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(TREE_PAGE * 2 + 7))),
+          **{f"head{i}": torch.nn.Linear(2, 2) for i in range(TREE_PAGE + 1)}}
+    view = scan(ns).select()
+    explorer = DevicesExplorer(view, lambda: scan(ns).select(), ns, ["cpu"])
+
+    def paths() -> list:
+        return [r.node.path if r.node else f"more of {r.more_of!r}" for r in explorer.tree.children]
+
+    shown = paths()
+    # The roots are a page too: 'deep', its first page of children, the next 49 roots, then a 'more' row.
+    assert shown[:2] == ["deep", "deep[0]"] and shown[TREE_PAGE] == f"deep[{TREE_PAGE - 1}]"
+    assert shown[TREE_PAGE + 1] == "more of 'deep'" and shown[-1] == "more of ''"
+    more = explorer.tree.children[TREE_PAGE + 1]
+    assert f"{TREE_PAGE + 7:,} not shown" in more.children[1].value
+    more.children[0].click()
+    assert paths()[2 * TREE_PAGE + 1] == "more of 'deep'"
+    next(r for r in explorer.tree.children if r.node is None and r.more_of == "deep").children[0].click()
+    assert [p for p in paths() if p.startswith("deep[")][-1] == f"deep[{TREE_PAGE * 2 + 6}]"
+    assert "more of 'deep'" not in paths()
+    explorer.tree.children[-1].children[0].click()  # the last roots
+    assert paths()[-1] == f"head{TREE_PAGE}" and "more of ''" not in paths()
+    # Drawn again after each action, the tree closes the widgets it no longer shows.
+    before = open_widgets()
+    for _ in range(3):
+        explorer.refresh()
+    assert open_widgets() <= before + 20
+
+
 def test_apply_fix_next_to_a_finding_and_the_view_refreshes(explorer, ip):
     boxes = explorer.findings.children
     mixed = next(b for b in boxes if "has parameters/buffers on" in b.children[0].value)
@@ -100,6 +139,10 @@ def test_apply_fix_next_to_a_finding_and_the_view_refreshes(explorer, ip):
     assert {p.device.type for p in ip.user_ns["model"].parameters()} == {"sim"}
     assert explorer.status.value.startswith("✔ moved model to sim:0")  # said where it stays, in bytes
     assert all("has parameters/buffers on" not in b.children[0].value for b in explorer.findings.children)
+    before = open_widgets()
+    for _ in range(3):
+        explorer.refresh()  # findings and tree drawn again: the replaced widgets are closed
+    assert open_widgets() <= before + 5
 
 
 def test_a_hundred_thousand_rows_stay_in_the_kernel():

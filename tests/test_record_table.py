@@ -116,8 +116,14 @@ def generated_namespace(seed: int) -> dict:
     held.register_buffer("shared", rng.choice(pool))
     ns: dict = {}
     for n in range(rng.randint(2, 6)):
-        kind = rng.choice(["list", "dict", "tuple", "views", "mixed"])
+        kind = rng.choice(["list", "dict", "tuple", "views", "mixed", "odd"])
         picks = [rng.choice(pool) for _ in range(rng.randint(2, 8))]
+        if kind == "odd":
+            # One item that is not an ordinary tensor with memory, anywhere in a run of plain ones.
+            odd = rng.choice([torch.empty(2, device="meta"), torch.ones(2, requires_grad=True),
+                              torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8), torch.zeros(0),
+                              torch.eye(2).to_sparse()])
+            picks.insert(rng.randint(0, len(picks)), odd)
         if kind == "dict":
             value = {f"k{i}": t for i, t in enumerate(picks)}
         elif kind == "tuple":
@@ -146,6 +152,16 @@ def generated_namespace(seed: int) -> dict:
         model[0].extra = [torch.zeros(2), torch.zeros(2)]
         ns["sgd"] = torch.optim.SGD([frozen, model[0].extra[1]], lr=0.1)
     return ns
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_runs_of_tensors_read_as_the_walk_reads_them_one_by_one(seed, monkeypatch):
+    ns = generated_namespace(seed)
+    in_runs = devinspect.scan(ns)
+    monkeypatch.setattr(Walker, "records_runs", False)
+    one_by_one = devinspect.scan(ns)
+    assert tuple(in_runs.records) == tuple(one_by_one.records)
+    assert (in_runs.modules, in_runs.devices) == (one_by_one.modules, one_by_one.devices)
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -15,7 +15,7 @@ import gc
 import operator
 import sys
 import types
-from itertools import islice, repeat
+from itertools import compress, islice, repeat
 from typing import Any
 
 import torch
@@ -607,8 +607,8 @@ class Walker:
         if any(map(operator.is_not, map(type, values), repeat(_Tensor))):
             return False
         try:
-            if any(map(operator.is_not, map(tb.layout, values), repeat(_strided))) \
-                    or any(map(tb.is_nested, values)) or any(map(tb.is_meta, values)):
+            # A meta tensor (no memory) is told by its device, read with the columns.
+            if any(map(operator.is_not, map(tb.layout, values), repeat(_strided))) or any(map(tb.is_nested, values)):
                 return False
         except Exception:  # noqa: BLE001 - an item that cannot be read goes the item-by-item way
             return False
@@ -618,18 +618,28 @@ class Walker:
             try:
                 columns = self._columns(run)
             except Exception:  # noqa: BLE001 - a tensor that cannot be read: item by item, as an error record
+                columns = None
+            if columns is None:
                 for t, name in zip(run, run_names):
                     self._guarded(self._tensor, t, name, root, kind, owner)
                 continue
             self._plain_run(run, run_names, columns, root, kind, owner)
         return True
 
-    def _columns(self, values: list) -> tuple[list, ...]:
-        """Devices, dtypes, shapes, sizes, storage sizes and keys of a run of plain tensors."""
+    def _columns(self, values: list) -> tuple[list, ...] | None:
+        """Devices, dtypes, shapes, sizes, storage sizes and keys of a run of plain tensors;
+        None when one is a meta tensor (it holds no memory: its record says so)."""
         devices = list(map(device_names.__getitem__, map(tb.device, values)))
+        if "meta" in devices:
+            return None
         dtypes = list(map(dtype_names.__getitem__, map(tb.dtype, values)))
-        shapes = list(map(tuple, map(tb.shape, values)))
-        shapes = list(map(self._shapes.setdefault, shapes, shapes))
+        # One tuple per distinct shape, found by the torch.Size itself (equal and hashed alike).
+        sizes = list(map(tb.shape, values))
+        shapes = list(map(self._shapes.get, sizes))
+        if None in shapes:
+            for i in compress(range(len(shapes)), map(operator.is_, shapes, repeat(None))):
+                shape = tuple(sizes[i])
+                shapes[i] = self._shapes.setdefault(shape, shape)
         nbytes = list(map(tb.nbytes, values))
         storages = list(map(tb.storage, values))
         return devices, dtypes, shapes, nbytes, list(map(_storage_bytes, storages)), list(map(_storage_key, storages))
@@ -641,7 +651,6 @@ class Walker:
         notes = list(map(_QUANTIZED.get, dtypes))
         tensor_first, storage_first = self._tensor_first, self._storage_first
         grads = list(map(tb.requires_grad, values))
-        ids = list(map(id, values))
         if not any(grads) and not any(notes) and (not self.keeps_first_names or (
                 len(set(keys)) == len(keys) and storage_first.keys().isdisjoint(keys))):
             # The common case: no alias to look up as the walk goes (memory met before is marked
@@ -654,7 +663,7 @@ class Walker:
             else:
                 if self.keeps_first_names or owner is not None:
                     # A module's attribute may be an optimizer's parameter too: named after it.
-                    tensor_first.update(zip(ids, names))
+                    tensor_first.update(zip(map(id, values), names))
                 if self.keeps_first_names:
                     storage_first.update(zip(keys, names))
                 if kind == "attribute":
@@ -662,7 +671,7 @@ class Walker:
                 return
         append, hidden, record = self.records.append, self.hidden, self._tensor
         for t, tid, name, device, dtype, shape, nb, sb, key, note, requires_grad in zip(
-                values, ids, names, devices, dtypes, shapes, nbytes, storage_bytes, keys, notes, grads):
+                values, map(id, values), names, devices, dtypes, shapes, nbytes, storage_bytes, keys, notes, grads):
             if requires_grad:
                 self._guarded(record, t, name, root, kind, owner)
                 continue

@@ -3,8 +3,8 @@
 Composed from stock ipywidgets (no JavaScript of ours). The table is filtered, sorted
 and paged in the kernel (:mod:`devinspect.render.grid`): the browser holds one page of rows,
 a fixed set of widgets whose values change, so 100,000 tensors cost what 25 do. The
-module tree (:mod:`devinspect.render.module_tree`) opens a node's children when asked, and
-marks a node whose parameters span devices. Every row and node can be moved to any
+module tree (:mod:`devinspect.render.module_tree`) opens a node's children when asked, a
+page of them at a time, and marks a node whose parameters span devices. Every row and node can be moved to any
 device this process has (Move to ▾), and every finding with an action has Apply fix;
 all go through :mod:`devinspect.actions` (all or nothing, reported in bytes), then
 the session is scanned again.
@@ -54,6 +54,8 @@ STYLE = (
     + "}</style>"
 )
 _NO_CHOICE = "Move to…"
+#: Children of one module tree node shown at once; the rest come a page at a time.
+TREE_PAGE = 50
 
 
 def _cell(text: str, *, code: bool = False, right: bool = False, title: str | None = None, column: str = "") -> str:
@@ -90,6 +92,12 @@ class DevicesExplorer:
         self.widget = widgets.VBox(parts, layout=widgets.Layout(width="100%"))
         self.widget.add_class("devinspect-explorer")  # the container whose width folds columns (STYLE)
         self._open: set[str] = set()
+        #: Children shown of each open node in the module tree (``""``: the roots), when more than a page.
+        self._shown: dict[str, int] = {}
+        # Every tree row's label, menu and box are laid out alike: one Layout each, shared.
+        self._tree_layouts = {"label": widgets.Layout(flex="1 1 0", min_width="0", overflow="hidden"),
+                              "move": widgets.Layout(width=_MOVE_WIDTH, flex="0 0 auto"),
+                              "row": widgets.Layout(align_items="center")}
         self.load(view)
 
     # -- data ---------------------------------------------------------------------
@@ -139,7 +147,9 @@ class DevicesExplorer:
                                                       padding="2px 0")))
         if not rows and self.view.display.findings_only:
             rows = [w.HTML("<p>No findings.</p>")]
+        old = self.findings.children
         self.findings.children = rows
+        self._close_rows(old)
 
     # -- the table -----------------------------------------------------------------
 
@@ -261,41 +271,81 @@ class DevicesExplorer:
         w = self._w
         rows = []
 
-        def add(node: ModuleNode) -> None:
-            rows.append(self._node_row(node))
-            if node.path in self._open:
-                for child in node.children:
-                    if child in self.nodes:
-                        add(self.nodes[child])
+        def add_all(nodes: list[ModuleNode], parent: str) -> None:
+            # A node with hundreds of children (a deep Sequential, a ModuleList of layers) shows
+            # them a page at a time: each row is a handful of widgets the browser must draw.
+            shown = self._shown.get(parent, TREE_PAGE)
+            for node in nodes[:shown]:
+                rows.append(self._node_row(node))
+                if node.path in self._open:
+                    add_all([self.nodes[c] for c in node.children if c in self.nodes], node.path)
+            if len(nodes) > shown:
+                rows.append(self._more_row(parent, nodes[shown].depth, len(nodes) - shown))
 
-        for node in self.nodes.values():
-            if node.depth == 0:
-                add(node)
+        add_all([node for node in self.nodes.values() if node.depth == 0], "")
+        old = self.tree.children
         self.tree.children = rows or [w.HTML("No modules in the namespace.")]
+        self._close_rows(old)
+
+    def _toggle_layout(self, depth: int) -> Any:
+        """The open/close button's layout at ``depth``, indented by depth, shared by every row there."""
+        key = f"toggle {depth}"
+        if key not in self._tree_layouts:
+            self._tree_layouts[key] = self._w.Layout(width="2.2em", margin=f"0 0 0 {depth * 1.4}em", flex="0 0 auto")
+        return self._tree_layouts[key]
+
+    def _close_rows(self, rows: tuple) -> None:
+        """Close rows that new ones replaced, with everything in them but the shared layouts:
+        ipywidgets keeps every widget it made until it is closed, so rows drawn again after each
+        action would pile up in the kernel."""
+        shared = {id(layout) for layout in self._tree_layouts.values()}
+        stack = list(rows)
+        while stack:
+            part = stack.pop()
+            stack.extend(getattr(part, "children", ()))
+            for owned in (getattr(part, "style", None), getattr(part, "layout", None)):
+                if owned is not None and id(owned) not in shared:
+                    owned.close()
+            part.close()
+
+    def _more_row(self, parent: str, depth: int, hidden: int) -> Any:
+        w = self._w
+        more = w.Button(description=f"show {min(hidden, TREE_PAGE):,} more", icon="ellipsis-h",
+                        tooltip=f"{hidden:,} more {'submodules' if parent else 'modules'} not shown",
+                        layout=w.Layout(width="auto", margin=f"0 0 0 {depth * 1.4 + 2.2}em"))
+        more.on_click(lambda _b: self.show_more(parent))
+        row = w.HBox([more, w.Label(f"{hidden:,} not shown")], layout=self._tree_layouts["row"])
+        row.node, row.more_of = None, parent
+        return row
+
+    def show_more(self, parent: str) -> None:
+        """The next page of ``parent``'s children (``""``: of the roots) in the module tree."""
+        self._shown[parent] = self._shown.get(parent, TREE_PAGE) + TREE_PAGE
+        self.show_tree()
 
     def _node_row(self, node: ModuleNode) -> Any:
         w = self._w
         toggle = w.Button(icon=("caret-down" if node.path in self._open else "caret-right") if node.children else "",
                           description="", disabled=not node.children,
                           tooltip="show or hide its submodules" if node.children else "",
-                          layout=w.Layout(width="2.2em", margin=f"0 0 0 {node.depth * 1.4}em", flex="0 0 auto"))
+                          layout=self._toggle_layout(node.depth))
         toggle.on_click(lambda _b, path=node.path: self.toggle(path))
         devices = " + ".join(node.devices) or "no tensors"
         mark = "⚠ " if node.mixed else ""
         border = "border-left:3px solid var(--jp-warn-color1, #e69500);padding-left:4px;" if node.mixed else ""
         size = f"needs {human_bytes(node.bytes)}" if node.devices == ("meta",) else human_bytes(node.bytes)
         text = f"{node.type_name} · {mark}{devices} · {size} · {node.parameters:,} parameters"
+        layouts = self._tree_layouts
         label = w.HTML(
             f'<div style="{border}">' + _one_line(
                 f"<code>{escape(node.path)}</code> {escape(node.type_name)} · {mark}<b>{escape(devices)}</b> · "
                 f"{escape(size)} · {node.parameters:,} parameters", f"{node.path} {text}") + "</div>",
-            layout=w.Layout(flex="1 1 0", min_width="0", overflow="hidden"))
+            layout=layouts["label"])
         move = w.Dropdown(options=[_NO_CHOICE] + [d for d in self.devices if (d,) != node.devices],
-                          layout=w.Layout(width=_MOVE_WIDTH, flex="0 0 auto"),
-                          disabled=not fixes.is_path(node.path))
+                          layout=layouts["move"], disabled=not fixes.is_path(node.path))
         move.target = node.path
         move.observe(lambda c, move=move: self._move_row(move, c), "value")
-        row = w.HBox([toggle, label, move], layout=w.Layout(align_items="center"))
+        row = w.HBox([toggle, label, move], layout=layouts["row"])
         row.node = node
         return row
 

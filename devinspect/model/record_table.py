@@ -50,6 +50,13 @@ class _Codes(dict):
         self.values.append(value)
         return code
 
+    def of(self, values: Sequence[Any]) -> array:
+        """The codes of ``values`` as a 2-byte array; a run of one value (most runs: one
+        device, one dtype) is coded once."""
+        if values and values.count(values[0]) == len(values):
+            return array("H", (self[values[0]],)) * len(values)
+        return array("H", map(self.__getitem__, values))
+
 
 class RecordTable(Sequence[TensorRecord]):
     """Every record of a scan, in walk order, as columns (see the module's text).
@@ -144,11 +151,11 @@ class RecordTable(Sequence[TensorRecord]):
         shared = self._shared_codes[(root, kind, False, "Tensor", "strided", owner, None, None, hidden, True)]
         self._grow(names, shapes, array("I", (shared,)) * count, devices, dtypes, *columns)
 
-    def _grow(self, names: Iterable[str], shapes: Iterable[Any], shared: array, devices: Iterable[str],
-              dtypes: Iterable[str | None], nbytes: array, storage_bytes: array, storage_ids: array) -> None:
+    def _grow(self, names: Iterable[str], shapes: Iterable[Any], shared: array, devices: Sequence[str],
+              dtypes: Sequence[str | None], nbytes: array, storage_bytes: array, storage_ids: array) -> None:
         """Append to every column at once (the values already checked for their arrays)."""
-        device_codes = array("H", map(self._device_codes.__getitem__, devices))
-        dtype_codes = array("H", map(self._dtype_codes.__getitem__, dtypes))
+        device_codes = self._device_codes.of(devices)
+        dtype_codes = self._dtype_codes.of(dtypes)
         self._names += names
         self._shapes += shapes
         self._shared += shared
