@@ -611,3 +611,21 @@ def test_namespaces_and_the_class_attributes_of_the_users_classes_are_walked():
         assert "cfg.nested.bias" in [ref.path for ref in holders(ns, "cfg.nested.bias").references]
     finally:
         del _Config.table
+
+
+def test_module_paths_are_read_in_order_and_a_shared_module_keeps_its_first_path():
+    from devinspect.collect.names import module_tree_paths
+
+    shared = torch.nn.Linear(2, 2)
+    model = torch.nn.Sequential(torch.nn.Sequential(shared),
+                                torch.nn.ModuleDict({"a-b": shared, "c": torch.nn.ReLU()}), shared)
+    assert [path for _, path in module_tree_paths(model, "model", set())] == [
+        "model", "model[0]", "model[0][0]", "model[1]", "model[1].c"]
+    # An optimizer scanned alone names a shared parameter as the whole scan does: by its first path.
+    opt = torch.optim.Adam(model.parameters())
+    shared(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    ns = {"model": model, "opt": opt}
+    alone = {r.name for r in devinspect.scan(ns, ["opt"]).records}
+    whole = {r.name for r in devinspect.scan(ns).records if r.kind == "optimizer_state" or r.root == "opt"}
+    assert alone == whole and any("model[0][0].weight" in name for name in alone)

@@ -11,11 +11,11 @@ import json
 import keyword
 import re
 import types
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 
-from .static import plain_str, type_name
+from .static import instance_dict, plain_str, str_items, type_name
 
 #: IPython's output-history names: ``_``, ``__``, ``___``, ``_12``, ``Out``, ``_oh``.
 HISTORY_RE = re.compile(r"^(_{1,3}|_\d+|Out|_oh)$")
@@ -109,6 +109,25 @@ def child_name(parent: str, child: str, parent_type: type) -> str:
     if child.isdigit():
         return f"{parent}[{child}]" if issubclass(parent_type, torch.nn.Sequential) else f"getattr({parent}, {literal(child)})"
     return attr_name(parent, child)
+
+
+def module_tree_paths(root: Any, path: str, seen: set[int]) -> Iterator[tuple[Any, str]]:
+    """``(module, path)`` for ``root`` and every module below it, read through the ``_modules``
+    dicts (nothing of theirs is run), depth first in the order the children were added, as
+    the user types each path (``model.layers[0].attn``). A module met before, here or in an
+    earlier call with the same ``seen``, is passed over with what lies below it: a shared
+    module keeps its first path."""
+    stack = [(root, path)]
+    while stack:
+        module, at = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        yield module, at
+        children = [(child, child_name(at, name, type(module)))
+                    for name, child in str_items(instance_dict(module).get("_modules"))
+                    if issubclass(type(child), torch.nn.Module)]
+        stack.extend(reversed(children))
 
 
 def describe_error(exc: BaseException) -> str:

@@ -22,8 +22,8 @@ from ..model.fixes import Finding
 from ..model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, Selection
 from .light_walks import HolderWalker, ReachWalker
-from .names import HISTORY_RE, PLUMBING, child_name, namespace_items, root_items
-from .static import instance_dict, str_items, type_module, type_name
+from .names import HISTORY_RE, PLUMBING, module_tree_paths, namespace_items, root_items
+from .static import type_module, type_name
 from .tensors import tensor_facts
 from .values import object_at
 from .walk import ScanOptions, Walker
@@ -388,17 +388,7 @@ def tensor_names(namespace: Mapping[str, Any], tensors: list) -> list[tuple[str,
 
 def module_paths(namespace: Mapping[str, Any]) -> dict[int, str]:
     """``id(module) -> path`` (``model.encoder.layers[0]``) for modules the namespace reaches by name."""
-    paths: dict[int, str] = {}
-    for name, value in namespace_items(namespace):
-        if name.startswith("_") or not issubclass(type(value), _Module):
-            continue
-        stack = [(value, name)]
-        while stack:
-            module, path = stack.pop()
-            if id(module) in paths:
-                continue
-            paths[id(module)] = path
-            for cname, child in str_items(instance_dict(module).get("_modules")):
-                if child is not None:
-                    stack.append((child, child_name(path, cname, type(module))))
-    return paths
+    seen: set[int] = set()
+    return {id(module): path for name, value in namespace_items(namespace)
+            if not name.startswith("_") and issubclass(type(value), _Module)
+            for module, path in module_tree_paths(value, name, seen)}

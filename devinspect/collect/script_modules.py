@@ -8,12 +8,13 @@ the user types: ``scripted.blocks[0].weight``, ``getattr(traced, '0').weight``.
 from __future__ import annotations
 
 import ast
+from itertools import islice
 from typing import Any, Iterator, Mapping
 
 import torch
 
-from .names import attr_name, child_name
-from .static import instance_dict, str_items, type_name
+from .names import attr_name, module_tree_paths
+from .static import instance_dict, type_name
 from .values import object_at
 
 _ScriptModule = torch._C.ScriptModule
@@ -116,18 +117,7 @@ def _script_use(value: Any, text: str) -> str | None:
 
 
 def _script_part(m: Any, name: str, budget: int = 10_000) -> str | None:
-    """The name of the first TorchScript submodule of the Python module ``m``, or None (the
-    module tree is read through its ``_modules`` dicts, at most ``budget`` modules)."""
-    stack, seen = [(m, name)], {id(m)}
-    while stack and budget > 0:
-        module, path = stack.pop()
-        budget -= 1
-        for cname, child in str_items(instance_dict(module).get("_modules")):
-            if child is None or id(child) in seen or not issubclass(type(child), _Module):
-                continue
-            seen.add(id(child))
-            full = child_name(path, cname, type(module))
-            if script_object(instance_dict(child)) is not None:
-                return full
-            stack.append((child, full))
-    return None
+    """The name of the first TorchScript submodule of the Python module ``m``, or None (at
+    most ``budget`` modules of its tree are read)."""
+    below = islice(module_tree_paths(m, name, set()), 1, budget)
+    return next((path for module, path in below if script_object(instance_dict(module)) is not None), None)

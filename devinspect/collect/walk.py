@@ -37,7 +37,7 @@ from .class_source import (
     user_class_attributes,
 )
 from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, unregistered_attribute
-from .names import attr_name, child_name, describe_error, dict_item_name, key_text
+from .names import attr_name, child_name, describe_error, dict_item_name, key_text, module_tree_paths
 from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .script_modules import class_name, script_members, script_object
@@ -157,20 +157,12 @@ class Walker:
             self._guarded(self._optimizer, opt, name, root)
 
     def name_parameters(self, m: Any, name: str) -> None:
-        """Learn the names of a module's parameters without recording anything."""
-        stack, seen = [(m, name)], set()
-        while stack:
-            module, path = stack.pop()
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
-            d = instance_dict(module)
-            for pname, p in str_items(d.get("_parameters")):
+        """Learn the names of a module's parameters without recording anything (a parameter
+        shared by two modules keeps the first name the walk would give it)."""
+        for module, path in module_tree_paths(m, name, set()):
+            for pname, p in str_items(instance_dict(module).get("_parameters")):
                 if p is not None:
                     self._param_names.setdefault(id(p), child_name(path, pname, type(module)))
-            for cname, child in str_items(d.get("_modules")):
-                if child is not None:
-                    stack.append((child, child_name(path, cname, type(module))))
 
     def traceback(self) -> None:
         """Measure the locals of the user's and libraries' frames in ``sys.last_traceback``.
