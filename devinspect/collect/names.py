@@ -66,12 +66,22 @@ def is_history_name(name: str) -> bool:
     return bool(HISTORY_RE.match(name))
 
 
+#: Short ``str`` keys -> their literal, kept as they are first typed (bounded).
+_KEY_TEXTS: dict[str, str] = {}
+
+
 def key_text(key: Any) -> str | None:
     """How a dict key is typed in Python, for keys of exact built-in types with a literal form."""
 
     kt = type(key)
     if kt is str:
-        return literal(key)
+        # The same few keys come back again and again (an optimizer's "exp_avg" for each parameter).
+        text = _KEY_TEXTS.get(key)
+        if text is None:
+            text = literal(key)
+            if len(key) <= 64 and len(_KEY_TEXTS) < 10_000:
+                _KEY_TEXTS[key] = text
+        return text
     if kt is int or kt is bool or key is None:
         return int.__repr__(key) if kt is int else repr(key)
     if kt is float:

@@ -164,15 +164,25 @@ def instance_dict(o: Any) -> dict[str, Any]:
     return out
 
 
+#: The ``__dict__`` descriptors of torch's base classes, read once: most objects a walk meets
+#: are modules and optimizers, whose base's large class dict would otherwise be copied for each.
+_TORCH_DICT_DESCRIPTORS = {id(base): base.__dict__["__dict__"] for base in (torch.nn.Module, torch.optim.Optimizer)}
+
 #: ``types.SimpleNamespace`` (and ``argparse``-style namespaces built on it) keeps its dict in a
 #: C slot, read by this member descriptor: C code, like the getset descriptor of other classes.
 _NAMESPACE_DICT = types.SimpleNamespace.__dict__["__dict__"]
 
 
+def _dict_descriptor(klass: type) -> Any:
+    """The ``__dict__`` entry of ``klass``'s own dict, or None."""
+    known = _TORCH_DICT_DESCRIPTORS.get(id(klass))
+    return known if known is not None else plain_class_dict(klass).get("__dict__")
+
+
 def raw_instance_dict(o: Any) -> dict | None:
     """The object's own ``__dict__`` (exactly a dict), or None when it has none or it is not a dict."""
     for klass in mro(type(o)):
-        descriptor = plain_class_dict(klass).get("__dict__")
+        descriptor = _dict_descriptor(klass)
         if descriptor is not None:
             if type(descriptor) is types.GetSetDescriptorType or descriptor is _NAMESPACE_DICT:
                 try:
@@ -187,7 +197,7 @@ def raw_instance_dict(o: Any) -> dict | None:
 def odd_instance_dict(o: Any) -> str | None:
     """Why ``o``'s ``__dict__`` is not inspected (a dict subclass, a non-dict), or None."""
     for klass in mro(type(o)):
-        descriptor = plain_class_dict(klass).get("__dict__")
+        descriptor = _dict_descriptor(klass)
         if descriptor is not None:
             if type(descriptor) is not types.GetSetDescriptorType and descriptor is not _NAMESPACE_DICT:
                 return "its __dict__ is replaced by a class attribute"
