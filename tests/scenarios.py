@@ -388,7 +388,7 @@ def _not_a_mismatch(d: _Draft) -> None:
     d.devices = frozenset()
     d.setup.append("\n".join(_build_model(d) + _inputs_code(d, True)) + "\n")
     d.setup.append("host_copy = torch.zeros(3)\n")
-    variant = d.rng.choice(("value_error", "index", "recursion", "key", "assert", "shape"))
+    variant = d.rng.choice(("value_error", "index", "recursion", "key", "assert", "shape", "checkpoint", "view_as"))
     first = d.inputs[_family(d).inputs[0][0]]
     if variant == "value_error":
         d.failing = [f"if {first}.device.type != 'cpu':",
@@ -401,6 +401,13 @@ def _not_a_mismatch(d: _Draft) -> None:
         d.failing = ["table = {'a': host_copy, 'b': " + first + "}", "value = table['c']"]
     elif variant == "assert":
         d.failing = [f"assert {first}.shape[0] == 99, 'batch of 99 expected'"]
+    elif variant == "checkpoint":
+        # A host checkpoint into the model on the device is how loading works; its shapes are wrong.
+        d.failing = [f"ckpt = {{k: torch.zeros(*(s + 1 for s in v.shape)) for k, v in {d.model}.state_dict().items()}}",
+                     f"{d.model}.load_state_dict(ckpt)"]
+    elif variant == "view_as":
+        # Mixed devices, but only the shape is read from the host tensor, and the shape is wrong.
+        d.failing = [f"out = {first}.view_as(torch.zeros({first}.numel() + 1))"]
     else:
         fam = _family(d)
         if fam.name in ("mlp", "lora"):

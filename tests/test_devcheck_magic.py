@@ -198,3 +198,33 @@ def test_the_sync_fix_uses_the_loops_own_names_and_keeps_the_result(ip, sim):
     before = ip.user_ns["total"]
     run(ip, "total = 0.0\nfor v in vals:\n    total += v.detach()\ntotal = total.item()\n")  # the fix, as printed
     assert ip.user_ns["total"] == before == 45.0
+
+
+def test_operands_no_name_reaches_are_traced_to_the_names_they_were_made_from(ip):
+    ip.run_cell("import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+                "a = torch.randn(3, 8, device=dev); w = torch.randn(8, 4, device=dev); b = torch.zeros(4)")
+    result, text, _, captured = run(ip, "%%devcheck -v rep\nz = (a @ w).sum(0) + b * 2")
+    assert type(result.error_in_exec).__name__ == "RuntimeError"
+    mismatch = ip.user_ns["rep"].mismatch
+    assert "b" in [o.name for o in mismatch.operands] and mismatch.fix.code == 'b = b.to("sim:0")'
+    assert "made inside" not in text
+
+
+def test_a_tensor_a_library_makes_without_device_is_fixed_on_the_users_line(ip, tmp_path, monkeypatch):
+    """Library code is never the place of a fix: the user's line runs with the device as the
+    default, and every line of that edit is shown as an addition."""
+    library = tmp_path / "site-packages"
+    library.mkdir()
+    (library / "poslib.py").write_text("import torch\n\ndef add_positions(h):\n"
+                                       "    pos = torch.arange(h.shape[-1], dtype=h.dtype)\n    return h + pos\n")
+    monkeypatch.syspath_prepend(str(library))
+    ip.run_cell("import torch, poslib\nfrom devinspect import testing\ndev = testing.enable()\n"
+                "h = torch.randn(2, 5, device=dev)")
+    result, text, _, _ = run(ip, "%%devcheck -v rep\ny = poslib.add_positions(h * 2)")
+    assert type(result.error_in_exec).__name__ == "RuntimeError"
+    fix = ip.user_ns["rep"].mismatch.fix
+    assert fix.code is None and len(fix.edits) == 1 and "poslib" not in fix.edits[0].where.file
+    assert "+ with torch.device(dev):\n" in text and "+     y = poslib.add_positions(h * 2)" in text
+    assert "created by torch.arange without device= inside poslib" in text
+    edited = "y = poslib.add_positions(h * 2)".replace(fix.edits[0].old, fix.edits[0].new)
+    assert run(ip, edited)[0].success and ip.user_ns["y"].device.type == "sim"

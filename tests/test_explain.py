@@ -114,6 +114,64 @@ def test_clean_cells_and_other_errors_show_nothing(ip, sim):
         assert captured.outputs == [] and not _ours(text + captured.stdout + captured.stderr), code
 
 
+def test_an_error_whose_message_names_no_device_is_not_a_mismatch_whatever_its_inputs(ip, sim):
+    """A checkpoint on the host loaded into a model on the device is how loading works: when it
+    fails for its shapes, the inputs' two devices are not the cause, plain or checked."""
+    run(ip, SETUP)
+    run(ip, 'ckpt = {k: torch.zeros(v.shape[0] + 1, *v.shape[1:]) for k, v in model.state_dict().items()}')
+    for code in ("model.load_state_dict(ckpt)", "%%devcheck\nmodel.load_state_dict(ckpt)",
+                 "torch.nn.utils.vector_to_parameters(torch.randn(3), model.parameters())",
+                 "model[0].weight.view_as(torch.zeros(3))"):
+        result, text, _, captured = run(ip, code)
+        assert result.error_in_exec is not None, code
+        assert "device mismatch" not in text + captured.stdout, code
+    assert devinspect.explain(namespace=ip.user_ns).mismatch is None
+    # A mismatch whose message names only the devices' kinds is still one.
+    from devinspect.collect.failing_call import names_a_device
+
+    assert names_a_device(RuntimeError("Input tensor is not an XLA tensor: CPUFloatType"), ["cpu", "xla:0"])
+    assert names_a_device(RuntimeError("Tensor for argument #2 'mat1' is on CPU"), ["cpu", "cuda:0"])
+    assert not names_a_device(TypeError("SimTensor.__new__() got an unexpected keyword"), ["cpu", "sim:0"])
+
+
+def test_the_edit_goes_to_the_line_that_made_the_tensor_not_one_that_indexes_with_it(ip, sim):
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "table = torch.randn(10, 4, device=dev)\nidx = torch.tensor([0, 3])")
+    run(ip, "table[idx.to(dev)] = torch.zeros(2, 4, device=dev)")
+    _, text, _, _ = run(ip, "g = torch.gather(table, 0, idx[:, None].expand(2, 4))")
+    assert "- idx = torch.tensor([0, 3])" in text and "+ idx = torch.tensor([0, 3], device=dev)" in text
+    assert "- table[" not in text
+
+
+def test_an_edit_on_a_line_of_several_statements_edits_the_culprits_and_parses(ip, sim):
+    import ast
+
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "a = torch.randn(3, 8, device=dev); b = torch.zeros(8)  # é: columns count bytes")
+    for code in ("z = a + b", "%%devcheck\nz = a + b"):
+        _, text, _, captured = run(ip, code)
+        assert "+ a = torch.randn(3, 8, device=dev); b = torch.zeros(8, device=dev)  # é" in text + captured.stdout
+    edit = devinspect.explain(namespace=ip.user_ns).mismatch.fix.edits[0]
+    ast.parse(edit.new)
+
+
+def test_of_two_calls_on_a_line_the_one_that_failed_is_named_with_its_operands(ip, sim):
+    run(ip, "import torch\nfrom torch import nn\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "class Net(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.fc = nn.Linear(8, 8)\n"
+            "    def forward(self, x):\n"
+            "        return self.fc(x) * self.scale\n"
+            "net = Net().to(dev)\n"
+            "net.register_buffer('scale', torch.ones(8))\n"
+            "inp = torch.randn(4, 8, device=dev)")
+    run(ip, "out = net(inp)")
+    mismatch = devinspect.explain(namespace=ip.user_ns).mismatch
+    assert mismatch.op == "Tensor.__mul__"
+    assert "net.scale" in [o.name for o in mismatch.operands] and "inp" not in [o.name for o in mismatch.operands]
+
+
 def test_nothing_watches_a_cell_while_it_runs(ip, sim):
     run(ip, "import sys, torch\nseen = (torch._C._len_torch_function_stack(), sys.gettrace(), sys.getprofile())")
     assert ip.user_ns["seen"] == (0, None, None)

@@ -230,3 +230,26 @@ def test_findings_are_computed_once_and_filters_keep_them(stale_optimizer):
     assert result.select(Selection(kind="optimizer_state")).result.findings is result.findings  # not recomputed
     assert result.select(Selection(device="cpu")).findings == result.findings
     assert result.select(Selection(kind="buffer")).findings == ()
+
+
+def test_a_model_offloaded_by_accelerate_is_not_missing_data_and_a_stray_part_is_hooked_back(sim):
+    """accelerate keeps an offloaded part's weights in its hook (the parameters are meta on
+    purpose): nothing is wrong with that. A part replaced after dispatch is put back where the
+    map says with the hook dispatch gives it; dispatching again would read meta weights."""
+    from accelerate import dispatch_model
+
+    torch.manual_seed(0)
+    tower = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    ns = {"tower": dispatch_model(tower, device_map={"0": str(sim), "1": "cpu", "2": str(sim)},
+                                  main_device=str(sim)), "x": torch.ones(2, 4)}
+    result = devinspect.scan(ns)
+    assert codes(result) == [] and result.modules[0].offloaded == 2 and result.modules[0].unmaterialised == 0
+    assert {r.note for r in result.records if r.device == "meta"} == {
+        "offloaded: accelerate's hook brings its data for each forward pass"}
+    ns["tower"][2] = torch.nn.Linear(4, 2)  # replaced after dispatch: on the host, without a hook
+    expected = ns["tower"][2](ns["tower"][1](ns["tower"][0](ns["x"].to(sim))).cpu())
+    f = only(devinspect.scan(ns), "mixed-device-module")
+    assert "dispatch_model" not in f.fix.code and "tower[2].to(\"sim:0\")" in f.fix.code
+    exec(f.fix.code, ns)
+    assert torch.allclose(ns["tower"](ns["x"]).cpu(), expected, atol=1e-6)
+    assert codes(devinspect.scan(ns)) == []

@@ -629,3 +629,11 @@ def test_module_paths_are_read_in_order_and_a_shared_module_keeps_its_first_path
     alone = {r.name for r in devinspect.scan(ns, ["opt"]).records}
     whole = {r.name for r in devinspect.scan(ns).records if r.kind == "optimizer_state" or r.root == "opt"}
     assert alone == whole and any("model[0][0].weight" in name for name in alone)
+
+
+def test_names_asked_for_keep_whole_variables_next_to_paths():
+    ns = {"m": torch.nn.Linear(2, 2), "a": torch.ones(2), "b": [torch.ones(1)]}
+    assert sorted(devinspect.scan(ns, roots=["m.weight", "a"]).frame["name"]) == ["a", "m.weight"]
+    assert sorted(devinspect.scan(ns, roots=["a", "m.weight"]).frame["name"]) == ["a", "m.weight"]
+    assert sorted(devinspect.scan(ns, roots=["m.bias", "m"]).frame["name"]) == ["m.bias", "m.weight"]
+    assert sorted(devinspect.scan(ns, roots=["b", "a"]).frame["name"]) == ["a", "b[0]"]

@@ -174,3 +174,22 @@ def test_a_storage_made_on_the_device_is_refused_in_one_line_not_a_crash():
     lines = out.stdout.splitlines()
     assert len(lines) == 5 and all("holds no storage of its own" in line for line in lines[:4])
     assert lines[4] == "8 12"  # host storages as before
+
+
+def test_a_parameter_rebuilt_from_its_class_is_a_parameter_as_on_a_gpu(sim):
+    """On the device a parameter's class is the device's tensor class; library code that rebuilds
+    one as ``type(p)(tensor, requires_grad=...)`` (accelerate's offload hooks) gets a parameter,
+    as ``nn.Parameter`` gives it on a GPU."""
+    lin = torch.nn.Linear(4, 4).to(sim)
+    rebuilt = type(lin.weight)(torch.zeros(4, 4), requires_grad=False)
+    assert type(rebuilt) is torch.nn.Parameter and not rebuilt.requires_grad
+    on_device = type(lin.weight)(torch.ones(4, 4).to(sim))
+    assert isinstance(on_device, torch.nn.Parameter) and on_device.requires_grad and on_device.device == sim
+    from accelerate import dispatch_model
+
+    torch.manual_seed(0)
+    tower = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    expected = tower(torch.ones(2, 4))
+    # The middle layer offloaded to the host: its weights come to the device for each forward.
+    tower = dispatch_model(tower, device_map={"0": str(sim), "1": "cpu", "2": str(sim)}, main_device=str(sim))
+    assert torch.allclose(tower(torch.ones(2, 4)).cpu(), expected)

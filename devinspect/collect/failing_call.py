@@ -38,6 +38,10 @@ _MISSING: Any = object()
 #: Messages that say a mismatch; used only when no frame's operands could be read.
 _MISMATCH_WORDS = re.compile(r"on the same device|same device as|should be the same|device type|expected device|"
                              r"Expected all tensors", re.IGNORECASE)
+#: Words every device-mismatch message has one of, from PyTorch's own checks ("on the same
+#: device", "is on CPU, but expected it to be on GPU", "torch.cuda.FloatTensor") to a backend's
+#: or a library's; the device types of the operands count too ("Input is not an XLA tensor").
+_DEVICE_WORDS = re.compile(r"\b(?:devices?|cpu|cuda|gpu|host|accelerator)\b", re.IGNORECASE)
 #: Calls whose inputs may lawfully sit on different devices: their failing for mixed devices
 #: needs the message to say so too.
 _CROSS_DEVICE = frozenset({"to", "copy_", "cuda", "cpu", "xpu", "mps", "set_", "type", "index_put_",
@@ -147,7 +151,7 @@ def failing_call(entries: list[Entry], exc: BaseException) -> FailingCall | None
         looked += 1
         node = _running_expression(entry)
         if node is not None:
-            found = _call_from(node, entry, hinted)
+            found = _call_from(node, entry, hinted, exc)
             if found is not None:
                 return found
         if locations.is_user_code(entry.frame.f_code) or looked >= _MAX_FRAMES:
@@ -165,6 +169,18 @@ _CALL_PLUMBING = frozenset({"_wrapped_call_impl", "_call_impl"})
 
 def _is_module_call_plumbing(code: types.CodeType) -> bool:
     return code.co_name in _CALL_PLUMBING and code.co_filename == _MODULE_FILE
+
+
+def names_a_device(exc: BaseException, devices: list[str]) -> bool:
+    """Whether the error's message names a device: a call whose inputs sit on several devices
+    may fail for another reason (a checkpoint of the wrong shape, a missing argument), and
+    the operands' devices alone would then make up a culprit. Never enough on its own: a
+    mismatch is still decided by the operands' devices."""
+    text = message(exc)
+    if _DEVICE_WORDS.search(text):
+        return True
+    kinds = {device.partition(":")[0] for device in devices} - {""}
+    return any(re.search(rf"\b{re.escape(kind)}\b", text, re.IGNORECASE) for kind in kinds)
 
 
 def message(exc: BaseException) -> str:
@@ -207,15 +223,15 @@ def _running_expression(entry: Entry) -> ast.AST | None:
     return None
 
 
-def _call_from(node: ast.AST, entry: Entry, hinted: bool) -> FailingCall | None:
+def _call_from(node: ast.AST, entry: Entry, hinted: bool, exc: BaseException) -> FailingCall | None:
     frame = entry.frame
     for candidate in _failing_nodes(node):
         op, cross_device = _op_of(candidate, frame)
         if cross_device and not hinted:
             continue
-        operands = _operands(_operand_nodes(candidate), frame, entry.lineno)
+        operands = _operands(_operand_nodes(candidate, frame), frame, entry.lineno)
         devices = devices_of(operands)
-        if len(devices) > 1:
+        if len(devices) > 1 and (hinted or names_a_device(exc, devices)):
             return FailingCall(frame, op, ast.unparse(candidate), operands, devices, entry.lineno)
     return None
 
@@ -250,9 +266,13 @@ def _op_of(node: ast.AST, frame: types.FrameType) -> tuple[str, bool]:
     return ast.unparse(node), False
 
 
-def _operand_nodes(node: ast.AST) -> list[ast.AST]:
+def _operand_nodes(node: ast.AST, frame: types.FrameType | None = None) -> list[ast.AST]:
     if isinstance(node, ast.Call):
-        out = [node.func.value] if isinstance(node.func, ast.Attribute) else []
+        out = []
+        # A method's object is an operand (t.add(u), model.generate(ids)); the module that holds a
+        # submodule being called (self in self.fc(x)) is not: the submodule's parameters are.
+        if isinstance(node.func, ast.Attribute) and not (frame is not None and _is_module(_value(node.func, frame))):
+            out.append(node.func.value)
         out.append(node.func)  # a module being called brings its parameters
         out.extend(node.args)
         out.extend(k.value for k in node.keywords)
@@ -434,7 +454,7 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
     if isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp)) and depth < _MAX_DEPTH:
         # A result we may not compute (self.fc(x), a * b): when every input sits on one
         # device, so does the result, and one of the inputs stands in for it.
-        inputs = _operands(_operand_nodes(node), frame, lineno, depth + 1)
+        inputs = _operands(_operand_nodes(node, frame), frame, lineno, depth + 1)
         devices = devices_of(inputs)
         if len(devices) == 1:
             return next(t for t in inputs if device_of(t) == devices[0])
@@ -503,7 +523,7 @@ def compiled_call(exc: BaseException, entries: list[Entry]) -> FailingCall | Non
     if user is None or not fakes:
         return None
     devices = sorted({dev for _, dev in fakes})
-    if len(devices) < 2:
+    if len(devices) < 2 or not names_a_device(exc, devices):
         return None
     text = linecache.getline(user.filename, user.lineno).strip()
     operands: list = []

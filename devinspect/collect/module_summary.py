@@ -9,7 +9,7 @@ import torch
 
 from ..model.records import ModuleSummary, Unregistered
 from .class_source import attribute_assignment, class_source_lines, library_of
-from .placement import ON_HOST_NOTE, moves_inputs, off_map, placement_of
+from .placement import OFFLOADED_NOTE, ON_HOST_NOTE, moves_inputs, off_map, placement_of
 from .static import instance_dict, mro, plain_class_dict, type_name
 
 _Module = torch.nn.Module
@@ -25,11 +25,13 @@ def module_summary(m: Any, name: str, columns: Mapping[str, list], unregistered:
     parameters an autograd graph has saved."""
     by_device: dict[str, int] = {}
     owner_devices: dict[str, set[str]] = {}
-    unmaterialised = 0
+    unmaterialised = offloaded = 0
     for kind, note, device, storage_bytes, nbytes, owner in zip(*(columns[f] for f in SUMMARY_FIELDS[:6])):
         if kind not in ("parameter", "buffer") or note == ON_HOST_NOTE:
             continue  # a host-side buffer by design: PyTorch keeps it there whatever device the model is on
-        if device == "meta" or (note or "").startswith("lazy"):
+        if note == OFFLOADED_NOTE:
+            offloaded += 1
+        elif device == "meta" or (note or "").startswith("lazy"):
             unmaterialised += 1
         by_device[device] = by_device.get(device, 0) + (storage_bytes or nbytes or 0)
         owner_devices.setdefault(owner or name, set()).add(device)
@@ -47,6 +49,7 @@ def module_summary(m: Any, name: str, columns: Mapping[str, list], unregistered:
         placement=placement,
         unregistered=tuple(unregistered),
         unmaterialised=unmaterialised,
+        offloaded=offloaded,
         deliberate_split=issubclass(type(instance_dict(m).get("hf_device_map")), dict),
         off_map=off_map(name, instance_dict(m).get("hf_device_map"), owner_devices),
         held_parameters=tuple(held),

@@ -7,10 +7,27 @@ from typing import Any
 
 import torch
 
+from .static import instance_dict
+
 #: Buffers PyTorch keeps on the host by design, by the module class that holds them: they
 #: never make a model split across devices.
 ON_HOST_BY_DESIGN = {("torch.optim.swa_utils", "AveragedModel"): ("n_averaged",)}
 ON_HOST_NOTE = "kept on the host by PyTorch"
+OFFLOADED_NOTE = "offloaded: accelerate's hook brings its data for each forward pass"
+
+
+def offloads_weights(d: dict) -> bool:
+    """Whether a module (by its instance dict) has an accelerate hook that keeps its weights off
+    it (``offload=True``): its parameters are meta on purpose, their data in the hook's
+    ``weights_map``, brought to the execution device for each forward pass."""
+    hook = d.get("_hf_hook")
+    if hook is None:
+        return False
+    hooks = [hook]
+    inner = instance_dict(hook).get("hooks")  # a SequentialHook
+    if type(inner) in (list, tuple):
+        hooks += list(inner)
+    return any(instance_dict(h).get("offload") is True for h in hooks)
 
 
 def moves_inputs(d: dict) -> bool:

@@ -73,8 +73,9 @@ def scan(
                 raise LookupError(f"no variable named {top!r}")
             if top not in wanted:
                 wanted.append(top)
-            if root != top:
-                prefixes.append(root)
+            prefixes.append(root)
+        if all(p in wanted for p in prefixes):
+            prefixes = []  # whole variables only: nothing to cut from their records
         user = [(n, v) for n, v in items if n in wanted]
         history = [(n, v) for n, v in items if HISTORY_RE.match(n) and n not in wanted]
     else:

@@ -120,14 +120,18 @@ def assigned_names(node: ast.stmt) -> set[str]:
     elif isinstance(node, (ast.With, ast.AsyncWith)):
         targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
     out: set[str] = set()
-    for target in targets:
-        for n in ast.walk(target):
-            if isinstance(n, ast.Name):
-                out.add(n.id)
-        parts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
-        for part in parts:
-            if isinstance(part, (ast.Attribute, ast.Subscript)):
-                out.add(ast.unparse(part))  # model.head = ..., model[2] = ...
+    while targets:
+        target = targets.pop()
+        if isinstance(target, ast.Name):
+            out.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            targets.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            targets.append(target.value)
+        elif isinstance(target, (ast.Attribute, ast.Subscript)):
+            # model.head = ..., model[2] = ...: that part is bound; the names it is read through
+            # (model, and idx in table[idx] = ...) are only used.
+            out.add(ast.unparse(target))
     return out
 
 

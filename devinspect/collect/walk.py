@@ -38,7 +38,7 @@ from .class_source import (
 )
 from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, unregistered_attribute
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text, module_tree_paths
-from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE
+from .placement import OFFLOADED_NOTE, ON_HOST_BY_DESIGN, ON_HOST_NOTE, offloads_weights
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .script_modules import class_name, script_members, script_object
 from .static import (
@@ -361,11 +361,12 @@ class Walker:
             self.truncated.append(Truncation(name, f"a {type_name(mt)}: its parameters live behind a wrapper "
                                                    "devinspect does not open"))
             return
+        offloaded = offloads_weights(d)
         for pname, p in str_items(params):
             if p is not None:
                 pfull = child_name(name, pname, mt)
                 self._param_names.setdefault(id(p), pfull)
-                self._guarded(self._tensor_visit, p, pfull, root, "parameter", name)
+                self._guarded(self._tensor_visit, p, pfull, root, "parameter", name, _offloaded_note(p, offloaded))
                 if issubclass(type(p), _Tensor) and tb.use_count(p) > 2:
                     self._held.append(pfull)
         non_persistent = d.get("_non_persistent_buffers_set") or ()
@@ -375,6 +376,7 @@ class Walker:
                 note = "non-persistent" if type(non_persistent) is set and bname in non_persistent else None
                 if bname in on_host:
                     note = ON_HOST_NOTE
+                note = _offloaded_note(b, offloaded) or note
                 self._guarded(self._tensor_visit, b, child_name(name, bname, mt), root, "buffer", name, note)
         recomputed = recomputed_attributes(d)
         for attr, value in d.items():
@@ -677,6 +679,14 @@ class Walker:
 
     def _count_attributes(self, owner: str | None, count: int) -> None:
         self._attribute_records[owner] = self._attribute_records.get(owner, 0) + count
+
+
+def _offloaded_note(t: Any, offloaded: bool) -> str | None:
+    """The note of a parameter or buffer an offloading hook keeps off its module (it is meta)."""
+    try:
+        return OFFLOADED_NOTE if offloaded and issubclass(type(t), _Tensor) and tb.is_meta(t) else None
+    except Exception:  # noqa: BLE001 - one that cannot be read is recorded as it is
+        return None
 
 
 #: Items of a container read as one run of columns.

@@ -36,7 +36,7 @@ from ..collect.failing_call import Temporary, Traced
 from ..collect.static import instance_dict, type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
-from ..model.fixes import EditCell, Fix
+from ..model.fixes import EditCell, Fix, SourceEdit
 from ..model.records import SourceLine, device_is_accelerator
 from . import fixes, origins
 
@@ -144,15 +144,19 @@ class _Diagnosis:
         self._named = named
         target = self._target(named)
         fix = self._fix(named, target) if target else None
+        user_frame = failure.line or (failure.source(self.inner) if self.inner is not None
+                                      and self.inner is not self.cell else None)
+        # The module named next to the user's line is the one that line runs in (its forward), not
+        # a library submodule it called; with no such line, the innermost module says where it failed.
+        inside = self.inner if user_frame is not None and failure.line is None else failure.stack
         return Mismatch(
             op=self.op,
             error=first_line(self.exc),
             devices=tuple(self.devices),
             operands=tuple(n.operand for n in named),
             cell_line=failure.source(self.cell) if self.cell is not None else None,
-            user_frame=failure.line or (failure.source(self.inner) if self.inner is not None
-                                        and self.inner is not self.cell else None),
-            module_path=stack_reads.innermost_module_path(self.modules, failure.stack),
+            user_frame=user_frame,
+            module_path=stack_reads.innermost_module_path(self.modules, inside),
             target_device=target,
             fix=fix,
         )
@@ -164,7 +168,8 @@ class _Diagnosis:
             where = locations.source_line(value.filename, value.lineno, value.function)
             detail = f"made by {value.text} at {where.label}" + ("" if value.given else " (no device=)")
             operand = Operand(None, "temporary", value.device, "?", None, detail)
-            return _Named(operand, value, frame=value.frame, created=(where, value.factory.split(".")[-1], value.given))
+            return _Named(operand, value, frame=value.frame,
+                          created=(where, value.factory.split(".")[-1], value.given, ""))
         if type(value) is Traced:
             where = locations.source_line(value.filename, value.lineno, value.function)
             operand = Operand(value.name, "traced", value.device, "?", None,
@@ -178,8 +183,10 @@ class _Diagnosis:
         created = self.failure.created(value)
         detail = ""
         if created is not None:
-            where, factory, given = created
-            detail = f"created at {where.label} by torch.{factory}" + ("" if given else " without device=")
+            where, factory, given, inside = created
+            made = f"torch.{factory}" + ("" if given else " without device=")
+            detail = (f"created by {made} inside {inside}, called from {where.label}" if inside
+                      else f"created at {where.label} by {made}")
         found = self.index.lookup(value)
         if found is not None:
             record, is_view = found
@@ -260,13 +267,50 @@ class _Diagnosis:
             parts.extend(f for f in self._inputs_on_lines(target) if f.summary not in seen)
         parts.extend(f for f in self._inputs_of_moved_models(target) if f.summary not in seen)
         if not parts:
-            names = ", ".join(n.operand.name or n.operand.detail for n in misplaced)
-            return Fix(summary=f"put {names} on {target}",
-                       note=f"{names} is made inside library code from your inputs: move the inputs you pass in "
-                            f"to {target}")
+            return self._default_device_fix(misplaced, target) or self._unnamed_fix(misplaced, target)
         fix = fixes.combine(parts)
         note = self._hook_gap(misplaced, target)
         return dataclasses.replace(fix, note=" ".join(filter(None, [fix.note, note])) or None) if note else fix
+
+    def _library(self) -> str:
+        """The package whose code was running when the op failed (``poslib``), or ``""``."""
+        return next((locations.package_of(f.f_code.co_filename) for f in stack_reads.frames_from(self.failure.stack)
+                     if not locations.is_user_code(f.f_code) and not locations.is_own_file(f.f_code.co_filename)), "")
+
+    def _default_device_fix(self, misplaced: list[_Named], target: str) -> Fix | None:
+        """Tensors library code makes with a factory that has no ``device=`` follow the default
+        device: the user's line that calls it runs with ``target`` as the default (an edit of that
+        line; the library is not the place of a fix)."""
+        made = [n.created for n in misplaced]
+        frame = self.inner
+        if frame is None or not made or any(c is None or c[2] for c in made):
+            return None
+        where = self.failure.source(frame)
+        try:
+            tree = ast.parse(where.text)
+        except SyntaxError:
+            return None
+        if len(tree.body) != 1 or hasattr(tree.body[0], "body"):
+            return None  # not one simple statement: the line cannot be wrapped as it is
+        in_cell = where.file == self.cell_file
+        device_expr = origins.device_expression(self.failure.namespace, target, None if in_cell else frame)
+        edit = SourceEdit(where, where.text, f"with torch.device({device_expr}):\n    {where.text}", where.function)
+        library = self._library() or "library code"
+        factories = ", ".join(sorted({f"torch.{c[1]}" for c in made}))
+        fix = self._edit_fix(origins.Origin(where, "factory", edit, in_cell),
+                             f"run {where.label} with {target} as the default device")
+        note = (f"{library} makes a tensor by {factories} without device=, so on the default device: under "
+                f"`with torch.device(...)` it is made on {target}")
+        return dataclasses.replace(fix, note=" ".join(filter(None, [note, fix.note])))
+
+    def _unnamed_fix(self, misplaced: list[_Named], target: str) -> Fix:
+        """No name in the user's code reaches a misplaced operand, and nothing the user's lines
+        pass in is off ``target``: said so, with no code that would guess."""
+        library = self._library() or "library code"
+        return Fix(summary=f"have {library} make its tensors on {target}",
+                   note=(f"the tensor on {misplaced[0].device} is made inside {library}, from nothing your code names "
+                         f"and not from the inputs your lines pass in: if {library} takes a device (an argument, a "
+                         f"config), give it {target}"))
 
     def _operand_fix(self, n: _Named, target: str) -> Fix | None:
         source = n.operand.source
@@ -323,7 +367,7 @@ class _Diagnosis:
                                   is_leaf=record.is_leaf, is_parameter=record.type_name == "Parameter",
                                   has_grad=record.name in grads, swap_flag=bool(under.options.get("swap_flag")))
         edits = (origin.edit,) if origin is not None and origin.edit is not None else ()
-        note = f"and {origin.where.where} makes it on {target} from now on" if edits else None
+        note = f"With the edit, {origin.where.where} makes it on {target} from now on." if edits else None
         return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None,
                                    note=" ".join(filter(None, [moved.note, note])) or None)
 
@@ -489,7 +533,8 @@ class _Diagnosis:
             return None
         if model.deliberate_split and model.off_map:
             # Not a whole move: its inputs stay where its first part is (the hooks move them).
-            return dataclasses.replace(fixes.redispatch(model.name, model.off_map), rerun=True)
+            return dataclasses.replace(fixes.redispatch(model.name, model.off_map, offloaded=model.offloaded > 0),
+                                       rerun=True)
         parts = parts_off(model, target)
         if not model.deliberate_split:
             self.whole_moves.add(model.name)  # wholly on the target once this is done

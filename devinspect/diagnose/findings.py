@@ -207,7 +207,7 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
                 subject=module.name,
                 message=(f"{module.name} ({module.type_name}) is dispatched by a device_map, but {parts}, not where "
                          "the map puts it: a forward pass raises a device mismatch there"),
-                fix=fixes.redispatch(module.name, module.off_map),
+                fix=fixes.redispatch(module.name, module.off_map, offloaded=module.offloaded > 0),
                 names=_module_records(result, module.name),
             )
             continue

@@ -432,17 +432,29 @@ def move_container(name: str, device: str, kind: str, *, attribute_of: Unregiste
                action=MoveContainer(name, device) if code else None, note=note)
 
 
-def redispatch(name: str, off_map: Iterable[tuple[str, str, str]]) -> Fix:
+def redispatch(name: str, off_map: Iterable[tuple[str, str, str]], *, offloaded: bool = False) -> Fix:
     """A dispatched model with parts off its ``device_map``: dispatched again with its own map,
     which puts each part where the map says and gives it accelerate's hook (one set after the
-    first dispatch has none, so its inputs stay where the previous part left them)."""
+    first dispatch has none, so its inputs stay where the previous part left them). A model
+    with offloaded parts is not dispatched again (their weights are not on the model to be read
+    again): each stray part is moved where the map says and given the hook dispatch gives it."""
+    off_map = tuple(off_map)
     parts = ", ".join(f"{part} ({device}, mapped to {mapped})" for part, device, mapped in off_map)
+    note = f"{parts}: not where the device_map puts it, and without accelerate's hook"
+    if offloaded:
+        code = None
+        if all(is_path(part) for part, _, _ in off_map):
+            code = "\n".join(["from accelerate.hooks import AlignDevicesHook, add_hook_to_module"] + [
+                f"add_hook_to_module({part}.to({device_literal(mapped)}), "
+                f"AlignDevicesHook(execution_device={device_literal(mapped)}))" for part, _, mapped in off_map])
+        where = ", ".join(part for part, _, _ in off_map)
+        return Fix(summary=f"put {where} where {name}'s device_map says, with accelerate's hook", code=code,
+                   note=f"{note}; {name} is not dispatched again, as its offloaded parts' weights are in their hooks")
     code = None
     if is_path(name):
         code = "\n".join(["from accelerate import dispatch_model",
                           f"{name} = dispatch_model({name}, device_map={name}.hf_device_map)"])
-    return Fix(summary=f"dispatch {name} again with its own device_map", code=code,
-               note=f"{parts}: not where the device_map puts it, and without accelerate's hook")
+    return Fix(summary=f"dispatch {name} again with its own device_map", code=code, note=note)
 
 
 def release_history() -> Fix:

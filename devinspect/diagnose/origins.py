@@ -12,6 +12,7 @@ keeping the user's arguments and naming the device the way their code already do
 from __future__ import annotations
 
 import ast
+import linecache
 import types
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -124,7 +125,9 @@ def factory_calls(node: ast.AST, given_too: bool = False) -> list[ast.Call]:
 
 def with_device(text: str, calls: list[ast.Call], device_expr: str, offset: int = 0) -> str | None:
     """``text`` (one line, stripped) with ``device=<device_expr>`` added to each of ``calls``
-    (their columns are ``offset`` more than in ``text``: the line's indentation)."""
+    (their columns are ``offset`` more than in ``text``: the line's indentation). Columns count
+    UTF-8 bytes, as ast's do."""
+    data = text.encode()
     spans = []
     for call in calls:
         if call.end_col_offset is None or call.lineno != call.end_lineno:
@@ -136,19 +139,30 @@ def with_device(text: str, calls: list[ast.Call], device_expr: str, offset: int 
             spans.append((given.col_offset - offset, given.end_col_offset - offset, None))
             continue
         start, end = call.col_offset - offset, call.end_col_offset - offset
-        segment = text[start:end]
-        if not segment.endswith(")"):
+        segment = data[start:end]
+        if start < 0 or not segment.endswith(b")"):
             return None
         spans.append((start, end, segment))
-    new = text
     for start, end, segment in sorted(spans, reverse=True):
         if segment is None:
-            new = new[:start] + device_expr + new[end:]
+            data = data[:start] + device_expr.encode() + data[end:]
             continue
         inner = segment[:-1].rstrip()
-        sep = "" if inner.endswith("(") else ", "
-        new = new[:start] + f"{inner}{sep}device={device_expr})" + new[end:]
-    return new
+        sep = b"" if inner.endswith(b"(") else b", "
+        data = data[:start] + inner + sep + f"device={device_expr})".encode() + data[end:]
+    return data.decode(errors="replace")
+
+
+def _indent(statement: sources.Statement) -> int:
+    """The bytes before the first character of the statement's line: ast's columns, less these,
+    are columns in the stripped line (a statement after a ``;`` starts further in)."""
+    line = linecache.getline(statement.filename, statement.line).encode()
+    return len(line) - len(line.lstrip())
+
+
+def _cut(text: str, start: int, end: int | None = None) -> str:
+    """``text`` from byte ``start`` to byte ``end``."""
+    return text.encode()[max(start, 0):end].decode(errors="replace")
 
 
 def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = False) -> tuple[str, SourceEdit] | None:
@@ -162,7 +176,7 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
     node = statement.node
     if not text:
         return None
-    column = node.col_offset
+    column = _indent(statement)
     # A factory call that names the wrong device is the cause itself: its device= is replaced.
     calls = [] if wrap else (factory_calls(node) or factory_calls(node, given_too=True))
     if calls:
@@ -176,14 +190,14 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
         if moved is not None:
             # x = batch.cpu() / x = t.to("cpu"): the move to the host is the cause; it goes to the device instead
             start, end = moved.col_offset - column, (moved.end_col_offset or 0) - column
-            base = text[start:end]
+            base = _cut(text, start, end)
             cut = base.rfind(".")
-            new = f"{text[:start]}{base[:cut]}.to({device_expr}){text[end:]}"
+            new = f"{_cut(text, 0, start)}{base[:cut]}.to({device_expr}){_cut(text, end)}"
             return "value", SourceEdit(where, text, new, statement.function)
-        value = text[node.value.col_offset - column: (node.value.end_col_offset or 0) - column]
+        value = _cut(text, node.value.col_offset - column, (node.value.end_col_offset or 0) - column)
         if value:
-            head = text[: node.value.col_offset - column]
-            tail = text[(node.value.end_col_offset or 0) - column:]
+            head = _cut(text, 0, node.value.col_offset - column)
+            tail = _cut(text, (node.value.end_col_offset or 0) - column)
             wrapped = value if _is_atom(node.value) else f"({value})"
             return "value", SourceEdit(where, text, f"{head}{wrapped}.to({device_expr}){tail}", statement.function)
     return None
@@ -286,8 +300,9 @@ def _placement_origin(name: str, statement: sources.Statement, device_expr: str,
     text = where.text
     call = statement.node.value
     if _host_move(call) is not None:
-        start, end = call.col_offset - statement.node.col_offset, (call.end_col_offset or 0) - statement.node.col_offset
-        new = f"{text[:start]}{name}.to({device_expr}){text[end:]}"
+        indent = _indent(statement)
+        start, end = call.col_offset - indent, (call.end_col_offset or 0) - indent
+        new = f"{_cut(text, 0, start)}{name}.to({device_expr}){_cut(text, end)}"
     else:
         new = f"{text}\n{name}.to({device_expr})"
     return Origin(where, "value", SourceEdit(where, text, new, statement.function), here)

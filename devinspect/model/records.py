@@ -124,6 +124,8 @@ class ModuleSummary:
     unregistered: tuple[Unregistered, ...] = ()
     #: Parameters that hold no data yet (``meta`` or lazy), counted separately from ``devices``.
     unmaterialised: int = 0
+    #: Parameters and buffers kept off the module by accelerate's offload hooks (meta on purpose).
+    offloaded: int = 0
     #: Set by transformers' ``device_map``: the split across devices is deliberate.
     deliberate_split: bool = False
     #: For a dispatched model: ``(part, device, mapped device)`` for each part that is not where

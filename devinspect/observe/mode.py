@@ -40,6 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..collect import locations
 from ..collect import tensorbase as tb
+from ..collect.failing_call import names_a_device
 from ..collect.static import type_is_one_of
 from ..diagnose.failed_call import Failure, diagnose, first_line, op_name, tensor_inputs
 from ..model.check_report import CheckReport, LineStats, Mismatch
@@ -202,7 +203,7 @@ class DeviceCheckMode(TorchFunctionMode):
         self._sources: dict[tuple[types.CodeType, int], SourceLine] = {}
         self._from_device = _StorageTags(by_pointer=True)  # host memory that came from a device -> line
         self._moved = _StorageTags()  # host memory -> times copied to a device
-        self._created = _StorageTags()  # tensor memory -> (line, factory, device given)
+        self._created = _StorageTags()  # tensor memory -> (line, factory, device given, package)
         self._values: dict[tuple[type, Any], str] = {}  # .item()/.tolist() results -> line they left the device
         self._flags: list[Finding] = []
         self._flagged: set[tuple[str, str]] = set()
@@ -349,7 +350,9 @@ class DeviceCheckMode(TorchFunctionMode):
         elif name in _FACTORIES and tb.is_tensor(result):
             where = self._where()
             given = kwargs.get("device") is not None or name.endswith("_like")
-            self._created.set(result, (where[0], name, given))
+            # The user's line, the factory, whether it said device=, and the package it ran in (when
+            # library code called it from that line).
+            self._created.set(result, (where[0], name, given, where[2] or ""))
             if name in ("tensor", "as_tensor"):
                 self._tensor_from_data(name, args, where, given, result)
 
@@ -529,7 +532,7 @@ class DeviceCheckMode(TorchFunctionMode):
                 tensors = list(tensor_inputs(args, kwargs))
                 devices = sorted({str(tb.device(t)) for t in tensors
                                   if not (tb.device(t).type == "cpu" and tb.dim(t) == 0)})
-            if len(devices) < 2:
+            if len(devices) < 2 or not names_a_device(exc, devices):
                 return
             self._seen_errors.add(id(exc))
             try:
@@ -579,8 +582,13 @@ class DeviceCheckMode(TorchFunctionMode):
             if s.sync_count >= LOOP_SYNCS:
                 findings.append(_sync_in_loop(s))
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
-        if self.mismatch is None and error is not None:
-            self.mismatch = self._explained_after(error)
+        if error is not None and (self.mismatch is None or not any(o.name for o in self.mismatch.operands)):
+            # No op was seen failing (torch.compile met it while tracing), or its operands are
+            # temporaries no name reaches ((a @ w).sum(0) + b * 2): the failing expression, read
+            # from the traceback as a plain cell's is, names what they were made from.
+            after = self._explained_after(error)
+            if after is not None and (self.mismatch is None or any(o.name for o in after.operands)):
+                self.mismatch = after
         return CheckReport(
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
             error=first_line(error) if error is not None else None, elapsed_s=elapsed_s, unseen=unseen,

@@ -48,7 +48,8 @@ def fix_html(fix: Fix) -> str:
         context = f" ({escape(edit.context)})" if edit.context else ""
         out.append(f"<div>in your code, {escape(edit.where.where)}{context}:</div>"
                    f'<pre style="{_PRE}">- {escape(edit.old)}\n'
-                   f'{"+ " + escape(edit.new) if edit.new else "  (delete this line)"}</pre>')
+                   + ("\n".join("+ " + escape(line) for line in edit.new.splitlines()) if edit.new
+                      else "  (delete this line)") + "</pre>")
     if fix.note:
         out.append(f"<div>note: {escape(fix.note)}</div>")
     return "".join(out)

@@ -35,7 +35,11 @@ def fix_block(fix: Fix, indent: str) -> list[str]:
         context = f" ({edit.context})" if edit.context else ""
         lines.append(f"{pad}in your code, {edit.where.where}{context}:")
         lines.append(f"{pad}- {edit.old}")
-        lines.append(f"{pad}+ {edit.new}" if edit.new else f"{pad}  (delete this line)")
+        if edit.new:
+            # Each line of a replacement of several lines is marked, its indentation kept.
+            lines.extend(f"{pad}+ {line}" for line in edit.new.splitlines())
+        else:
+            lines.append(f"{pad}  (delete this line)")
     if fix.note:
         lines.append(f"{pad}note: {fix.note}")
     return lines

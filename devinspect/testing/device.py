@@ -291,7 +291,13 @@ class SimTensor(torch.Tensor):
     _data: torch.Tensor
 
     @staticmethod
-    def __new__(cls, data: torch.Tensor, device: torch.device) -> SimTensor:
+    def __new__(cls, data: torch.Tensor, device: torch.device | None = None, *,
+                requires_grad: bool | None = None) -> Any:
+        if device is None:
+            # Called as a parameter's class: a parameter moved to the device has this class,
+            # and library code rebuilds one as ``type(p)(tensor, requires_grad=...)`` (accelerate's
+            # offload hooks), which on a GPU is ``nn.Parameter(tensor, ...)``: so it is here too.
+            return torch.nn.Parameter(data, True if requires_grad is None else requires_grad)
         wrapper = torch.Tensor._make_wrapper_subclass(
             cls,
             data.shape,
@@ -312,7 +318,8 @@ class SimTensor(torch.Tensor):
             torch._C._set_neg(wrapper, True)
         return wrapper
 
-    def __init__(self, data: torch.Tensor, device: torch.device) -> None:
+    def __init__(self, data: torch.Tensor, device: torch.device | None = None, *,
+                 requires_grad: bool | None = None) -> None:
         pass
 
     def __tensor_flatten__(self) -> tuple[list[str], torch.device]:
