@@ -44,12 +44,18 @@ def running_module_device(frame: types.FrameType | None) -> str | None:
 def innermost_module_path(modules: dict[int, str], frame: types.FrameType | None) -> str | None:
     """Path of the innermost module whose method is on the stack (``model.fc1``)."""
     while frame is not None:
-        local_vars = locations.frame_locals(frame)
-        owner = dict.get(local_vars, "self") if frame.f_code.co_name in ("forward", "_call_impl") else None
-        if owner is not None and id(owner) in modules:
-            return modules[id(owner)]
+        path = running_module_path(modules, frame)
+        if path is not None:
+            return path
         frame = frame.f_back
     return None
+
+
+def running_module_path(modules: dict[int, str], frame: types.FrameType) -> str | None:
+    """Path of the module whose ``forward`` this frame runs, or None."""
+    local_vars = locations.frame_locals(frame)
+    owner = dict.get(local_vars, "self") if frame.f_code.co_name in ("forward", "_call_impl") else None
+    return modules.get(id(owner)) if owner is not None else None
 
 
 def local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] | None:

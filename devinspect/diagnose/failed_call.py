@@ -36,7 +36,7 @@ from ..collect.failing_call import Temporary, Traced
 from ..collect.static import instance_dict, type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
-from ..model.fixes import EditCell, Fix, SourceEdit
+from ..model.fixes import EditCell, Fix
 from ..model.records import SourceLine, device_is_accelerator
 from . import fixes, origins
 
@@ -146,9 +146,10 @@ class _Diagnosis:
         fix = self._fix(named, target) if target else None
         user_frame = failure.line or (failure.source(self.inner) if self.inner is not None
                                       and self.inner is not self.cell else None)
-        # The module named next to the user's line is the one that line runs in (its forward), not
-        # a library submodule it called; with no such line, the innermost module says where it failed.
-        inside = self.inner if user_frame is not None and failure.line is None else failure.stack
+        # The module named next to the user's line is the one whose forward that line is in, not a
+        # library submodule it called; else the innermost module running says where it failed.
+        running = (stack_reads.running_module_path(self.modules, self.inner)
+                   if user_frame is not None and failure.line is None else None)
         return Mismatch(
             op=self.op,
             error=first_line(self.exc),
@@ -156,7 +157,7 @@ class _Diagnosis:
             operands=tuple(n.operand for n in named),
             cell_line=failure.source(self.cell) if self.cell is not None else None,
             user_frame=user_frame,
-            module_path=stack_reads.innermost_module_path(self.modules, inside),
+            module_path=running or stack_reads.innermost_module_path(self.modules, failure.stack),
             target_device=target,
             fix=fix,
         )
@@ -267,7 +268,8 @@ class _Diagnosis:
             parts.extend(f for f in self._inputs_on_lines(target) if f.summary not in seen)
         parts.extend(f for f in self._inputs_of_moved_models(target) if f.summary not in seen)
         if not parts:
-            return self._default_device_fix(misplaced, target) or self._unnamed_fix(misplaced, target)
+            return self._default_device_fix(misplaced, target) or fixes.made_inside_library(
+                self._library() or "library code", misplaced[0].device, target)
         fix = fixes.combine(parts)
         note = self._hook_gap(misplaced, target)
         return dataclasses.replace(fix, note=" ".join(filter(None, [fix.note, note])) or None) if note else fix
@@ -286,15 +288,11 @@ class _Diagnosis:
         if frame is None or not made or any(c is None or c[2] for c in made):
             return None
         where = self.failure.source(frame)
-        try:
-            tree = ast.parse(where.text)
-        except SyntaxError:
-            return None
-        if len(tree.body) != 1 or hasattr(tree.body[0], "body"):
-            return None  # not one simple statement: the line cannot be wrapped as it is
         in_cell = where.file == self.cell_file
         device_expr = origins.device_expression(self.failure.namespace, target, None if in_cell else frame)
-        edit = SourceEdit(where, where.text, f"with torch.device({device_expr}):\n    {where.text}", where.function)
+        edit = origins.default_device_edit(where, device_expr)
+        if edit is None:
+            return None
         library = self._library() or "library code"
         factories = ", ".join(sorted({f"torch.{c[1]}" for c in made}))
         fix = self._edit_fix(origins.Origin(where, "factory", edit, in_cell),
@@ -302,15 +300,6 @@ class _Diagnosis:
         note = (f"{library} makes a tensor by {factories} without device=, so on the default device: under "
                 f"`with torch.device(...)` it is made on {target}")
         return dataclasses.replace(fix, note=" ".join(filter(None, [note, fix.note])))
-
-    def _unnamed_fix(self, misplaced: list[_Named], target: str) -> Fix:
-        """No name in the user's code reaches a misplaced operand, and nothing the user's lines
-        pass in is off ``target``: said so, with no code that would guess."""
-        library = self._library() or "library code"
-        return Fix(summary=f"have {library} make its tensors on {target}",
-                   note=(f"the tensor on {misplaced[0].device} is made inside {library}, from nothing your code names "
-                         f"and not from the inputs your lines pass in: if {library} takes a device (an argument, a "
-                         f"config), give it {target}"))
 
     def _operand_fix(self, n: _Named, target: str) -> Fix | None:
         source = n.operand.source

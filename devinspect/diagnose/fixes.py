@@ -457,6 +457,15 @@ def redispatch(name: str, off_map: Iterable[tuple[str, str, str]], *, offloaded:
     return Fix(summary=f"dispatch {name} again with its own device_map", code=code, note=note)
 
 
+def made_inside_library(library: str, device: str, target: str) -> Fix:
+    """A misplaced tensor no name in the user's code reaches, made inside ``library`` from none
+    of the inputs the user's lines pass in: said so, with no code that would guess."""
+    return Fix(summary=f"have {library} make its tensors on {target}",
+               note=(f"the tensor on {device} is made inside {library}, from nothing your code names and not from "
+                     f"the inputs your lines pass in: if {library} takes a device (an argument, a config), give it "
+                     f"{target}"))
+
+
 def release_history() -> Fix:
     return Fix(summary="release the output-history entries that hold it",
                code="import devinspect\ndevinspect.release_history()", action=ReleaseHistory(),

@@ -203,6 +203,19 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
     return None
 
 
+def default_device_edit(where: SourceLine, device_expr: str) -> SourceEdit | None:
+    """The user's line run with ``device_expr`` as the default device (``with torch.device(dev):``
+    around it), for the tensors library code it calls makes without ``device=``; None for a line
+    that is not one simple statement."""
+    try:
+        tree = ast.parse(where.text)
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or hasattr(tree.body[0], "body"):
+        return None
+    return SourceEdit(where, where.text, f"with torch.device({device_expr}):\n    {where.text}", where.function)
+
+
 def _host_move(node: ast.AST) -> ast.Call | None:
     """The outermost ``.cpu()`` or ``.to("cpu")`` call a value ends with, else None."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
