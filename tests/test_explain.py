@@ -563,3 +563,22 @@ def test_the_traceback_starts_with_a_pointer_to_the_explanation(ip, sim):
         ip.set_custom_exc((), None)
         del ip._showtraceback
         ip.run_line_magic("load_ext", "devinspect")
+
+
+def test_a_tensor_a_library_makes_without_device_is_fixed_on_the_users_line(ip, sim, tmp_path, monkeypatch):
+    """Read from the library's source after the fact (no %%devcheck): its line is never the fix."""
+    library = tmp_path / "site-packages"
+    library.mkdir()
+    (library / "poslib2.py").write_text("import torch\n\ndef add_positions(h):\n"
+                                        "    pos = torch.arange(h.shape[-1], dtype=h.dtype).float()\n"
+                                        "    return h + pos\n")
+    monkeypatch.syspath_prepend(str(library))
+    run(ip, "import torch, poslib2\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "h = torch.randn(2, 5, device=dev)")
+    run(ip, "y = poslib2.add_positions(h * 2)")
+    mismatch = devinspect.explain(namespace=ip.user_ns).mismatch
+    made = next(o for o in mismatch.operands if o.device == "cpu")
+    assert made.detail.startswith("created by torch.arange without device= inside poslib2")
+    (edit,) = mismatch.fix.edits
+    assert "poslib2" not in edit.where.file and edit.new == "with torch.device(dev):\n    y = poslib2.add_positions(h * 2)"
+    assert run(ip, edit.new)[0].success and ip.user_ns["y"].device.type == "sim"

@@ -15,7 +15,7 @@ import ast
 import linecache
 import types
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -358,6 +358,33 @@ def local_origin_at(filename: str, function: str, lineno: int, name: str, device
     if made is None or made[0] != "factory":
         return None
     return Origin(_source_line(statement), made[0], made[1])
+
+
+def library_factory(frames: Iterable[types.FrameType], value: Any) -> tuple[SourceLine, str, str] | None:
+    """``(line, factory, package)`` when ``value`` is a local of library code (the first of
+    ``frames`` that holds it) whose assignment there is ``torch.<factory>(…)`` without
+    ``device=`` (a method that keeps the device may follow): read from the library's source,
+    which is never edited."""
+    for frame in frames:
+        code = frame.f_code
+        if locations.is_user_code(code) or locations.is_own_file(code.co_filename):
+            continue
+        local_vars = locations.frame_locals(frame)
+        if local_vars is frame.f_globals:
+            continue
+        name = next((k for k, v in dict.items(local_vars) if v is value and type(k) is str and k != "self"), None)
+        if name is None:
+            continue
+        node = sources.function_node(code)
+        statement = (sources.last_assignment(name, code.co_filename, node.body, frame.f_lineno + 1, None)
+                     if node is not None else None)
+        value_node = getattr(statement.node, "value", None) if statement is not None else None
+        calls = factory_calls(value_node) if value_node is not None else []
+        if not calls or not ast.unparse(value_node).startswith(ast.unparse(calls[0])):
+            return None
+        where = locations.source_line(code.co_filename, statement.line, code.co_name)
+        return where, calls[0].func.attr, locations.package_of(code.co_filename)
+    return None
 
 
 def local_inputs(name: str, frame: types.FrameType, failing_line: int) -> list[str]:
