@@ -182,18 +182,8 @@ class _Diagnosis:
         except Exception:  # noqa: BLE001 - a symbolic or unreadable shape
             shape = None
         created = self.failure.created(value)
+        detail = origins.creation_detail(created)
         found = self.index.lookup(value)
-        if created is None and found is None:
-            # Made by library code: its source says how, when it is a factory call without device=.
-            made_there = origins.library_factory(stack_reads.frames_from(self.failure.stack), value)
-            created = (made_there[0], made_there[1], False, made_there[2]) if made_there else None
-        detail = ""
-        if created is not None:
-            where, factory, given, inside = created
-            made = f"torch.{factory}" + ("" if given else " without device=")
-            detail = (f"created by {made} inside {inside}, at {where.label}" if locations.is_library_file(where.file)
-                      else f"created by {made} inside {inside}, called from {where.label}" if inside
-                      else f"created at {where.label} by {made}")
         if found is not None:
             record, is_view = found
             if is_view:
@@ -207,6 +197,11 @@ class _Diagnosis:
                 operand = Operand(name, source, device, dtype, shape, detail or f"in {frame.f_code.co_name}")
                 return _Named(operand, value, frame=frame, local=name if source == "local" else None,
                               created=created)
+        if created is None:
+            # Made by library code: its source says how, when it is a factory call without device=.
+            made_there = origins.library_factory(stack_reads.frames_from(self.failure.stack), value)
+            created = (made_there[0], made_there[1], False, made_there[2]) if made_there else None
+            detail = origins.creation_detail(created)
         inside = next((locations.package_of(f.f_code.co_filename) for f in stack_reads.frames_from(self.failure.stack)
                        if not locations.is_user_code(f.f_code) and not locations.is_own_file(f.f_code.co_filename)), "")
         source = "created" if created else "unknown"

@@ -360,6 +360,19 @@ def local_origin_at(filename: str, function: str, lineno: int, name: str, device
     return Origin(_source_line(statement), made[0], made[1])
 
 
+def creation_detail(created: tuple | None) -> str:
+    """How a tensor was made, from ``(line, factory, device given, package)``: the line is the
+    user's that called into the package, or the package's own."""
+    if created is None:
+        return ""
+    where, factory, given, inside = created
+    made = f"torch.{factory}" + ("" if given else " without device=")
+    if inside:
+        return f"created by {made} inside {inside}, " + (
+            f"at {where.label}" if locations.is_library_file(where.file) else f"called from {where.label}")
+    return f"created at {where.label} by {made}"
+
+
 def library_factory(frames: Iterable[types.FrameType], value: Any) -> tuple[SourceLine, str, str] | None:
     """``(line, factory, package)`` when ``value`` is a local of library code (the first of
     ``frames`` that holds it) whose assignment there is ``torch.<factory>(…)`` without
