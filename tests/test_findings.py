@@ -253,3 +253,52 @@ def test_a_model_offloaded_by_accelerate_is_not_missing_data_and_a_stray_part_is
     exec(f.fix.code, ns)
     assert torch.allclose(ns["tower"](ns["x"]).cpu(), expected, atol=1e-6)
     assert codes(devinspect.scan(ns)) == []
+
+
+def test_an_optimizer_over_models_in_a_list_a_dict_or_an_object_is_not_stale():
+    import types
+
+    models = [torch.nn.Linear(4, 2) for _ in range(3)]
+    pair = (torch.nn.Linear(4, 2), torch.nn.Linear(4, 2))
+    cfg = types.SimpleNamespace(model=torch.nn.Linear(4, 2))
+    ns = {"opt": torch.optim.SGD([p for m in models for p in m.parameters()], lr=0.1), "models": models,
+          "actor_opt": torch.optim.Adam(pair[0].parameters()), "pair": pair,
+          "cfg_opt": torch.optim.SGD(cfg.model.parameters(), lr=0.1), "cfg": cfg}
+    ns["sched"] = torch.optim.lr_scheduler.StepLR(ns["opt"], step_size=1)
+    result = devinspect.scan(ns)
+    assert codes(result) == []
+    names = {r.name for r in result.records}
+    assert "models[0].weight" in names and "pair[0].weight" in names and "cfg.model.weight" in names
+    assert {o.name for o in result.optimizers} == {"opt", "actor_opt", "cfg_opt"}  # not sched.optimizer
+
+
+def test_an_optimizer_over_parameters_nothing_names_is_a_hint_without_a_guess():
+    def build():
+        net = torch.nn.Linear(4, 2)
+        return (lambda x: net(x)), torch.optim.SGD(net.parameters(), lr=0.1)
+
+    predict, opt = build()
+    f = only(devinspect.scan({"predict": predict, "opt": opt}), "stale-optimizer")
+    assert f.severity == "hint" and f.fix.code is None
+
+
+def test_a_stale_optimizer_whose_scheduler_cannot_be_read_back_gets_no_partial_code(sim):
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.002)
+    ns = {"opt": opt, "sched": torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5),
+          "cycle": torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=10),
+          "model": torch.nn.Linear(4, 2)}  # the model's cell ran again
+    f = only(devinspect.scan(ns), "stale-optimizer")
+    assert f.severity == "error" and f.fix.code is None and f.fix.action is None
+    assert "make cycle again" in f.fix.note and "then drive the new one" not in f.fix.note
+
+
+def test_torchs_own_modules_and_lazy_ones_are_not_reported(sim):
+    lstm, gru = torch.nn.LSTM(8, 16), torch.nn.GRU(4, 4, num_layers=2)
+    lazy = torch.nn.Sequential(torch.nn.LazyLinear(16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    assert codes(devinspect.scan({"lstm": lstm, "gru": gru, "lazy": lazy})) == []
+    lazy(torch.randn(4, 8))  # the first forward pass makes its parameters
+    assert codes(devinspect.scan({"lazy": lazy})) == []
+    # A list of tensors that are not the module's parameters is still one .to() leaves behind.
+    lstm.extra = [torch.zeros(2)]
+    assert codes(devinspect.scan({"lstm": lstm})) == ["unregistered-tensor-attribute"]

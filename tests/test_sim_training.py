@@ -193,3 +193,12 @@ def test_a_parameter_rebuilt_from_its_class_is_a_parameter_as_on_a_gpu(sim):
     # The middle layer offloaded to the host: its weights come to the device for each forward.
     tower = dispatch_model(tower, device_map={"0": str(sim), "1": "cpu", "2": str(sim)}, main_device=str(sim))
     assert torch.allclose(tower(torch.ones(2, 4)).cpu(), expected)
+
+
+def test_autocast_on_the_device_keeps_a_positional_dtype(sim):
+    x, y = torch.randn(4, 5, device=sim), torch.randint(0, 5, (4,), device=sim)
+    for dtype in (torch.float16, torch.bfloat16):
+        with torch.autocast("sim", dtype=dtype):
+            loss = torch.nn.functional.cross_entropy(x, y)  # log_softmax(x, 1, None) inside
+        assert loss.dtype == torch.float32
+        assert torch.allclose(loss.cpu(), torch.nn.functional.cross_entropy(x.cpu(), y.cpu()), atol=1e-5)

@@ -31,8 +31,8 @@ def module_summary(m: Any, name: str, columns: Mapping[str, list], unregistered:
             continue  # a host-side buffer by design: PyTorch keeps it there whatever device the model is on
         if note == OFFLOADED_NOTE:
             offloaded += 1
-        elif device == "meta" or (note or "").startswith("lazy"):
-            unmaterialised += 1
+        elif device == "meta":
+            unmaterialised += 1  # a lazy module's parameters are not: its first forward pass makes them
         by_device[device] = by_device.get(device, 0) + (storage_bytes or nbytes or 0)
         owner_devices.setdefault(owner or name, set()).add(device)
     devices = tuple(sorted(by_device, key=lambda d: (-by_device[d], d)))
@@ -67,6 +67,15 @@ def module_bytes(columns: Mapping[str, list]) -> dict[str, int]:
         if kind in sums and alias is None and size:
             sums[kind] += size
     return {"parameter_bytes": sums["parameter"], "buffer_bytes": sums["buffer"], "gradient_bytes": sums["gradient"]}
+
+
+def only_parameters(value: Any, parameters: Mapping[int, str]) -> bool:
+    """Whether an attribute holds only registered parameters themselves (``LSTM._flat_weights``):
+    ``.to()`` moves a parameter in place, so such a list never falls behind."""
+    vt = type(value)
+    items = (list(dict.values(value)) if issubclass(vt, dict) else list(value) if vt is list or vt is tuple
+             else [value])
+    return bool(items) and all(issubclass(type(t), torch.Tensor) and id(t) in parameters for t in items)
 
 
 def unregistered_attribute(mt: type, full: str, owner: str, attr: str, vt: type) -> Unregistered:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from . import tensorbase as tb
 from .static import instance_dict
 
 #: Buffers PyTorch keeps on the host by design, by the module class that holds them: they
@@ -28,6 +29,14 @@ def offloads_weights(d: dict) -> bool:
     if type(inner) in (list, tuple):
         hooks += list(inner)
     return any(instance_dict(h).get("offload") is True for h in hooks)
+
+
+def offloaded_note(t: Any, offloaded: bool) -> str | None:
+    """The note of a parameter or buffer an offloading hook keeps off its module (it is meta)."""
+    try:
+        return OFFLOADED_NOTE if offloaded and issubclass(type(t), torch.Tensor) and tb.is_meta(t) else None
+    except Exception:  # noqa: BLE001 - one that cannot be read is recorded as it is
+        return None
 
 
 def moves_inputs(d: dict) -> bool:

@@ -139,11 +139,17 @@ def walk_user_roots(walker: Walker, user: list[tuple[str, Any]]) -> None:
 
     # Modules first, so parameters get their natural names (model.fc.weight) even when a
     # list of them comes first; then tensors named directly (an optimizer's loose parameter
-    # is `w`, not opt.param_groups[0]["params"][0]); optimizers next, so their state is
-    # named opt.state[model.fc.weight][...] rather than after a checkpoint dict.
+    # is `w`, not opt.param_groups[0]["params"][0]); optimizers next, so that each keeps its
+    # own name (not sched.optimizer), though each is read only once every other name has
+    # been walked: the models a list, a dict or an object holds (an ensemble, cfg["model"])
+    # then have their names, and an optimizer over them is not taken for a stale one.
     for name, value in sorted(user, key=_root_rank):
         walker.root(name, value)
-        walker.flush_deferred()
+        if issubclass(type(value), _Optimizer):
+            walker.postpone_deferred()
+        else:
+            walker.flush_deferred()
+    walker.flush_postponed()
 
 
 def _root_rank(item: tuple[str, Any]) -> int:

@@ -36,9 +36,9 @@ from .class_source import (
     recomputed_attributes,
     user_class_attributes,
 )
-from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, unregistered_attribute
+from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, only_parameters, unregistered_attribute
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text, module_tree_paths
-from .placement import OFFLOADED_NOTE, ON_HOST_BY_DESIGN, ON_HOST_NOTE, offloads_weights
+from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE, offloaded_note, offloads_weights
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .script_modules import class_name, script_members, script_object
 from .static import (
@@ -122,6 +122,7 @@ class Walker:
         self._visited: set[int] = set()
         self._param_names: dict[int, str] = {}
         self._deferred: list[tuple[str, str, Any]] = []
+        self._postponed: list[tuple[str, str, Any]] = []
         self._budget = options.max_objects
         self._out_of_budget = False
         self._held: list[str] = []
@@ -155,6 +156,14 @@ class Walker:
         while self._deferred:
             name, root, opt = self._deferred.pop(0)
             self._guarded(self._optimizer, opt, name, root)
+
+    def postpone_deferred(self) -> None:
+        """Read what is deferred now only in :meth:`flush_postponed`, after every other name."""
+        self._postponed, self._deferred = self._postponed + self._deferred, []
+
+    def flush_postponed(self) -> None:
+        self._deferred, self._postponed = self._postponed + self._deferred, []
+        self.flush_deferred()
 
     def name_parameters(self, m: Any, name: str) -> None:
         """Learn the names of a module's parameters without recording anything (a parameter
@@ -366,7 +375,7 @@ class Walker:
             if p is not None:
                 pfull = child_name(name, pname, mt)
                 self._param_names.setdefault(id(p), pfull)
-                self._guarded(self._tensor_visit, p, pfull, root, "parameter", name, _offloaded_note(p, offloaded))
+                self._guarded(self._tensor_visit, p, pfull, root, "parameter", name, offloaded_note(p, offloaded))
                 if issubclass(type(p), _Tensor) and tb.use_count(p) > 2:
                     self._held.append(pfull)
         non_persistent = d.get("_non_persistent_buffers_set") or ()
@@ -376,7 +385,7 @@ class Walker:
                 note = "non-persistent" if type(non_persistent) is set and bname in non_persistent else None
                 if bname in on_host:
                     note = ON_HOST_NOTE
-                note = _offloaded_note(b, offloaded) or note
+                note = offloaded_note(b, offloaded) or note
                 self._guarded(self._tensor_visit, b, child_name(name, bname, mt), root, "buffer", name, note)
         recomputed = recomputed_attributes(d)
         for attr, value in d.items():
@@ -394,7 +403,7 @@ class Walker:
             if issubclass(vt, _Tensor) or issubclass(vt, (list, tuple, dict, set)):
                 before = self._attribute_records.get(name, 0)
                 self._visit(value, full, root, 1, name)
-                if self._attribute_records.get(name, 0) > before:
+                if self._attribute_records.get(name, 0) > before and not only_parameters(value, self._param_names):
                     unregistered.append(unregistered_attribute(mt, full, name, attr, vt))
             elif not issubclass(vt, OPAQUE):
                 self._visit(value, full, root, 1, None)
@@ -679,14 +688,6 @@ class Walker:
 
     def _count_attributes(self, owner: str | None, count: int) -> None:
         self._attribute_records[owner] = self._attribute_records.get(owner, 0) + count
-
-
-def _offloaded_note(t: Any, offloaded: bool) -> str | None:
-    """The note of a parameter or buffer an offloading hook keeps off its module (it is meta)."""
-    try:
-        return OFFLOADED_NOTE if offloaded and issubclass(type(t), _Tensor) and tb.is_meta(t) else None
-    except Exception:  # noqa: BLE001 - one that cannot be read is recorded as it is
-        return None
 
 
 #: Items of a container read as one run of columns.

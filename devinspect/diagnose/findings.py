@@ -325,6 +325,20 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
         fix = fixes.rebuild_optimizer(opt, module, bound) if module else fixes.Fix(
             summary=f"create {opt.name} again over the parameters of the model you train",
             note=f"{opt.name} trains tensors that nothing else in the namespace holds")
+        if module is None:
+            # No model of the same shapes in the namespace: the parameters may well live where the
+            # walk does not look (a closure, an object it does not open): said, not asserted.
+            yield Finding(
+                code="stale-optimizer",
+                severity="hint",
+                subject=opt.name,
+                message=(f"{opt.orphans} of the {opt.parameters} parameters {opt.name} ({opt.type_name}) updates are "
+                         "held by nothing devinspect names (a function's closure, an object it does not look into); "
+                         "if the model's cell ran again after the optimizer was made, its steps change nothing you use"),
+                fix=fix,
+                names=tuple(n for n in record_column(result.records, "name") if n.startswith(opt.name + ".")),
+            )
+            continue
         yield Finding(
             code="stale-optimizer",
             severity="error",

@@ -284,9 +284,13 @@ def rebuild_optimizer(opt: OptimizerSummary, module: str, schedulers: Iterable[S
     """A new optimizer over ``module``'s parameters, with the old one's settings, and every
     learning-rate scheduler that drove the old one made again for the new one."""
     schedulers = tuple(schedulers)
+    # A scheduler whose settings cannot be read back (OneCycleLR's, say) is not made again here:
+    # then nothing runs, as a new optimizer with the old schedulers left on the old one would
+    # stop its schedule without a word.
+    by_hand = [s for s in schedulers if s.class_path is None or s.rebuild_kwargs is None or not is_path(s.name)]
     note = (f"{opt.name} holds parameters of an earlier {module}: a new one starts with fresh state "
             "(its old state belongs to parameters that are no longer trained)")
-    if schedulers:
+    if schedulers and not by_hand:
         note += f"; {', '.join(s.name for s in schedulers)} then drive the new one, from their first step."
     else:
         note += "."
@@ -299,12 +303,16 @@ def rebuild_optimizer(opt: OptimizerSummary, module: str, schedulers: Iterable[S
     lines = [f"{opt.name} = {opt.class_path}({module}.parameters(){kwargs})"]
     rebuilt = []
     for sched in schedulers:
-        if sched.class_path is None or sched.rebuild_kwargs is None or not is_path(sched.name):
-            return Fix(summary=summary, code=_compiles(lines[0]),
-                       note=note + f" Make {sched.name} again for the new {opt.name} the way you made it.")
+        if sched in by_hand:
+            continue
         args = "".join(f", {k}={v}" for k, v in sched.rebuild_kwargs)
         lines.append(f"{sched.name} = {sched.class_path}({opt.name}{args})")
         rebuilt.append(RebuildScheduler(sched.name, sched.class_path, sched.rebuild_kwargs))
+    if by_hand:
+        names = ", ".join(s.name for s in by_hand)
+        return Fix(summary=summary, note=note + f" Run {'; '.join(lines)}; then make {names} again for the new "
+                                                f"{opt.name} the way you made {'it' if len(by_hand) == 1 else 'them'} "
+                                                "(their settings cannot be read back).")
     code = _compiles("\n".join(lines))
     action = RebuildOptimizer(opt.name, module, opt.class_path, opt.rebuild_kwargs, tuple(rebuilt)) if code else None
     return Fix(summary=summary, code=code, action=action, note=note, rerun=action is not None)

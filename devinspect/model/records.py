@@ -122,7 +122,7 @@ class ModuleSummary:
     placement: tuple[tuple[str, str], ...] = ()
     #: Tensor attributes ``.to()`` will not move (plain attributes, not registered buffers).
     unregistered: tuple[Unregistered, ...] = ()
-    #: Parameters that hold no data yet (``meta`` or lazy), counted separately from ``devices``.
+    #: Parameters on ``meta`` (no data), counted separately from ``devices`` (a lazy module's are not).
     unmaterialised: int = 0
     #: Parameters and buffers kept off the module by accelerate's offload hooks (meta on purpose).
     offloaded: int = 0

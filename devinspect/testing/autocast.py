@@ -121,8 +121,14 @@ def _autocast_kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
     elif name in FLOAT32:
         cast = _cast_to(torch.float32)
     elif name in FLOAT32_OUTPUT and any(a.name == "dtype" for a in op._schema.arguments):
-        if kwargs.get("dtype") is None and any(_eligible(x) for x in args[:1]):
-            kwargs = {**kwargs, "dtype": torch.float32}
+        # dtype may come by position (log_softmax(x, dim, None) from cross_entropy) or by name.
+        at = next(i for i, a in enumerate(op._schema.arguments) if a.name == "dtype")
+        if any(_eligible(x) for x in args[:1]):
+            if at < len(args):
+                if args[at] is None:
+                    args = (*args[:at], torch.float32, *args[at + 1:])
+            elif kwargs.get("dtype") is None:
+                kwargs = {**kwargs, "dtype": torch.float32}
         return _without_autocast(op, args, kwargs)
     else:
         widest = _widest(args, kwargs)
