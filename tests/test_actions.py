@@ -52,6 +52,10 @@ def test_move_a_module_keeps_its_parameter_objects_and_optimizer(sim):
         assert state["exp_avg"].device == sim and state["step"].device.type == "cpu"
     assert "4 parameters, 3 buffers, 4 gradients, 8 optimizer state tensors" in result.message
     assert devinspect.scan(ns).findings == ()
+    # A part already there is not counted as moved.
+    model[0].to("cpu")
+    again = actions.move(ns, "model", "sim:0")
+    assert again.ok and again.message.startswith("moved model to sim:0: 2 parameters, 0 buffers"), again.message
     # And back to the CPU, still the same objects (PyTorch alone would make new Parameters here).
     assert actions.move(ns, "model", "cpu").ok
     assert [id(p) for p in model.parameters()] == params and model[0].weight.device.type == "cpu"

@@ -92,6 +92,10 @@ class Mover:
                               for n, p in params.values()]
             planned_buffers = [(sub, key, n, self._copy(n, b)) for sub, key, n, b in buffers]
             planned_state = self._plan_optimizer_state({id(p) for _, p in params.values()})
+            # What moves, not what was looked at: parts already on the target stay as they are.
+            moving = (sum(new is not p for _, p, new, _ in planned_params),
+                      sum(new is not b for (*_, new), (*_, b) in zip(planned_buffers, buffers)),
+                      sum(g is not None and g is not p.grad for _, p, _, g in planned_params))
         except CannotMove as exc:
             return self._undone(f"could not move {name} to {self.target}", str(exc))
         try:
@@ -112,10 +116,9 @@ class Mover:
                 if t is not None and not self._on_target(t)]
         if left:
             return self._undone(f"could not move {name} to {self.target}", self._left_behind(module, left))
-        counts = f"{len(planned_params)} parameters, {len(planned_buffers)} buffers"
-        grads = sum(1 for *_, g in planned_params if g is not None)
-        if grads:
-            counts += f", {grads} gradients"
+        counts = f"{moving[0]} parameters, {moving[1]} buffers"
+        if moving[2]:
+            counts += f", {moving[2]} gradients"
         if states:
             counts += f", {states} optimizer state tensors"
         return ActionResult(True, f"moved {name} to {self.target}: {counts} ({human(self.moved_bytes)})",

@@ -192,17 +192,24 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
         if tree is None:
             continue
         calls: dict[str, list[ModelCall]] = {}
+        # Names the cell binds, by the line each binding ends on: an input the cell sets before
+        # its call (images = images.to(dev)) is what the call gets, whatever the name holds now.
+        bindings = [(node.end_lineno or node.lineno, name) for node in statements(tree.body)
+                    for name in assigned_names(node)]
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             callee = _root(node.func)
             if callee not in modules or callee in found:
                 continue
+            set_before = {name for line, name in bindings if line < node.lineno}
             loops = {g.target.id: ast.unparse(g.iter) for comp in ast.walk(tree)
                      if isinstance(comp, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp))
                      for g in comp.generators if isinstance(g.target, ast.Name)}
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 text = ast.unparse(arg)
+                if _root(arg) in set_before:
+                    continue
                 container = None
                 if isinstance(arg, ast.Name) and arg.id in loops:
                     text = loops[arg.id]

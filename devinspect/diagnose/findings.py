@@ -222,9 +222,23 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
             severity=severity,
             subject=module.name,
             message=f"{module.name} ({module.type_name}) has parameters/buffers on {' and '.join(real)}: {where}; {why}",
-            fix=move_fix(result, module, target) if target and severity != "hint" else None,
+            fix=_with_its_inputs(result, module, target, move_fix(result, module, target))
+            if target and severity != "hint" else None,
             names=_module_records(result, module.name),
         )
+
+
+def _with_its_inputs(result: ScanResult, module: ModuleSummary, target: str, fix: fixes.Fix) -> fixes.Fix:
+    """``fix`` (the model moved to ``target``) and the tensors the cells pass to the model that are
+    off ``target``: once the model is whole there, they would fail at its first layer."""
+    moves = []
+    for call in result.calls:
+        if call.module != module.name or call.container is not None:
+            continue
+        moves += [_move_record(result, r, target) for r in result.of_kind("tensor")
+                  if r.owner is None and not r.hidden and r.alias_of is None and r.device not in (target, "meta")
+                  and (r.name == call.argument or r.name.startswith(call.argument + "["))]
+    return fixes.combine([fix, *moves]) if moves else fix
 
 
 def partly_materialised_modules(result: ScanResult) -> Iterator[Finding]:
@@ -302,7 +316,8 @@ def optimizer_state_elsewhere(result: ScanResult) -> Iterator[Finding]:
             subject=opt,
             message=(
                 f"{len(records)} state tensors of {opt} ({', '.join(keys)}) are on {', '.join(devices)} "
-                f"but their parameters are on {', '.join(targets)} (typical after loading a checkpoint)"
+                f"but their parameters are on {', '.join(targets)} (as after loading a checkpoint, or moving part "
+                "of a model)"
             ),
             fix=fixes.optimizer_state(opt),
             storage_bytes=sum(r.counted_bytes for r in records),
