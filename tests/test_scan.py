@@ -637,3 +637,19 @@ def test_names_asked_for_keep_whole_variables_next_to_paths():
     assert sorted(devinspect.scan(ns, roots=["a", "m.weight"]).frame["name"]) == ["a", "m.weight"]
     assert sorted(devinspect.scan(ns, roots=["m.bias", "m"]).frame["name"]) == ["m.bias", "m.weight"]
     assert sorted(devinspect.scan(ns, roots=["b", "a"]).frame["name"]) == ["a", "b[0]"]
+
+
+def test_type_hints_a_wrapper_copies_are_not_walked():
+    import functools
+    import typing
+
+    def forward(x: typing.Optional[typing.List[typing.Dict[str, typing.Tuple[int, ...]]]]) -> list[dict[str, int]]:
+        return x
+
+    hooked = torch.nn.Linear(2, 2)
+    # How accelerate's hooks wrap forward: a partial that update_wrapper gave the function's hints.
+    hooked.forward = functools.update_wrapper(functools.partial(forward), forward)
+    for depth in range(6):
+        hooked.forward.__annotations__[f"x{depth}"] = typing.Optional[typing.List[typing.Dict[str, list[int]]]]
+    result = devinspect.scan({"hooked": hooked}, max_depth=3)
+    assert not result.truncated and [r.name for r in result.records] == ["hooked.weight", "hooked.bias"]

@@ -91,6 +91,9 @@ OPAQUE: tuple[type, ...] = (
     # not memory; a GraphModule's parameters, buffers and constants are its attributes.
     torch.fx.Graph,
     torch.fx.Node,
+    # Type hints (functools.wraps copies a function's __annotations__ into a wrapper's dict).
+    types.GenericAlias,
+    types.UnionType,
 )
 
 
@@ -100,7 +103,7 @@ PROXY_TYPES = (weakref.ProxyType, weakref.CallableProxyType)
 #: Objects from these packages are plumbing, not user data: walking them costs time
 #: and never finds a tensor the user made. devinspect's own results (kept in Out) too.
 _OPAQUE_PACKAGES = ("IPython.", "ipykernel.", "traitlets.", "zmq.", "tornado.", "jupyter_client.", "asyncio.",
-                    "logging.", "devinspect.", "ipywidgets.", "comm.")
+                    "logging.", "devinspect.", "ipywidgets.", "comm.", "typing")
 
 
 def mro(cls: type) -> tuple[type, ...]:

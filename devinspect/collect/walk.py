@@ -279,7 +279,7 @@ class Walker:
 
     @staticmethod
     def _may_hold_tensors(vt: type) -> bool:
-        return not issubclass(vt, OPAQUE) and id(vt) not in ATOM_IDS
+        return not issubclass(vt, OPAQUE) and id(vt) not in ATOM_IDS and not is_opaque_package(vt)
 
     # -- tensors -------------------------------------------------------------
 
