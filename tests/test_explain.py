@@ -464,6 +464,11 @@ def test_why_names_a_container_it_looked_at_in_part(ip):
     found = ip.run_line_magic("devices", "--why t -o")
     assert not found.complete
     assert "objs: looked at the first 10,000 of 20,001" in repr(found)
+    # A name that is itself a path past the part looked at is a reference all the same.
+    run(ip, "big = [torch.zeros(2) for _ in range(20_000)]")
+    past = ip.run_line_magic("devices", "--why big[15000] -o")
+    assert [r.path for r in past.references] == ["big[15000]"] and not past.unreached
+    assert "no path" not in repr(past) and "big: looked at the first 10,000 of 20,000" in repr(past)
 
 
 

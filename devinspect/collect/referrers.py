@@ -48,6 +48,7 @@ from .static import (
     type_name,
 )
 from .tensors import tensor_facts
+from .values import object_at
 
 _T = torch.Tensor
 _Module = torch.nn.Module
@@ -84,10 +85,19 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
         found |= {id(d) for o in search.reached if issubclass(type(o), type)
                   for d in gc.get_referents(type.__dict__["__dict__"].__get__(o)) if type(d) is dict}
         found |= {id(p) for p in plumbing if p is not None}
+        typed = None
+        if search.cut and object_at(namespace, name) is target:
+            # The name asked for is itself a path to it, which a bounded search may not reach.
+            typed = Reference(name, "namespace", "", "the name asked for")
+            cut = max(name.rfind("."), name.rfind("["))
+            found.add(id(object_at(namespace, name[:cut])) if cut > 0 else id(namespace))
         unreached = tuple(sorted({type_name(type(r)) for r in gc.get_referrers(target)
                                   if id(r) not in found and not _is_search_own(r, search)}))
         order = {"namespace": 0, "output history": 1, "last error's traceback": 2}
-        references = sorted(search.references, key=lambda r: (order.get(r.root, 3), r.via != "", len(r.path)))
+        references = list(search.references)
+        if typed is not None and name not in {r.path for r in references}:
+            references.append(typed)
+        references = sorted(references, key=lambda r: (order.get(r.root, 3), r.via != "", len(r.path)))
         shape = tuple(int(n) for n in shape) if shape is not None else ()
         result = Holders(name, device, dtype, shape, storage_bytes or 0, tuple(references), complete, unreached,
                          time.perf_counter() - start, tuple(search.cut), search.too_deep, unread)

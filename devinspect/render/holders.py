@@ -14,6 +14,9 @@ _NOWRAP = CELL + ";white-space:nowrap"
 
 def headline(h: Holders) -> str:
     size = h.unread or f"{human_bytes(h.nbytes)} on {h.device}, {h.dtype}{shape_text(h.shape)}"
+    if not h.references and h.cut:
+        return (f"{h.name} ({size}): no path found from your names, the output history or the last error in the "
+                "part looked at (see below)")
     if not h.references:
         return f"{h.name} ({size}): no path from your names, the output history or the last error reaches it"
     return f"{h.name} ({size}) is kept alive by {plural(len(h.references), 'reference')}"
