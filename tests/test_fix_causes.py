@@ -158,3 +158,20 @@ def test_errors_that_are_not_mismatches_are_not_explained_as_one(ip, sim, error)
     result, _, _, _ = run(ip, cell)
     assert result.error_in_exec is not None
     assert devinspect.explain(namespace=ip.user_ns).mismatch is None
+
+
+def test_inputs_the_cells_move_where_they_use_them_get_no_finding(ip, sim):
+    """A cell that moves its input first, or moves it in the call, or passes it to a model whose
+    hooks move it, runs again as it ran: nothing to report."""
+    ip.run_cell("import torch\nfrom torch import nn\nfrom devinspect import testing\ndev = testing.enable()\n"
+                "model = nn.Sequential(nn.Linear(8, 2)).to(dev)")
+    ip.run_cell("images = torch.randn(16, 8)\nimages = images.to(dev)\npreds = model(images).argmax(-1)\n"
+                "images = images.cpu()")
+    ip.run_cell("x = torch.randn(4, 8)\ny = model(x.to(dev))")
+    ip.run_cell("batch = {'x': torch.randn(4, 8), 'labels': torch.randint(0, 2, (4,))}\n"
+                "loss = nn.functional.cross_entropy(model(batch['x'].to(dev)), batch['labels'].to(dev))")
+    assert [f.code for f in devinspect.scan(ip.user_ns).findings] == []
+    # A cell that sets its input only after the call does fail when it runs again.
+    ip.run_cell("feats = torch.randn(2, 8, device=dev)")
+    ip.run_cell("out = model(feats)\nfeats = feats.cpu()")
+    assert [f.severity for f in devinspect.scan(ip.user_ns).findings] == ["warning"]

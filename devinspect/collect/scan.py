@@ -85,11 +85,12 @@ def scan(
     result = _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth, rules)
     if rules is not None:
         # What the user's cells pass to their models and functions: the rules read inputs from it.
-        from .sources import function_calls, model_calls
+        from .sources import function_calls, model_calls, moved_in_cells
 
         top = {m.name for m in walker.modules if "." not in m.name and "[" not in m.name}
         result = dataclasses.replace(result, calls=tuple(model_calls(namespace, top)) if top else (),
-                                     function_calls=tuple(function_calls(namespace, top)))
+                                     function_calls=tuple(function_calls(namespace, top)),
+                                     moved_in_cells=tuple(moved_in_cells()))
     return result
 
 

@@ -238,6 +238,22 @@ def _root(node: ast.AST) -> str:
 RECENT_CELLS = 10
 
 
+#: Methods that move a tensor (or a batch that moves its tensors) to a device.
+_MOVES = frozenset({"to", "cuda", "xpu", "mps"})
+
+
+def moved_in_cells() -> list[str]:
+    """What the latest cells move as they use it: ``x`` in ``model(x.to(dev))``, ``batch["labels"]``
+    in ``loss_fn(out, batch["labels"].cuda())`` (as written, read from the cells' text)."""
+    out: dict[str, None] = {}
+    for cell in session_cells()[-RECENT_CELLS:]:
+        tree = parse(cell.filename)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MOVES:
+                out[ast.unparse(node.func.value)] = None
+    return list(out)
+
+
 def function_calls(namespace: Any, modules: set[str]) -> list[Any]:
     """Calls in the latest cells (not of ``modules``) that pass two or more namespace tensors."""
     from ..model.records import FunctionCall

@@ -9,6 +9,7 @@ through each finding's ``names`` (the records it is about). Fixes come from
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from collections import Counter, defaultdict
@@ -372,7 +373,9 @@ def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
     reported: set[str] = set()
     yield from _calls_elsewhere(result, reported)
     yield from _functions_elsewhere(result, reported)
-    placed = [m for m in result.modules if len(m.devices) == 1 and device_is_accelerator(m.devices[0])]
+    # A model whose hooks move its inputs (accelerate's) takes them from anywhere.
+    placed = [m for m in result.modules if len(m.devices) == 1 and device_is_accelerator(m.devices[0])
+              and not m.moves_inputs]
     if not placed:
         return
     model_devices = {m.devices[0] for m in result.modules if m.devices}
@@ -381,8 +384,8 @@ def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
         if r.alias_of is not None or r.hidden or r.device in model_devices or r.name in reported:
             continue
         base = re.split(r"[.\[]", r.name, maxsplit=1)[0]
-        if base not in INPUT_NAMES:
-            continue
+        if base not in INPUT_NAMES or any(is_under(_as_unparsed(r.name), moved) for moved in result.moved_in_cells):
+            continue  # not named like an input, or the cells move it where they use it
         target = accelerated[0]
         models = [m for m in placed if m.devices[0] == target]
         # Some models move some inputs themselves (many transformers losses move labels):
@@ -399,6 +402,14 @@ def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
             fix=_move_record(result, r, target),
             names=(r.name,),
         )
+
+
+def _as_unparsed(name: str) -> str:
+    """A name as ``ast.unparse`` writes it (``batch['x']``), to compare with code read from cells."""
+    try:
+        return ast.unparse(ast.parse(name, mode="eval"))
+    except SyntaxError:
+        return name
 
 
 def _move_record(result: ScanResult, r: TensorRecord, target: str) -> fixes.Fix:

@@ -56,6 +56,8 @@ class ScanResult:
     calls: tuple[ModelCall, ...] = ()
     #: Calls of functions with several namespace tensors in the session's latest cells.
     function_calls: tuple[FunctionCall, ...] = ()
+    #: What the latest cells move where they use it (``x`` in ``model(x.to(dev))``), as written.
+    moved_in_cells: tuple[str, ...] = ()
     #: ``(path, class name)`` of every module and submodule the namespace reaches by name.
     module_types: tuple[tuple[str, str], ...] = ()
     #: The rules that say what looks wrong (:func:`devinspect.find`), given by whoever
