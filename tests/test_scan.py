@@ -653,3 +653,24 @@ def test_type_hints_a_wrapper_copies_are_not_walked():
         hooked.forward.__annotations__[f"x{depth}"] = typing.Optional[typing.List[typing.Dict[str, list[int]]]]
     result = devinspect.scan({"hooked": hooked}, max_depth=3)
     assert not result.truncated and [r.name for r in result.records] == ["hooked.weight", "hooked.bias"]
+
+
+def test_a_variable_asked_for_shows_its_tensors_named_another_way_and_a_wrapped_optimizer_keeps_its_name():
+    from accelerate import Accelerator
+
+    from devinspect.model.scan_result import Selection
+
+    ns = {"wd": {(1, "a"): torch.ones(1), frozenset({3}): torch.ones(2), torch.float32: torch.ones(3)},
+          "other": torch.ones(1)}
+    shown = devinspect.scan(ns).select(Selection(names=("wd",))).records
+    assert [r.name for r in shown] == ['wd[(1, "a")]', "list(wd.values())[1]", "list(wd.values())[2]"]
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.5, total_iters=4)
+    model, opt, sched = accelerator.prepare(model, opt, sched)
+    accelerator.backward(model(torch.randn(4, 8)).sum())
+    opt.step()
+    result = devinspect.scan({"accelerator": accelerator, "model": model, "opt": opt, "sched": sched}, ["opt"])
+    names = [r.name for r in result.records]
+    assert len(names) == 6 and all(n.startswith("opt.optimizer.state[model.") for n in names)

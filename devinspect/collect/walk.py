@@ -241,6 +241,11 @@ class Walker:
             return
         if issubclass(vt, _Optimizer):
             self._visited.add(oid)
+            d = instance_dict(value)
+            if "param_groups" not in d and issubclass(type(d.get("optimizer")), _Optimizer):
+                # A wrapper (accelerate's AcceleratedOptimizer): the optimizer it keeps holds the state.
+                value, name = d["optimizer"], attr_name(name, "optimizer")
+                self._visited.add(id(value))
             self._deferred.append((name, root, value))
             return
         if issubclass(vt, PROXY_TYPES):
@@ -427,7 +432,6 @@ class Walker:
     def _tensor_visit(self, t: Any, name: str, root: str, kind: str, owner: str | None, note: str | None = None) -> None:
         if issubclass(type(t), _Tensor):
             self._tensor(t, name, root, kind, owner, note=note)
-
 
     # -- optimizers, loaders, containers, objects -----------------------------
 

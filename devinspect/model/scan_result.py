@@ -184,7 +184,9 @@ class Selection:
             return False
         if self.device is not None and not device_matches(r.device, self.device):
             return False
-        if self.names and not any(is_under(r.name, n) or is_under(r.param or "", n) for n in self.names):
+        # A name's own records include those named another way from it (list(d.values())[1]).
+        if self.names and not any(is_under(r.name, n) or is_under(r.param or "", n) or r.root == n
+                                  for n in self.names):
             return False
         return True
 
