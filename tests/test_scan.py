@@ -674,3 +674,18 @@ def test_a_variable_asked_for_shows_its_tensors_named_another_way_and_a_wrapped_
     result = devinspect.scan({"accelerator": accelerator, "model": model, "opt": opt, "sched": sched}, ["opt"])
     names = [r.name for r in result.records]
     assert len(names) == 6 and all(n.startswith("opt.optimizer.state[model.") for n in names)
+
+
+def test_cuts_inside_history_and_the_last_traceback_are_listed_only_when_asked_for(monkeypatch):
+    def fails():
+        deep = [[[[torch.ones(1)]]]]  # noqa: F841 - held by the traceback's frame
+        raise ValueError("boom")
+
+    try:
+        fails()
+    except ValueError as exc:
+        monkeypatch.setattr(sys, "last_traceback", exc.__traceback__, raising=False)
+    ns = {"x": torch.ones(1), "Out": {1: [[[[torch.ones(2)]]]]}}
+    assert devinspect.scan(ns, max_depth=2).truncated == ()
+    cut = {t.name.split("[")[0].split(":")[0] for t in devinspect.scan(ns, max_depth=2, include_hidden=True).truncated}
+    assert cut == {"Out", "sys.last_traceback"}

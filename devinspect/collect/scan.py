@@ -181,6 +181,12 @@ def _walk(walker: Walker, items: list[tuple[str, Any]], restricted: bool, user: 
             walker.unnamed()
 
 
+def _in_hidden(name: str) -> bool:
+    """Whether a name is reached through the output history or the last traceback."""
+    name = name.removeprefix("list(")  # list(d.values())[1], list(s)[0]
+    return name.startswith("sys.last_traceback") or bool(HISTORY_RE.match(re.split(r"[.\[]", name, maxsplit=1)[0]))
+
+
 def _result(walker: Walker, user_names: list[str], prefixes: list[str], include_hidden: bool,
             all_objects: bool, max_depth: int, rules: Any = None) -> ScanResult:
     walker.link_aliases()
@@ -203,7 +209,9 @@ def _result(walker: Walker, user_names: list[str], prefixes: list[str], include_
         records=records,
         modules=tuple(walker.modules),
         loaders=tuple(walker.loaders),
-        truncated=tuple(walker.truncated),
+        # What history and the last traceback hold is measured, but a cut inside them (a compiler's
+        # frames) is not the user's to act on: listed only when hidden names are asked for.
+        truncated=tuple(t for t in walker.truncated if include_hidden or not _in_hidden(t.name)),
         history=history,
         roots=tuple(user_names),
         options={"include_hidden": include_hidden, "all_objects": all_objects, "max_depth": max_depth,
