@@ -179,3 +179,12 @@ def test_devices_sums_the_totals_once(ip, sim, monkeypatch, explorer):
         if explorer:
             del ip.kernel
     assert len(calls) == 1
+
+
+def test_a_path_that_picks_nothing_because_nothing_is_there_is_a_usage_error(ip):
+    from IPython.core.error import UsageError
+
+    ip.run_cell("import torch\nmodel = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())")
+    with pytest.raises(UsageError, match="nothing is at 'model.0'"):
+        ip.run_line_magic("devices", "model.0")
+    assert "No tensors found" in str(ip.run_line_magic("devices", "model[1] -o"))  # there, but holds none

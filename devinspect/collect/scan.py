@@ -20,12 +20,12 @@ import torch
 
 from ..model.fixes import Finding
 from ..model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
-from ..model.scan_result import ScanResult, Selection
+from ..model.scan_result import ScanResult, Selection, is_under
 from .light_walks import HolderWalker, ReachWalker
 from .names import HISTORY_RE, PLUMBING, module_tree_paths, namespace_items, root_items
 from .static import type_module, type_name
 from .tensors import tensor_facts
-from .values import object_at
+from .values import MISSING, object_at
 from .walk import ScanOptions, Walker
 
 _Module = torch.nn.Module
@@ -83,6 +83,12 @@ def scan(
     walker = Walker(options)
     _walk_paused(walker, items, roots is not None, user, history, all_objects)
     result = _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth, rules)
+    for path in prefixes:
+        # A path that picks nothing because nothing is there (model.h.0 for model.h[0]) says so.
+        if not any(is_under(r.name, path) or r.root == path for r in result.records) \
+                and object_at(namespace, path) is MISSING:
+            raise LookupError(f"nothing is at {path!r} (names are written as %devices lists them: "
+                              "model.layers[0], d[\"key\"])")
     if rules is not None:
         # What the user's cells pass to their models and functions: the rules read inputs from it.
         from .sources import function_calls, model_calls, moved_in_cells
