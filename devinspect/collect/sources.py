@@ -203,6 +203,7 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
             if callee not in modules or callee in found:
                 continue
             set_before = {name for line, name in bindings if line < node.lineno}
+            calls.setdefault(callee, [])  # the latest cell calling it decides, even with nothing to note
             loops = {g.target.id: ast.unparse(g.iter) for comp in ast.walk(tree)
                      if isinstance(comp, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp))
                      for g in comp.generators if isinstance(g.target, ast.Name)}
@@ -243,14 +244,21 @@ _MOVES = frozenset({"to", "cuda", "xpu", "mps"})
 
 
 def moved_in_cells() -> list[str]:
-    """What the latest cells move as they use it: ``x`` in ``model(x.to(dev))``, ``batch["labels"]``
-    in ``loss_fn(out, batch["labels"].cuda())`` (as written, read from the cells' text)."""
+    """What the latest cell that uses a variable moves as it uses it: ``x`` in
+    ``model(x.to(dev))``, ``batch["labels"]`` in ``loss_fn(out, batch["labels"].cuda())`` (as
+    written, read from the cells' text). An older cell's move does not count once a newer cell
+    uses the variable without it."""
     out: dict[str, None] = {}
-    for cell in session_cells()[-RECENT_CELLS:]:
+    decided: set[str] = set()
+    for cell in reversed(session_cells()[-RECENT_CELLS:]):
         tree = parse(cell.filename)
-        for node in ast.walk(tree) if tree is not None else ():
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MOVES:
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MOVES \
+                    and _root(node.func.value) not in decided:
                 out[ast.unparse(node.func.value)] = None
+        decided |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     return list(out)
 
 
