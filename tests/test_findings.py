@@ -302,3 +302,16 @@ def test_torchs_own_modules_and_lazy_ones_are_not_reported(sim):
     # A list of tensors that are not the module's parameters is still one .to() leaves behind.
     lstm.extra = [torch.zeros(2)]
     assert codes(devinspect.scan({"lstm": lstm})) == ["unregistered-tensor-attribute"]
+
+
+def test_a_models_optimizer_follows_it_whichever_name_its_parameters_go_by(sim):
+    from devinspect.diagnose.findings import optimizers_with_state_under
+
+    net = torch.nn.Linear(8, 2)
+    wrapper = torch.nn.Sequential(net)  # as torch.compile's module keeps the model it compiles
+    opt = torch.optim.Adam(wrapper.parameters())
+    wrapper(torch.ones(2, 8)).sum().backward()
+    opt.step()
+    result = devinspect.scan({"net": net, "wrapper": wrapper, "opt": opt})
+    assert {r.param for r in result.of_kind("optimizer_state")} == {"net.weight", "net.bias"}
+    assert optimizers_with_state_under(result, "wrapper") == ("opt",)

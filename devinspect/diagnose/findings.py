@@ -93,10 +93,12 @@ def model_device(module: ModuleSummary) -> str | None:
 
 
 def optimizers_with_state_under(result: ScanResult, module: str) -> tuple[str, ...]:
-    """Optimizers holding state for parameters of ``module`` (their state must follow a move)."""
+    """Optimizers holding state for parameters of ``module`` (their state must follow a move),
+    whichever name the parameters go by (``net[0].weight`` is ``cmodel._orig_mod[0].weight``)."""
+    mine = {r.alias_of or r.name for r in result.of_kind("parameter") if is_under(r.name, module)}
     names = []
     for r in result.of_kind("optimizer_state"):
-        if r.param and is_under(r.param, module) and not r.hidden:
+        if r.param and (is_under(r.param, module) or r.param in mine) and not r.hidden:
             opt = r.name.split(".state[", 1)[0]
             if opt not in names:
                 names.append(opt)
