@@ -86,3 +86,17 @@ def test_the_out_of_memory_table_has_its_headers(ip, sim):
     tables = [t for t in parser.tables if t["header"]]
     assert tables and all(t["titles"] == ["tensor", "size", "dtype/shape", "held by"] for t in tables), html[:600]
     assert all(width <= tables[0]["header"] for width in tables[0]["rows"])
+
+
+def test_a_long_name_is_cut_in_the_middle_so_rows_stay_apart():
+    import torch
+
+    import devinspect
+    from devinspect.render.text import render_scan
+
+    state = {"exp_avg": torch.zeros(2), "exp_avg_sq": torch.zeros(2)}
+    deep = {"base_model.model.layers[0].self_attn.q_proj.lora_A.default.weight": state}
+    text = render_scan(devinspect.scan({"opt_state_of_a_long_named_adapter": deep}).select())
+    rows = [line.split()[0] for line in text.splitlines() if line.strip() and "…" in line.split()[0]]
+    assert len(rows) == 2 and len(set(rows)) == 2
+    assert rows[0].endswith('["exp_avg"]') and rows[1].endswith('["exp_avg_sq"]')

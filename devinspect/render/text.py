@@ -55,7 +55,12 @@ def render_findings(findings: tuple[Finding, ...] | list[Finding]) -> list[str]:
 
 
 def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """``text`` within ``width``, cut in the middle: a long name's end tells rows apart
+    (``opt.state[…lora_A.default.weight]["exp_avg"]`` and ``…["exp_avg_sq"]``)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) * 2 // 5
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
 def render_scan(result: ScanView) -> str:
