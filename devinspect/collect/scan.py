@@ -20,9 +20,9 @@ import torch
 
 from ..model.fixes import Finding
 from ..model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
-from ..model.scan_result import ScanResult, Selection, is_under
+from ..model.scan_result import ScanResult, Selection
 from .light_walks import HolderWalker, ReachWalker
-from .names import HISTORY_RE, PLUMBING, module_tree_paths, namespace_items, root_items
+from .names import HISTORY_RE, PLUMBING, is_history_name, module_tree_paths, namespace_items, root_items
 from .static import type_module, type_name
 from .tensors import tensor_facts
 from .values import MISSING, object_at
@@ -85,8 +85,7 @@ def scan(
     result = _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth, rules)
     for path in prefixes:
         # A path that picks nothing because nothing is there (model.h.0 for model.h[0]) says so.
-        if not any(is_under(r.name, path) or r.root == path for r in result.records) \
-                and object_at(namespace, path) is MISSING:
+        if not any(map(Selection(names=(path,)).keeps, result.records)) and object_at(namespace, path) is MISSING:
             raise LookupError(f"nothing is at {path!r} (names are written as %devices lists them: "
                               "model.layers[0], d[\"key\"])")
     if rules is not None:
@@ -190,7 +189,7 @@ def _walk(walker: Walker, items: list[tuple[str, Any]], restricted: bool, user: 
 def _in_hidden(name: str) -> bool:
     """Whether a name is reached through the output history or the last traceback."""
     name = name.removeprefix("list(")  # list(d.values())[1], list(s)[0]
-    return name.startswith("sys.last_traceback") or bool(HISTORY_RE.match(re.split(r"[.\[]", name, maxsplit=1)[0]))
+    return name.startswith("sys.last_traceback") or is_history_name(re.split(r"[.\[]", name, maxsplit=1)[0])
 
 
 def _result(walker: Walker, user_names: list[str], prefixes: list[str], include_hidden: bool,

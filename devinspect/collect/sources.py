@@ -239,6 +239,15 @@ def _root(node: ast.AST) -> str:
 RECENT_CELLS = 10
 
 
+def _recent_cells() -> Iterator[tuple[Cell, ast.Module]]:
+    """The session's latest cells with their parsed text, newest first (one that does not parse
+    left out)."""
+    for cell in reversed(session_cells()[-RECENT_CELLS:]):
+        tree = parse(cell.filename)
+        if tree is not None:
+            yield cell, tree
+
+
 #: Methods that move a tensor (or a batch that moves its tensors) to a device.
 _MOVES = frozenset({"to", "cuda", "xpu", "mps"})
 
@@ -250,10 +259,7 @@ def moved_in_cells() -> list[str]:
     uses the variable without it."""
     out: dict[str, None] = {}
     decided: set[str] = set()
-    for cell in reversed(session_cells()[-RECENT_CELLS:]):
-        tree = parse(cell.filename)
-        if tree is None:
-            continue
+    for _, tree in _recent_cells():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MOVES \
                     and _root(node.func.value) not in decided:
@@ -269,10 +275,7 @@ def function_calls(namespace: Any, modules: set[str]) -> list[Any]:
 
     out = []
     seen: set[str] = set()
-    for cell in reversed(session_cells()[-RECENT_CELLS:]):
-        tree = parse(cell.filename)
-        if tree is None:
-            continue
+    for cell, tree in _recent_cells():
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or _root(node.func) in modules:
                 continue

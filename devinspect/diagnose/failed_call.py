@@ -202,8 +202,7 @@ class _Diagnosis:
             made_there = origins.library_factory(stack_reads.frames_from(self.failure.stack), value)
             created = (made_there[0], made_there[1], False, made_there[2]) if made_there else None
             detail = origins.creation_detail(created)
-        inside = next((locations.package_of(f.f_code.co_filename) for f in stack_reads.frames_from(self.failure.stack)
-                       if not locations.is_user_code(f.f_code) and not locations.is_own_file(f.f_code.co_filename)), "")
+        inside = self._library()
         source = "created" if created else "unknown"
         return _Named(Operand(None, source, device, dtype, shape,
                               detail or (f"made inside {inside}" if inside else "a temporary")), value, created=created)

@@ -134,10 +134,15 @@ def move_fix(result: ScanResult, module: ModuleSummary, device: str, why: str = 
                              part_of=module.name if part else None)
 
 
+def _passed(result: ScanResult, call: Any, kinds: tuple[str, ...] = ("tensor",)) -> list[TensorRecord]:
+    """The namespace tensors a cell's call passes: its argument, or the items of it, each memory once."""
+    return [r for r in result.of_kind(*kinds) if r.owner is None and not r.hidden and r.alias_of is None
+            and (r.name == call.argument or r.name.startswith(call.argument + "["))]
+
+
 def _meta_call(result: ScanResult, module: ModuleSummary, call: Any, reported: set[str]) -> Iterator[Finding]:
     """A model wholly on ``meta`` (no data) that a cell calls with tensors on a device."""
-    args = [r for r in result.of_kind("tensor") if not r.hidden and r.alias_of is None
-            and (r.name == call.argument or r.name.startswith(call.argument + "[")) and r.device != "meta"]
+    args = [r for r in _passed(result, call) if r.device != "meta"]
     if not args:
         return
     target = fixes.target_device([r.device for r in args])
@@ -238,9 +243,7 @@ def _with_its_inputs(result: ScanResult, module: ModuleSummary, target: str, fix
     for call in result.calls:
         if call.module != module.name or call.container is not None:
             continue
-        moves += [_move_record(result, r, target) for r in result.of_kind("tensor")
-                  if r.owner is None and not r.hidden and r.alias_of is None and r.device not in (target, "meta")
-                  and (r.name == call.argument or r.name.startswith(call.argument + "["))]
+        moves += [_move_record(result, r, target) for r in _passed(result, call) if r.device not in (target, "meta")]
     return fixes.combine([fix, *moves]) if moves else fix
 
 
@@ -433,8 +436,7 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
         if module is None or len(real) != 1 or module.unmaterialised or module.moves_inputs:
             continue  # a module whose hooks move its inputs takes them from anywhere
         here = real[0]
-        args = [r for r in result.of_kind("tensor", "parameter") if r.owner is None and not r.hidden
-                and r.alias_of is None and (r.name == call.argument or r.name.startswith(call.argument + "["))]
+        args = _passed(result, call, ("tensor", "parameter"))
         wrong = [r for r in args if r.device not in (here, "meta") and r.name not in reported]
         if not wrong:
             continue
