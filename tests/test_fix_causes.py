@@ -180,3 +180,29 @@ def test_inputs_the_cells_move_where_they_use_them_get_no_finding(ip, sim):
     ip.run_cell("feats = torch.randn(2, 8, device=dev)")
     ip.run_cell("out = model(feats)\nfeats = feats.cpu()")
     assert [f.severity for f in findings()] == ["warning"]
+
+
+def test_a_split_models_fix_moves_the_inputs_its_cells_pass_and_the_cell_then_runs(ip, sim):
+    ip.run_cell("import torch\nfrom torch import nn\nfrom devinspect import testing\ndev = testing.enable()\n"
+                "split = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))\n"
+                "split_opt = torch.optim.Adam(split.parameters())\nids = torch.randn(4, 8)")
+    ip.run_cell("split(ids).sum().backward()\nsplit_opt.step()")
+    ip.run_cell("split[0].to(dev)")
+    (f,) = [f for f in devinspect.scan(ip.user_ns).findings if f.code == "mixed-device-module"]
+    assert 'ids = ids.to("sim:0")' in f.fix.code and "split_opt.state" in f.fix.code
+    assert run(ip, f.fix.code)[0].success
+    assert run(ip, "split(ids).sum().backward()\nsplit_opt.step()")[0].success
+    assert [f.code for f in devinspect.scan(ip.user_ns).findings if f.subject.startswith(("split", "ids"))] == []
+
+
+def test_moving_a_model_known_by_another_name_takes_its_optimizers_state(ip, sim):
+    ip.run_cell("import torch\nfrom torch import nn\nfrom devinspect import testing\ndev = testing.enable()\n"
+                "inner = nn.Linear(8, 2)\nwrapped = nn.Sequential(inner)\n"
+                "wrapped_opt = torch.optim.AdamW(wrapped.parameters())\nfeats = torch.randn(4, 8)\n"
+                "wrapped(feats).sum().backward()\nwrapped_opt.step()\nfeats = feats.to(dev)")
+    ip.run_cell("out = wrapped(feats)")
+    (f,) = [f for f in devinspect.scan(ip.user_ns).findings if f.subject == "feats" or f.subject == "wrapped"]
+    assert "wrapped_opt.state" in f.fix.code
+    assert run(ip, f.fix.code)[0].success
+    assert run(ip, "wrapped(feats).sum().backward()\nwrapped_opt.step()")[0].success
+    assert all(s["exp_avg"].device == sim for s in ip.user_ns["wrapped_opt"].state.values())

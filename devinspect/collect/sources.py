@@ -180,6 +180,11 @@ def current_cell(filename: str) -> Cell | None:
     return Cell(number, filename, "".join(linecache.getlines(filename)))
 
 
+#: ``nn.Module``'s own methods (``to``, ``eval``, ``parameters`` …): calling one passes the model
+#: no inputs (``forward`` and ``generate`` do).
+_MODULE_METHODS = frozenset(k for k in vars(torch.nn.Module) if not k.startswith("_")) - {"forward"}
+
+
 def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
     """The namespace variables the session's latest cell calling each of ``modules`` passes to it
     (module roots as the namespace names them), read from the cells' text."""
@@ -200,8 +205,9 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
             if not isinstance(node, ast.Call):
                 continue
             callee = _root(node.func)
-            if callee not in modules or callee in found:
-                continue
+            if callee not in modules or callee in found or (isinstance(node.func, ast.Attribute)
+                                                             and node.func.attr in _MODULE_METHODS):
+                continue  # not a call of the model: model.eval(), model[0].to(dev)
             set_before = {name for line, name in bindings if line < node.lineno}
             calls.setdefault(callee, [])  # the latest cell calling it decides, even with nothing to note
             loops = {g.target.id: ast.unparse(g.iter) for comp in ast.walk(tree)
