@@ -13,6 +13,7 @@ import torch
 
 import devinspect
 from devinspect.collect.walk import Walker
+from devinspect.model.name_column import IndexNames, NameColumn
 from devinspect.model.record_table import RecordTable, record_column
 from devinspect.model.records import TensorRecord
 
@@ -238,3 +239,50 @@ def test_the_explorer_frame_of_a_table_is_that_of_its_records(seed):
     expected = table_frame(tuple(records))
     got = table_frame(RecordTable(records))  # a table whose records are not split yet
     assert got.equals(expected)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_column_of_names_reads_as_the_list_of_its_names(seed):
+    """Runs of list items kept as their pattern read back, whole, cut, sliced and picked,
+    as the list of the names they stand for."""
+    rng = random.Random(seed)
+    column, names = NameColumn(), []
+    for _ in range(rng.randint(0, 8)):
+        if rng.random() < 0.5:
+            last = column._parts[-1] if column._parts else None  # noqa: SLF001 - a run that goes on
+            if isinstance(last, IndexNames) and rng.random() < 0.5:
+                prefix, start = last.prefix, last.stop
+            else:
+                prefix, start = rng.choice(["x[", "batches[3]["]), rng.randint(0, 5)
+            stop = start + rng.randint(0, 9)
+            column += IndexNames(prefix, start, stop)
+            names += [f"{prefix}{i}]" for i in range(start, stop)]
+        else:
+            more = [f"n{rng.randint(0, 99)}" for _ in range(rng.randint(0, 4))]
+            column += more
+            names += more
+        if names and rng.random() < 0.3:
+            cut = rng.randint(0, len(names))
+            del column[cut:]
+            del names[cut:]
+    assert len(column) == len(names) and list(column) == names
+    assert [column[i] for i in range(-len(names), len(names))] == names + names if names else True
+    for start in range(-2, len(names) + 2):
+        for stop in range(-2, len(names) + 2):
+            assert column[start:stop] == names[start:stop]
+    assert column[::2] == names[::2]
+    picked = sorted(rng.sample(range(len(names)), min(len(names), 5)))
+    assert column.pick(picked) == [names[i] for i in picked]
+    assert column.pick(range(1, len(names))) == names[1:]
+    with pytest.raises(IndexError):
+        column[len(names)]
+
+
+def test_a_long_list_of_tensors_keeps_no_string_per_name_and_names_each_item():
+    batches = [torch.zeros(2) for _ in range(10_000)]
+    result = devinspect.scan({"batches": batches, "x": torch.ones(1)})
+    names = result.records._names  # noqa: SLF001 - how the names are kept
+    assert sum(isinstance(part, IndexNames) for part in names._parts) == 1  # noqa: SLF001
+    # A tensor named directly comes first; the list's items follow, each with its own name.
+    assert result.records[4098].name == "batches[4097]"
+    assert record_column(result.records, "name") == ["x"] + [f"batches[{i}]" for i in range(10_000)]

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..model.name_column import IndexNames
 from ..model.record_table import RecordTable, spans_touched
 from ..model.records import (
     LoaderSummary,
@@ -581,7 +582,7 @@ class Walker:
             kind = "attribute" if owner is not None else "tensor"
             values = list(islice(iterator, limit))
             if self._plain_tensors(values, lambda run: [f"{name}.{fields[i]}" for i in run] if fields is not None
-                                   else [f"{prefix}{i}]" for i in run], root, kind, owner):
+                                   else IndexNames(prefix, run.start, run.stop), root, kind, owner):
                 values = []
             atoms, tensor_type, record = ATOM_IDS, _Tensor, self._tensor
             # Mixed items: tensors are recorded inline, each in its own try so one bad
@@ -606,9 +607,8 @@ class Walker:
         strided, not nested, not meta): the hot path of a large namespace (a list of batches,
         a dict of features, a state dict). Each fact is read for a run of items through
         TensorBase's C getters; the records are the ones :meth:`_tensor` makes, in the same
-        order. A tensor that requires grad goes through :meth:`_tensor` (its gradient is
-        walked too). ``names_of(positions)`` names the items at a range of positions. False,
-        recording nothing, for any other container."""
+        order. A tensor that requires grad goes through :meth:`_tensor` (its gradient is walked
+        too). ``names_of(positions)`` names a range of items. False, recording nothing, otherwise."""
         if len(values) < 2 or self.wanted is not None or not self.records_runs:
             return False
         if any(map(operator.is_not, map(type, values), repeat(_Tensor))):

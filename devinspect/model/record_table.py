@@ -2,7 +2,8 @@
 
 A large session holds 100,000 tensors or more, and a record object per tensor costs
 about 200 bytes before its name is counted. The table keeps each field as a column
-instead: names in a list, sizes and storage identities in 8-byte arrays, devices and
+instead: names in a :class:`~devinspect.model.name_column.NameColumn` (a run of list items
+kept as its pattern), sizes and storage identities in 8-byte arrays, devices and
 dtypes as 2-byte codes, shapes as references to one tuple per distinct shape, and the
 fields most records share (root, kind, class, layout, owner, note, flags) as one 4-byte
 code for their combination. A :class:`~devinspect.model.records.TensorRecord` is made
@@ -19,6 +20,7 @@ from itertools import compress, repeat
 from operator import itemgetter
 from typing import Any, Iterable, Iterator, Sequence, overload
 
+from .name_column import NameColumn
 from .records import TensorRecord
 
 #: The fields kept as one code for their combination, in this order.
@@ -70,7 +72,7 @@ class RecordTable(Sequence[TensorRecord]):
                  "_dtype_codes", "_nbytes", "_storage_bytes", "_storage_id", "_aliases", "_odd")
 
     def __init__(self, records: Iterable[TensorRecord] = ()):
-        self._names: list[str] = []
+        self._names = NameColumn()
         self._shapes: list[Any] = []
         self._shared = array("I")
         self._shared_codes = _Codes()
@@ -292,7 +294,7 @@ class RecordTable(Sequence[TensorRecord]):
         """A new table of the records at ``indexes`` (ascending), aliases kept as they are."""
         self._flush()
         out = RecordTable()
-        out._names = list(map(self._names.__getitem__, indexes))
+        out._names = NameColumn(self._names.pick(indexes))
         out._shapes = list(map(self._shapes.__getitem__, indexes))
         out._shared_codes = _Codes(self._shared_codes.values)
         out._device_codes = _Codes(self._device_codes.values)
