@@ -14,6 +14,8 @@ mismatches must get no device explanation.
 
 from __future__ import annotations
 
+import ast
+
 import gc
 import sys
 from dataclasses import dataclass, field
@@ -284,7 +286,7 @@ class ScenarioRun:
             kept = self.keep() if lost_check else None
             self.must_work(fix.code, "fix code as printed")
             if kept is not None:
-                self.check_kept(kept)
+                self.check_kept(kept, fix.code)
             self.rerun("after the printed code")
         if fix.edits:
             self.apply_edits(fix.edits)
@@ -299,11 +301,12 @@ class ScenarioRun:
         kept = self.keep()
         button = FixButton(fix, self.ip.user_ns, shell=self.ip)
         button.button.click()
-        if button.status.value.startswith("✖") and button.follow_up.layout.display != "none":
-            button.follow_up.click()
+        released = button.status.value.startswith("✖") and button.follow_up.layout.display != "none"
+        if released:
+            button.follow_up.click()  # graphs released: their tensors are detached, under the same names
         if not button.status.value.startswith("✔"):
             raise Failed("button", button.status.value)
-        self.check_kept(kept)
+        self.check_kept(kept, fix.code or "", rebinds=released)
         self.rerun("after Apply fix")
 
     def rerun(self, stage: str) -> None:
@@ -375,10 +378,28 @@ class ScenarioRun:
         optimizers = {n: [id(p) for g in v.param_groups for p in g["params"]] for n, v in self.ip.user_ns.items()
                       if isinstance(v, torch.optim.Optimizer)}
         kept["__optimizers__"] = optimizers
+        shell = set(self.shell_names())
+        kept["__bindings__"] = {n: v for n, v in self.ip.user_ns.items()
+                                if not n.startswith("_") and n not in shell}
         return kept
 
-    def check_kept(self, kept: dict[str, Any]) -> None:
+    def check_kept(self, kept: dict[str, Any], code: str = "", rebinds: bool = False) -> None:
         optimizers = kept.pop("__optimizers__")
+        bindings = kept.pop("__bindings__")
+        # The fix binds only the names it assigns on purpose (x = x.to(dev)): a loop variable or a
+        # helper name left behind would take the place of a variable of the user's.
+        assigned = {t.id for node in ast.parse(code).body if isinstance(node, (ast.Assign, ast.AugAssign))
+                    for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                    for t in ast.walk(t) if isinstance(t, ast.Name)}
+        shell = set(self.shell_names())
+        for name, value in self.ip.user_ns.items():
+            if name.startswith("_") or name in assigned or name in ("torch", "devinspect"):
+                continue
+            if name not in bindings and name not in shell:
+                raise Failed("lost", f"the fix left a new variable {name} behind")
+            if name in bindings and bindings[name] is not value and not rebinds:
+                self.outcome.lost = True
+                raise Failed("lost", f"the fix rebound {name}, a variable of the user's")
         for name, value in kept.items():
             try:
                 now = eval(name, self.ip.user_ns)  # noqa: S307

@@ -134,6 +134,43 @@ def test_a_parameter_saved_by_a_live_graph_is_refused_with_what_holds_it(sim):
     assert actions.move(ns, "model", "cpu").ok
 
 
+def test_a_move_reads_the_other_variables_by_their_real_types_and_runs_none_of_their_code(sim):
+    ran = []
+
+    class Watched:
+        def __getattribute__(self, name):
+            ran.append(name)
+            return object.__getattribute__(self, name)
+
+    class Lying:
+        @property
+        def __class__(self):
+            raise RuntimeError("a lying __class__ ran")
+
+    class Graphless(torch.Tensor):
+        @property
+        def grad_fn(self):
+            ran.append("grad_fn")
+            return None
+
+    class Items(list):
+        def __iter__(self):
+            ran.append("__iter__")
+            return list.__iter__(self)
+
+    model = nn.Linear(2, 2)
+    loss = (model.weight ** 2).sum()
+    ns = {"model": model, "loss": loss, "watched": Watched(), "lying": Lying(), "items": Items([torch.ones(1)]),
+          "t": torch.ones(2).as_subclass(Graphless)}
+    # A move to the simulated device swaps tensors, so it asks which graphs hold the parameters.
+    result = actions.move(ns, "model", sim)
+    assert not result.ok and "the graph of loss" in result.message
+    ns["loss"] = loss.detach()
+    del loss  # the test's own name held the graph too
+    assert actions.move(ns, "model", sim).ok and model.weight.device == torch.device(sim.type, 0)
+    assert ran == []
+
+
 def test_a_leaf_that_requires_grad_stays_a_leaf_and_the_optimizer_keeps_it(sim):
     w = torch.randn(3, requires_grad=True)
     opt = torch.optim.SGD([w], lr=0.1)

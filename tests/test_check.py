@@ -444,3 +444,70 @@ def test_work_inside_library_code_is_blamed_on_the_users_line(sim):
     assert line.where.line == line_of(generate, "model.generate") and "transformers" in line.inside
     for f in c.report.findings:
         assert f"test_check.py:{line.where.line}" in f.subject and "transformers" in f.message
+
+
+def test_every_way_of_copying_or_syncing_is_counted_once_on_its_line(sim):
+    """Copies and syncs that go by other names than .to() and .item(): each is counted with
+    the bytes that cross, and a copy the host does not wait for is not a sync."""
+    x = torch.randn(4, 4)  # 64 B on the host
+    y = torch.ones(4, 4, device=sim)
+    other = torch.ones(4, device=torch.device(sim.type, 1))
+    mask = torch.ones(4, dtype=torch.bool, device=sim)
+    pinned = torch.empty(4, 4).pin_memory()
+    backend = sim.type
+
+    def work():
+        getattr(x, backend)()
+        other.to(backend)  # the current device (index 0): a copy from index 1
+        y[:, mask]
+        torch.equal(y, y)
+        torch.where(mask)
+        y[:] = x
+        y.new_tensor([1.0, 2.0])
+        x.type_as(y)
+        y.to("cpu", non_blocking=True)
+        pinned.copy_(y, non_blocking=True)
+        y.numpy(force=True)
+        x.to(sim, torch.float16)
+
+    with devinspect.check({}) as c:
+        work()
+    del other  # and the second device's cache with it, as the tests after this one expect
+    getattr(torch, sim.type).empty_cache()
+    by_line = {s.where.line: s for s in c.report.lines}
+
+    def counts(needle):
+        s = by_line[line_of(work, needle)]
+        return (s.h2d_count, s.h2d_bytes, s.d2h_count, s.d2h_bytes, s.d2d_count, s.d2d_bytes, dict(s.syncs))
+
+    assert counts("getattr(x, backend)") == (1, 64, 0, 0, 0, 0, {})
+    assert counts("other.to(") == (0, 0, 0, 0, 1, 16, {})
+    assert counts("y[:, mask]") == (0, 0, 0, 0, 0, 0, {"bool-mask indexing": 1})
+    assert counts("torch.equal") == (0, 0, 0, 0, 0, 0, {"torch.equal": 1})
+    assert counts("torch.where(mask)") == (0, 0, 0, 0, 0, 0, {"nonzero": 1})
+    assert counts("y[:] = x") == (1, 64, 0, 0, 0, 0, {})
+    assert counts("new_tensor") == (1, 8, 0, 0, 0, 0, {".new_tensor()": 1})
+    assert counts("type_as") == (1, 64, 0, 0, 0, 0, {})
+    assert counts('y.to("cpu", non_blocking') == (0, 0, 1, 64, 0, 0, {})
+    assert counts("pinned.copy_") == (0, 0, 1, 64, 0, 0, {})
+    assert counts("numpy(force") == (0, 0, 1, 64, 0, 0, {".numpy()": 1})
+    assert counts("float16") == (1, 32, 0, 0, 0, 0, {})  # converted on the host: half the bytes cross
+
+
+def test_setting_the_default_device_in_a_checked_cell_works_as_in_a_plain_one(sim):
+    """torch keeps its default device at the bottom of the mode stack and looks for it there
+    when it is set again: the check's mode goes above it, and sees what it makes."""
+    try:
+        torch.set_default_device(sim)
+        with devinspect.check({}) as c:
+            torch.set_default_device("cpu")
+            on_host = torch.ones(2)
+            torch.set_default_device(sim)
+            made = torch.tensor([1.0, 2.0, 3.0])
+        assert on_host.device.type == "cpu" and made.device == torch.device(sim.type, 0)
+        assert torch.get_default_device() == torch.device(sim.type, 0) and torch.ones(1).device == made.device
+        (line,) = [s for s in c.report.lines if s.h2d_count]
+        assert (line.h2d_count, line.h2d_bytes) == (1, 12)
+    finally:
+        torch.set_default_device(None)
+    assert torch._C._len_torch_function_stack() == 0 and torch.ones(1).device.type == "cpu"

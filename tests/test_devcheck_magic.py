@@ -206,7 +206,10 @@ def test_operands_no_name_reaches_are_traced_to_the_names_they_were_made_from(ip
     result, text, _, captured = run(ip, "%%devcheck -v rep\nz = (a @ w).sum(0) + b * 2")
     assert type(result.error_in_exec).__name__ == "RuntimeError"
     mismatch = ip.user_ns["rep"].mismatch
-    assert "b" in [o.name for o in mismatch.operands] and mismatch.fix.code == 'b = b.to("sim:0")'
+    # Each operand is shown as the expression that made it, with the name it was computed from.
+    shown = {o.name: o.detail for o in mismatch.operands}
+    assert "computed from b" in shown["b * 2"] and "computed from" in shown["a @ w"]
+    assert mismatch.fix.code == 'b = b.to("sim:0")'
     assert "made inside" not in text
 
 

@@ -200,8 +200,11 @@ def test_a_stale_optimizer_is_an_error_with_a_rebuild(sim):
     model = torch.nn.Linear(4, 2).to(sim)  # the model's cell ran again
     f = only(devinspect.scan({"model": model, "opt": opt}), "stale-optimizer")
     assert f.severity == "error" and "2 of the 2 parameters opt (AdamW) updates" in f.message
-    assert f.fix.code == "opt = torch.optim.AdamW(model.parameters(), lr=0.01, betas=(0.8, 0.9))"
-    ns = {"model": model, "opt": opt, "torch": torch}
+    assert f.fix.code == "import torch\nopt = torch.optim.AdamW(model.parameters(), lr=0.01, betas=(0.8, 0.9))"
+    # Where torch is imported already, the fix does not import it again.
+    bound = only(devinspect.scan({"model": model, "opt": opt, "torch": torch}), "stale-optimizer")
+    assert bound.fix.code == "opt = torch.optim.AdamW(model.parameters(), lr=0.01, betas=(0.8, 0.9))"
+    ns = {"model": model, "opt": opt}
     exec(f.fix.code, ns)
     assert ns["opt"].param_groups[0]["params"][0] is model.weight
     assert devinspect.scan({"model": model, "opt": ns["opt"]}).findings == ()

@@ -48,6 +48,30 @@ def test_a_loop_over_a_host_loader_moves_its_batches_at_the_loop(ip, sim):
     assert fix.code is None  # xb = xb.to(dev) would not last: the next batch comes from the loader again
 
 
+@pytest.mark.parametrize("collate", ["dict", "list", "encoding"])
+def test_a_loop_over_whole_batches_moves_each_batch_at_the_loop(ip, sim, collate):
+    """A loader whose batches are dicts or lists (default collate of dict or tuple samples, a
+    tokenizer's BatchEncoding): the loop's first line moves the batch whole, and the loop runs."""
+    sample = {"dict": '{"x": torch.randn(8), "y": torch.tensor(1)}', "list": "(torch.randn(8), torch.tensor(1))",
+              "encoding": '{"x": torch.randn(8)}'}[collate]
+    collate_fn = ", collate_fn=lambda b: BatchEncoding(default_collate(b))" if collate == "encoding" else ""
+    run(ip, "import torch\nfrom torch.utils.data import DataLoader, default_collate\n"
+            "from transformers import BatchEncoding\nfrom devinspect import testing\n"
+            "dev = testing.enable()\nmodel = torch.nn.Linear(8, 2).to(dev)\n"
+            f"loader = DataLoader([{sample} for _ in range(4)], batch_size=2{collate_fn})")
+    use = "batch[0]" if collate == "list" else 'batch["x"]'
+    cell = f"for batch in loader:\n    out = model({use})\n"
+    result, _, _, _ = run(ip, cell)
+    assert result.error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    (edit,) = fix.edits
+    moved = {"dict": "batch = {k: v.to(dev) for k, v in batch.items()}", "list": "batch = [t.to(dev) for t in batch]",
+             "encoding": "batch.data = {k: v.to(dev) for k, v in batch.data.items()}"}[collate]
+    assert edit.old == "for batch in loader:" and edit.new == f"for batch in loader:\n    {moved}"
+    result, _, _, _ = run(ip, cell.replace("for batch in loader:", edit.new))
+    assert result.error_in_exec is None and ip.user_ns["out"].device == torch.device(sim.type, 0)
+
+
 def test_a_list_attribute_moves_whole_keeping_its_type_and_a_failure_changes_nothing(sim):
     from devinspect import actions
 
@@ -206,3 +230,21 @@ def test_moving_a_model_known_by_another_name_takes_its_optimizers_state(ip, sim
     assert run(ip, f.fix.code)[0].success
     assert run(ip, "wrapped(feats).sum().backward()\nwrapped_opt.step()")[0].success
     assert all(s["exp_avg"].device == sim for s in ip.user_ns["wrapped_opt"].state.values())
+
+
+def test_a_result_never_computed_is_shown_as_its_expression_not_as_one_of_its_inputs(ip, sim):
+    """After the fact, ``self.lin(x) * mask`` has two operands: the result of ``self.lin(x)``, which
+    no frame holds, and ``mask``. The weight that tells the result's device is not an operand."""
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "class M(torch.nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n        self.lin = torch.nn.Linear(8, 8)\n"
+            "    def forward(self, x):\n        mask = torch.ones(x.shape[0], 8)\n        return self.lin(x) * mask\n"
+            "model = M().to(dev)\nx = torch.randn(5, 8, device=dev)")
+    result, _, _, _ = run(ip, "y = model(x)")
+    assert result.error_in_exec is not None
+    mismatch = devinspect.explain(namespace=ip.user_ns).mismatch
+    shown = {o.name: (o.source, o.device) for o in mismatch.operands}
+    assert shown == {"self.lin(x)": ("result", "sim:0"), "mask": ("local", "cpu")}
+    assert "computed from model.lin.weight" in mismatch.operands[0].detail
+    (edit,) = mismatch.fix.edits
+    assert edit.new.strip() == "mask = torch.ones(x.shape[0], 8, device=x.device)"

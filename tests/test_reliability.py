@@ -8,6 +8,7 @@ it at once. ``benchmarks/fuzz.py`` runs the long profile and prints the counts.
 from __future__ import annotations
 
 import gc
+import re
 import weakref
 from pathlib import Path
 
@@ -135,6 +136,19 @@ def test_v_refuses_the_shells_own_names(ip, magic, name):
     assert result.error_in_exec is None
 
 
+@pytest.mark.parametrize("magic", ["%gpumem -v", "%devices -v", "%devcheck --last -v", "%%devcheck -v"])
+def test_v_keeps_a_variable_of_the_user_and_replaces_an_earlier_result(ip, magic):
+    ip.run_cell("import torch\nmodel = torch.nn.Linear(2, 2)\nx = torch.ones(1) + torch.ones(2, 2)")
+    model = ip.user_ns["model"]
+    cell = f"{magic} model" + ("\nx = 1" if magic.startswith("%%") else "")
+    result, text = _run(ip, cell)
+    assert "model already holds a Linear" in text and ip.user_ns["model"] is model
+    _run(ip, "%devices -v report")
+    first = ip.user_ns["report"]
+    _run(ip, "%devices -v report")
+    assert ip.user_ns["report"] is not first and type(ip.user_ns["report"]) is type(first)
+
+
 def test_release_history_keeps_an_underscore_the_user_assigned(ip, sim):
     ip.run_cell("import torch\nt = torch.randn(5, 3, device='sim:0')", store_history=True)
     ip.run_cell("t * 2", store_history=True)
@@ -227,3 +241,10 @@ def test_the_simulated_devices_errors_end_at_the_users_line(ip, cell):
     assert frames and frames[-1].startswith("Cell In["), text
     for internal in ("devinspect", "_pytree", "overrides.py", "_ops.py"):
         assert internal not in "\n".join(frames), text
+
+
+def test_why_names_the_holders_of_a_jagged_nested_tensor(ip):
+    ip.run_cell("import torch\nnested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged)")
+    result, text = _run(ip, "%devices --why nested")
+    assert result.error_in_exec is None and "Traceback" not in text
+    assert re.search(r"float32\[2, j\d+\]", text) and "nested  namespace" in text

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, MutableMapping
 
 import torch
 
+from ..collect import tensorbase as tb
 from ..collect.locations import frame_locals
 from ..collect.script_modules import script_object
 from ..collect.static import instance_dict, type_is_one_of
@@ -359,8 +360,21 @@ def _recomputed(module: torch.nn.Module) -> list[str]:
 
 
 def _optimizers(namespace: MutableMapping[str, Any]) -> list[tuple[str, torch.optim.Optimizer]]:
+    # By their real types: another variable's __class__ or __getattribute__ is never run.
     return [(k, v) for k, v in list(namespace.items())
-            if isinstance(k, str) and not k.startswith("_") and isinstance(v, torch.optim.Optimizer)]
+            if type(k) is str and not k.startswith("_") and issubclass(type(v), torch.optim.Optimizer)]
+
+
+def _graph_root(value: Any) -> Any:
+    """The autograd node that made ``value`` when it is a tensor (read through TensorBase's own
+    getter, so a subclass's property or __torch_function__ is not run), else None."""
+    if not tb.is_tensor(value):
+        return None
+    try:
+        with torch._C.DisableTorchFunction():
+            return tb.grad_fn(value)
+    except Exception:  # noqa: BLE001 - a tensor that cannot say holds no graph we can walk
+        return None
 
 
 def graph_holders(namespace: MutableMapping[str, Any], param_ids: set[int],
@@ -388,8 +402,7 @@ def graph_holders(namespace: MutableMapping[str, Any], param_ids: set[int],
         return False
 
     names = [k for k, v in list(namespace.items())
-             if isinstance(k, str) and not k.startswith("_") and isinstance(v, torch.Tensor) and v.grad_fn is not None
-             and reaches([v.grad_fn])]
+             if type(k) is str and not k.startswith("_") and (root := _graph_root(v)) is not None and reaches([root])]
     # A failed cell's frames hold its tensors (and the graphs made before the error) until the
     # traceback goes; clearing a finished traceback's frames loses nothing but %debug.
     tb = getattr(sys, "last_traceback", None)
@@ -411,7 +424,9 @@ def _frame_holds_tensors(frame: Any) -> bool:
     except Exception:  # noqa: BLE001
         return False
     for v in values:
-        if isinstance(v, torch.Tensor) or (isinstance(v, (tuple, list)) and any(isinstance(i, torch.Tensor) for i in v)):
+        vt = type(v)
+        items = list.__iter__(v) if issubclass(vt, list) else tuple.__iter__(v) if issubclass(vt, tuple) else ()
+        if tb.is_tensor(v) or any(map(tb.is_tensor, items)):
             return True
     return False
 

@@ -114,6 +114,20 @@ class Traced:
     function: str
 
 
+@dataclass(frozen=True, eq=False)
+class Result:
+    """The result of an expression on the failing line that was never computed (``self.fc(x)``,
+    ``a * b``): on the one device all its inputs are on, as ``stand_in``, one of those inputs, is.
+    It is shown as the expression, never as the input, which is not an operand of the call."""
+
+    text: str
+    stand_in: Any
+
+    @property
+    def device(self) -> str:
+        return device_of(self.stand_in)
+
+
 @dataclass(frozen=True)
 class FailingCall:
     """The expression that raised, in which frame, and its operands: tensors and temporaries."""
@@ -307,7 +321,7 @@ def _operands(nodes: list[ast.AST], frame: types.FrameType, lineno: int, depth: 
         if len(out) >= _MAX_TENSORS or level > 2:
             return
         vt = type(value)
-        if issubclass(vt, _T) or vt is Temporary:
+        if issubclass(vt, _T) or vt is Temporary or vt is Result:
             if id(value) not in seen:
                 seen.add(id(value))
                 out.append(value)
@@ -362,14 +376,15 @@ def _own_tensors(d: dict) -> list:
 
 
 def device_of(operand: Any) -> str:
-    """The device of a tensor, a :class:`Temporary` or a :class:`Traced` operand, as devinspect names it."""
-    return operand.device if type_is_one_of(operand, (Temporary, Traced)) else str(tb.device(operand))
+    """The device of a tensor, a :class:`Temporary`, :class:`Traced` or :class:`Result` operand."""
+    return operand.device if type_is_one_of(operand, (Temporary, Traced, Result)) else str(tb.device(operand))
 
 
 def devices_of(operands: list) -> list[str]:
     # A CPU scalar joins any device's op (as in CUDA's own checks): it is not a second device.
     found = set()
     for o in operands:
+        o = o.stand_in if type(o) is Result else o
         if type_is_one_of(o, (Temporary, Traced)):
             found.add(o.device)
         elif not (tb.device(o).type == "cpu" and tb.dim(o) == 0):
@@ -428,9 +443,9 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
         base = _value(node.value, frame, depth, lineno)
         if base is _MISSING:
             return _MISSING
-        if (_is_tensor(base) or type(base) is Temporary) and node.attr in _SAME_DEVICE_METHODS:
+        if (_is_tensor(base) or type_is_one_of(base, (Temporary, Result))) and node.attr in _SAME_DEVICE_METHODS:
             return base  # same device: it stands in for the attribute
-        if type(base) is Temporary:
+        if type_is_one_of(base, (Temporary, Result)):
             return _MISSING
         value = attribute_of(base, node.attr)
         return _MISSING if value is MISSING else value
@@ -449,7 +464,7 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
             return made
         if isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_DEVICE_METHODS:
             base = _value(node.func.value, frame, depth, lineno)
-            if _is_tensor(base) or type(base) is Temporary:
+            if _is_tensor(base) or type_is_one_of(base, (Temporary, Result)):
                 return base  # same device: it stands in for the result
     if isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp)) and depth < _MAX_DEPTH:
         # A result we may not compute (self.fc(x), a * b): when every input sits on one
@@ -457,7 +472,8 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
         inputs = _operands(_operand_nodes(node, frame), frame, lineno, depth + 1)
         devices = devices_of(inputs)
         if len(devices) == 1:
-            return next(t for t in inputs if device_of(t) == devices[0])
+            stand_in = next(t for t in inputs if device_of(t) == devices[0])
+            return Result(ast.unparse(node), stand_in.stand_in if type(stand_in) is Result else stand_in)
     return _MISSING
 
 
@@ -477,7 +493,7 @@ def _factory_call(node: ast.Call, frame: types.FrameType, depth: int, lineno: in
             return _MISSING  # a device= we cannot read: no guess
     elif func.attr in LIKE_FACTORIES:
         template = _value(node.args[0], frame, depth, lineno) if node.args else _MISSING
-        if not (_is_tensor(template) or type(template) is Temporary):
+        if not (_is_tensor(template) or type_is_one_of(template, (Temporary, Result))):
             return _MISSING
         device = device_of(template)
     else:
@@ -496,7 +512,7 @@ def _device_name(value: Any) -> str | None:
             return str(torch.device(value))
         except (RuntimeError, ValueError, TypeError):
             return None
-    if vt is Temporary:
+    if vt is Temporary or vt is Result:
         return value.device
     return None
 

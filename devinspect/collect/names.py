@@ -47,6 +47,14 @@ def namespace_items(namespace: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+def torch_bound(namespace: Mapping[str, Any]) -> bool:
+    """Whether ``torch`` in the namespace is PyTorch itself (code printed for the user may then
+    use the name; after ``import torch as th`` it has to import it)."""
+    if issubclass(type(namespace), dict):
+        return dict.get(namespace, "torch") is torch
+    return any(name == "torch" and value is torch for name, value in namespace_items(namespace))
+
+
 def root_items(items: list[tuple[str, Any]], excluded: set[str] | frozenset[str],
                 include_hidden: bool) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
     """(user names, IPython history names) of a namespace, without the excluded ones."""

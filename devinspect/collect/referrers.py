@@ -98,7 +98,8 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
         if typed is not None and name not in {r.path for r in references}:
             references.append(typed)
         references = sorted(references, key=lambda r: (order.get(r.root, 3), r.via != "", len(r.path)))
-        shape = tuple(int(n) for n in shape) if shape is not None else ()
+        # A jagged dimension (nested tensors) is kept as its symbol: j1.
+        shape = tuple(n if type(n) is int else str(n) for n in shape) if shape is not None else ()
         result = Holders(name, device, dtype, shape, storage_bytes or 0, tuple(references), complete, unreached,
                          time.perf_counter() - start, tuple(search.cut), search.too_deep, unread)
     del target, search

@@ -82,7 +82,8 @@ def scan(
         user, history = root_items(items, excluded, include_hidden)
     walker = Walker(options)
     _walk_paused(walker, items, roots is not None, user, history, all_objects)
-    result = _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth, rules)
+    result = _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth, rules,
+                     torch_bound=any(n == "torch" and v is torch for n, v in items))
     for path in prefixes:
         # A path that picks nothing because nothing is there (model.h.0 for model.h[0]) says so.
         if not any(map(Selection(names=(path,)).keeps, result.records)) and object_at(namespace, path) is MISSING:
@@ -193,7 +194,7 @@ def _in_hidden(name: str) -> bool:
 
 
 def _result(walker: Walker, user_names: list[str], prefixes: list[str], include_hidden: bool,
-            all_objects: bool, max_depth: int, rules: Any = None) -> ScanResult:
+            all_objects: bool, max_depth: int, rules: Any = None, torch_bound: bool = True) -> ScanResult:
     walker.link_aliases()
     records: Sequence[TensorRecord] = walker.records
     hidden = records[walker.first_hidden :] if walker.first_hidden is not None else ()
@@ -221,6 +222,7 @@ def _result(walker: Walker, user_names: list[str], prefixes: list[str], include_
         roots=tuple(user_names),
         options={"include_hidden": include_hidden, "all_objects": all_objects, "max_depth": max_depth,
                  "swap_flag": bool(torch.__future__.get_swap_module_params_on_conversion()),
+                 "torch_bound": torch_bound,
                  "has_traceback": type(sys.__dict__.get("last_traceback")) is types.TracebackType},
         optimizers=tuple(walker.optimizers),
         schedulers=tuple(_schedulers(walker)),

@@ -32,7 +32,8 @@ import torch
 
 from ..collect import locations, sources, stack_reads
 from ..collect import tensorbase as tb
-from ..collect.failing_call import Temporary, Traced
+from ..collect.failing_call import Result, Temporary, Traced
+from ..collect.names import torch_bound
 from ..collect.static import instance_dict, type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
@@ -114,6 +115,9 @@ class _Named:
     local: str | None = None
     #: (line, factory, device given) where it was made, when known.
     created: Any = None
+    #: What the explanation shows when the operand is a result never computed (``self.fc(x)``): the
+    #: expression; its fix is still chosen from the input that stands in for it.
+    shown: Operand | None = None
 
     @property
     def device(self) -> str:
@@ -144,6 +148,7 @@ class _Diagnosis:
         self._named = named
         target = self._target(named)
         fix = self._fix(named, target) if target else None
+        fix = fixes.importing_torch(fix, torch_bound(failure.namespace))
         user_frame = failure.line or (failure.source(self.inner) if self.inner is not None
                                       and self.inner is not self.cell else None)
         # The module named next to the user's line is the one whose forward that line is in, not a
@@ -154,7 +159,7 @@ class _Diagnosis:
             op=self.op,
             error=first_line(self.exc),
             devices=tuple(self.devices),
-            operands=tuple(n.operand for n in named),
+            operands=tuple(n.shown or n.operand for n in named),
             cell_line=failure.source(self.cell) if self.cell is not None else None,
             user_frame=user_frame,
             module_path=running or stack_reads.innermost_module_path(self.modules, failure.stack),
@@ -165,6 +170,11 @@ class _Diagnosis:
     # -- naming ---------------------------------------------------------------------------
 
     def _name(self, value: Any) -> _Named:
+        if type(value) is Result:
+            inner = self._name(value.stand_in)
+            shown = Operand(value.text, "result", value.device, "?", None,
+                            f"computed from {inner.operand.name or 'its inputs'}, on its device")
+            return dataclasses.replace(inner, shown=shown)
         if type(value) is Temporary:
             where = locations.source_line(value.filename, value.lineno, value.function)
             detail = f"made by {value.text} at {where.label}" + ("" if value.given else " (no device=)")
@@ -344,7 +354,7 @@ class _Diagnosis:
         if type_is_one_of(container, (list, tuple, dict)):
             return self._container_fix(parent, container, target)
         device_expr = origins.device_expression(self.failure.namespace, target)
-        wrong = self._wrong_loop_targets(root, target)
+        wrong = origins.wrong_loop_targets(root, target, self.cell_file, self.failing_line, self.failure.namespace)
         origin = origins.namespace_origin(root, self.cell, self.failing_line, wrong, device_expr)
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             what = "the loop's batches" if origin.kind == "loop" else root
@@ -358,20 +368,6 @@ class _Diagnosis:
         note = f"With the edit, {origin.where.where} makes it on {target} from now on." if edits else None
         return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None,
                                    note=" ".join(filter(None, [moved.note, note])) or None)
-
-    def _wrong_loop_targets(self, root: str, target: str) -> list[str]:
-        """The names a ``for`` loop binds together with ``root`` whose tensors are off ``target``."""
-        current = sources.current_cell(self.cell_file) if self.cell_file else None
-        statement = sources.assignment_in_session(root, current, self.failing_line) if current else None
-        if statement is None or not isinstance(statement.node, (ast.For, ast.AsyncFor)):
-            return [root]
-        out = []
-        for name in sorted(sources.assigned_names(statement.node), key=lambda x: statement.node.target.col_offset):
-            value = dict.get(self.failure.namespace, name) if issubclass(type(self.failure.namespace), dict) else None
-            if issubclass(type(value), _T) and str(tb.device(value)) != target:
-                out.append(name)
-        ordered = [e.id for e in ast.walk(statement.node.target) if isinstance(e, ast.Name) and e.id in out]
-        return ordered or [root]
 
     def _local_fix(self, n: _Named, target: str) -> Fix | None:
         frame, local = n.frame, n.local
@@ -455,15 +451,19 @@ class _Diagnosis:
         return None
 
     def _container_fix(self, name: str, container: Any, target: str) -> Fix:
-        """A list, tuple or dict of tensors in the namespace: moved whole, keeping its type, and the
-        line of an earlier cell that made it edited."""
+        """A list, tuple or dict of tensors: moved whole, keeping its type, and the line making it edited."""
         device_expr = origins.device_expression(self.failure.namespace, target)
-        origin = origins.namespace_origin(fixes.root_of(name), self.cell, self.failing_line, [], device_expr)
         values = list(dict.values(container)) if type(container) is dict else list(container)
-        moved = fixes.move_container(name, target, type_name(type(container)),
-                                     all_tensors=all(issubclass(type(v), _T) for v in values))
+        kind, all_tensors = type_name(type(container)), all(issubclass(type(v), _T) for v in values)
+        # A loop over batches that binds the container (for batch in loader) moves it on its first line.
+        root = fixes.root_of(name)
+        loop = fixes.assignment(name, fixes.container_moved(name, device_expr, kind, all_tensors))
+        origin = origins.namespace_origin(root, self.cell, self.failing_line, [root] if loop else [], device_expr,
+                                          moved=loop)
+        moved = fixes.move_container(name, target, kind, all_tensors=all_tensors)
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
-            return self._edit_fix(origin, f"make {fixes.root_of(name)} on {target} where this cell makes it")
+            what = "the loop's batches" if origin.kind == "loop" else root
+            return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if loop else 'it'}")
         edits = (origin.edit,) if origin is not None and origin.edit else ()
         return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None)
 

@@ -10,6 +10,7 @@ through each finding's ``names`` (the records it is about). Fixes come from
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import sys
 from collections import Counter, defaultdict
@@ -42,6 +43,8 @@ def find(result: ScanResult) -> list[Finding]:
     for rule in RULES:
         found.extend(rule(result))
     found.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
+    if result.options.get("torch_bound", True) is False:
+        found = [dataclasses.replace(f, fix=fixes.importing_torch(f.fix, False)) for f in found]
     return found
 
 

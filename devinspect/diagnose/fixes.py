@@ -19,6 +19,7 @@ builders, so a problem gets the same fix whichever magic saw it. The rules:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from typing import Iterable
 
@@ -151,6 +152,18 @@ def stays_on_host(shape: tuple | None, device: str) -> bool:
 STAYS_ON_HOST_CODE = "v.dim() == 0 and v.device.type == \"cpu\""
 
 
+#: ``torch.`` used as a name in fix code (not ``x.torch.``, not ``mytorch.``).
+_USES_TORCH = re.compile(r"(?<![\w.])torch\.")
+
+
+def importing_torch(fix: Fix | None, torch_bound: bool) -> Fix | None:
+    """``fix`` with ``import torch`` first when its code uses the name ``torch`` and the user's
+    namespace does not bind it to PyTorch (``import torch as th``): the fix then runs as printed."""
+    if fix is None or torch_bound or not fix.code or not _USES_TORCH.search(fix.code):
+        return fix
+    return dataclasses.replace(fix, code="import torch\n" + fix.code)
+
+
 # -- moving -----------------------------------------------------------------------------
 
 
@@ -203,12 +216,14 @@ def move_tensor(name: str, device: str, *, source: str, requires_grad: bool = Fa
     else:
         new = (f"torch.nn.Parameter({name}.detach().to({target}), requires_grad={name}.requires_grad)"
                if is_parameter else f"{name}.detach().to({target}).requires_grad_()")
+        # The gradient goes over on its own (a tensor's gradient must be on its device), under
+        # a name that is deleted once it is back: the fix leaves no variable behind.
         lines = []
         if has_grad:
-            lines.append(f"grad = {name}.grad.to({target}); {name}.grad = None")
+            lines.append(f"_grad = {name}.grad.to({target}); {name}.grad = None")
         lines.append(f"torch.utils.swap_tensors({name}, {new})  # keeps the object: an optimizer holding it stays valid")
         if has_grad:
-            lines.append(f"{name}.grad = grad")
+            lines.append(f"{name}.grad = _grad; del _grad")
     what = "Parameter" if is_parameter else "leaf tensor"
     return Fix(summary=f"move {name} to {device}, keeping it the same {what}", code="\n".join(lines),
                action=Move(name, device))
@@ -264,12 +279,14 @@ def combine(parts: list[Fix]) -> Fix:
 
 
 def optimizer_state_code(opt: str, comment: str = "") -> list[str]:
-    head = f"for p, state in {opt}.state.items():" + (f"  # {comment}" if comment else "")
+    """Each state tensor of ``opt`` to its own parameter's device, in one statement whose names
+    live in comprehensions: pasted at a cell's top level it binds no variable (a loop would
+    leave ``p``, ``k`` and ``v`` behind, over the user's own)."""
     return [
-        head,
-        "    for k, v in state.items():",
-        f"        if torch.is_tensor(v) and v.device != p.device and not ({STAYS_ON_HOST_CODE}):",
-        "            state[k] = v.to(p.device)",
+        f"{opt}.state.update({{" + (f"  # {comment}" if comment else ""),
+        f"    p: {{k: v.to(p.device) if torch.is_tensor(v) and v.device != p.device and not ({STAYS_ON_HOST_CODE})",
+        "        else v for k, v in state.items()}",
+        f"    for p, state in {opt}.state.items()}})",
     ]
 
 
@@ -412,25 +429,27 @@ def materialise(name: str, device: str | None, meta_count: int, hf_model: bool =
     if hf_model:
         lines.append(f"{name}.init_weights()  # the model's own initialisation")
     else:
-        lines += [f"for module in {name}.modules():  # initialise as at construction",
-                  '    if hasattr(module, "reset_parameters"):',
-                  "        module.reset_parameters()"]
+        # A comprehension, so that no loop variable is left over a name of the user's.
+        lines += [f"[m.reset_parameters() for m in {name}.modules() if hasattr(m, \"reset_parameters\")];"
+                  "  # initialise as at construction"]
     note = " ".join(filter(None, [_release_note(release, release_traceback), note]))
     return Fix(summary=f"make storage for {name} on {device} and initialise it", code="\n".join(lines), note=note)
+
+
+def container_moved(name: str, device_expr: str, kind: str, all_tensors: bool = True) -> str:
+    """The expression of the list, tuple or dict ``name`` with its tensors on ``device_expr``."""
+    if kind == "dict":
+        moved = f"v.to({device_expr})" if all_tensors else f"v.to({device_expr}) if torch.is_tensor(v) else v"
+        return f"{{k: {moved} for k, v in {name}.items()}}"
+    moved = f"t.to({device_expr})" if all_tensors else f"t.to({device_expr}) if torch.is_tensor(t) else t"
+    return f"tuple({moved} for t in {name})" if kind == "tuple" else f"[{moved} for t in {name}]"
 
 
 def move_container(name: str, device: str, kind: str, *, attribute_of: Unregistered | None = None,
                    all_tensors: bool = True) -> Fix:
     """The tensors of the list, tuple or dict ``name`` moved to ``device``, keeping its type; for a
     module attribute, the advice to make them buffers so that ``.to()`` moves them from now on."""
-    target = device_literal(device)
-    if kind == "dict":
-        moved = f"v.to({target})" if all_tensors else f"v.to({target}) if torch.is_tensor(v) else v"
-        value = f"{{k: {moved} for k, v in {name}.items()}}"
-    else:
-        moved = f"t.to({target})" if all_tensors else f"t.to({target}) if torch.is_tensor(t) else t"
-        value = f"tuple({moved} for t in {name})" if kind == "tuple" else f"[{moved} for t in {name}]"
-    code = assignment(name, value)
+    code = assignment(name, container_moved(name, device_literal(device), kind, all_tensors))
     note = None
     if attribute_of is not None:
         note = (f"{name} is a {kind} of tensors, which .to() and state_dict() skip: this moves them now, keeping "

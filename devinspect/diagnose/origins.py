@@ -236,8 +236,10 @@ def _is_atom(node: ast.AST) -> bool:
     return isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
 
 
-def loop_edit(statement: sources.Statement, names: list[str], device_expr: str) -> SourceEdit | None:
-    """A ``for`` loop whose targets come from the host: a first line in its body moves them."""
+def loop_edit(statement: sources.Statement, names: list[str], device_expr: str,
+              moved: str | None = None) -> SourceEdit | None:
+    """A ``for`` loop whose targets come from the host: a first line in its body moves them
+    (``moved`` is that line where a target is not a tensor: a dict batch's own move)."""
     node = statement.node
     if not isinstance(node, (ast.For, ast.AsyncFor)) or not node.body or not names:
         return None
@@ -245,25 +247,42 @@ def loop_edit(statement: sources.Statement, names: list[str], device_expr: str) 
     if node.lineno != getattr(node.target, "end_lineno", node.lineno):
         return None
     indent = " " * max(4, node.body[0].col_offset - node.col_offset)
-    moved = ", ".join(f"{n}.to({device_expr})" for n in names)
-    line = f"{', '.join(names)} = {moved}"
+    line = moved or f"{', '.join(names)} = {', '.join(f'{n}.to({device_expr})' for n in names)}"
     return SourceEdit(where, where.text, f"{where.text}\n{indent}{line}", statement.function)
+
+
+def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_line: int,
+                       namespace: Mapping[str, Any]) -> list[str]:
+    """The names a ``for`` loop of the failed cell binds together with ``root`` whose tensors are
+    off ``target`` (``[root]`` when no loop binds it)."""
+    current = sources.current_cell(cell_file) if cell_file else None
+    statement = sources.assignment_in_session(root, current, failing_line) if current else None
+    if statement is None or not isinstance(statement.node, (ast.For, ast.AsyncFor)):
+        return [root]
+    out = []
+    for name in sources.assigned_names(statement.node):
+        value = dict.get(namespace, name) if issubclass(type(namespace), dict) else None
+        if tb.is_tensor(value) and str(tb.device(value)) != target:
+            out.append(name)
+    ordered = [e.id for e in ast.walk(statement.node.target) if isinstance(e, ast.Name) and e.id in out]
+    return ordered or [root]
 
 
 # -- finding the line -------------------------------------------------------------------------
 
 
 def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
-                     device_expr: str, wrap: bool = False) -> Origin | None:
+                     device_expr: str, wrap: bool = False, moved: str | None = None) -> Origin | None:
     """Where the namespace variable ``name`` was made: in the failed cell before its failing line
-    (a ``for`` loop over host batches included), else in the latest earlier cell that binds it."""
+    (a ``for`` loop over host batches included: ``moved`` as in :func:`loop_edit`), else in the
+    latest earlier cell that binds it."""
     current = sources.current_cell(cell_frame.f_code.co_filename) if cell_frame is not None else None
     statement = sources.assignment_in_session(name, current, failing_line)
     if statement is None:
         return None
     here = current is not None and statement.cell == current.number
     if isinstance(statement.node, (ast.For, ast.AsyncFor)):
-        edit = loop_edit(statement, wrong, device_expr)
+        edit = loop_edit(statement, wrong, device_expr, moved)
         return Origin(_source_line(statement), "loop", edit, here) if edit is not None else None
     if wrap:
         later = _later_placement(name, statement, failing_line if here else 1 << 30)

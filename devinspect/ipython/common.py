@@ -15,6 +15,7 @@ from IPython.core.magic_arguments import parse_argstring
 
 from ..collect import locations
 from ..collect.names import shell_names
+from ..collect.static import type_module, type_name
 
 #: How each magic is typed (a cell magic takes two %).
 MAGIC_PREFIX = {"devcheck": "%%"}
@@ -113,6 +114,12 @@ def variable_name(magic: str, name: str | None, shell: Any = None) -> None:
     hidden = getattr(shell, "user_ns_hidden", None) if shell is not None else None
     if type(hidden) is dict and name in hidden:
         raise UsageError(f"{magic}: -v {name}: IPython uses that name itself; choose another")
+    user_ns = getattr(shell, "user_ns", None) if shell is not None else None
+    if isinstance(user_ns, dict) and name in user_ns:
+        held = type(dict.__getitem__(user_ns, name))
+        if not type_module(held).startswith("devinspect."):  # an earlier result is replaced, nothing else
+            raise UsageError(f"{magic}: -v {name}: {name} already holds a {type_name(held)}, which the result "
+                             "would replace; choose another name")
 
 
 def calling_frame() -> Any:

@@ -27,7 +27,7 @@ class Holders:
     name: str
     device: str
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[int | str, ...]
     nbytes: int
     references: tuple[Reference, ...]
     #: False when the search stopped at a bound (depth, objects, items of a container) before seeing all.

@@ -16,11 +16,10 @@ Being invisible comes first:
   never raise into the cell; the user's exceptions (every ``BaseException``) pass
   through untouched.
 
-The copies autograd makes in the backward pass (a gradient going back across
-devices through ``.to()``) are counted by a pre-hook on each such ``.to()``'s
-autograd node, set when the forward copy is seen and removed when the check ends.
-Copies and syncs are attributed to the innermost line of the user's own code
-(library code — site-packages, the standard library, torch — is never blamed); when
+The copies autograd makes in the backward pass (a gradient going back across devices
+through ``.to()``) are counted by a pre-hook on the autograd node of each such ``.to()``
+the check sees, removed when the check ends.
+Copies and syncs go to the innermost line of the user's own code (never library code); when
 a call raises and its tensor inputs sit on different devices (decided from the
 inputs, never from the message), the operands are named in the user's words and the
 fix comes from :mod:`devinspect.diagnose.fixes`.
@@ -37,6 +36,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._device import DeviceContext as _DeviceContext
 
 from ..collect import locations
 from ..collect import tensorbase as tb
@@ -62,17 +62,23 @@ _SYNC_METHODS = {
     "item": ".item()", "__float__": "float()", "__int__": "int()", "__bool__": "bool()", "__index__": "int()",
     "tolist": ".tolist()", "__repr__": "print", "__str__": "print", "__format__": "print",
     "nonzero": "nonzero", "masked_select": "masked_select", "unique": "unique", "argwhere": "nonzero",
+    "equal": "torch.equal", "allclose": "allclose", "is_nonzero": "is_nonzero",
 }
 
 
 _FACTORIES = frozenset({
     "ones", "zeros", "empty", "full", "rand", "randn", "randint", "arange", "linspace", "eye", "tensor", "as_tensor",
-    "ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like",
+    "asarray", "new_tensor", "ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like",
 })
 
 
-_INTERESTING = frozenset({*_SYNC_METHODS, "numpy", "to", "cpu", "cuda", "xpu", "mps", "copy_", "__getitem__",
-                          "backward", *_FACTORIES})
+#: Methods that copy a tensor to a device named by the method (``.cuda()``); the name a
+#: PrivateUse1 backend takes (``.sim()``) joins them, and :data:`_INTERESTING`, when a check starts.
+_DEVICE_METHODS = {"cuda", "xpu", "mps"}
+
+
+_INTERESTING = {*_SYNC_METHODS, "numpy", "to", "cpu", "type_as", "copy_", "__getitem__", "__setitem__", "where",
+                "backward", *_DEVICE_METHODS, *_FACTORIES}
 
 
 #: Calls that can only sync or copy when their tensor is on an accelerator: on a plain
@@ -170,6 +176,23 @@ def _on_accelerator(t: Any) -> bool:
     return tb.device(t).type not in ("cpu", "meta")
 
 
+def _current_index(device_type: str) -> int:
+    """The index of the current device of a type (what ``.to("cuda")`` means), 0 when unknown."""
+    with contextlib.suppress(Exception):
+        accelerator = torch.accelerator.current_accelerator()
+        if accelerator is not None and accelerator.type == device_type:
+            return int(torch.accelerator.current_device_index())
+    with contextlib.suppress(Exception):
+        return int(getattr(torch, device_type).current_device())  # an out-of-tree backend's module
+    return 0
+
+
+def _is_pinned(t: Any) -> bool:
+    with contextlib.suppress(Exception):
+        return bool(tb.is_pinned(t))
+    return False
+
+
 def _nbytes(t: Any) -> int:
     """Bytes a copy of ``t`` moves; never raises (sparse, nested and meta tensors included)."""
     try:
@@ -217,10 +240,19 @@ class DeviceCheckMode(TorchFunctionMode):
     # -- entering and leaving: only ever our own entry on the mode stack ---------------
 
     def __enter__(self) -> DeviceCheckMode:
+        backend = torch._C._get_privateuse1_backend_name()
+        if backend != "privateuseone" and backend not in _DEVICE_METHODS:
+            _DEVICE_METHODS.add(backend)
+            _INTERESTING.add(backend)
         above = []
         while torch._C._len_torch_function_stack() > 0:
             above.append(torch._C._pop_torch_function_stack())
-        torch._C._push_on_torch_function_stack(self)  # at the bottom: the user's modes stay on top of it
+        # At the bottom, so the user's modes stay on top of it; only torch's default device
+        # (set_default_device, ``with torch.device``) stays below, where torch keeps it and
+        # looks for it when it is set again.
+        if above and type(above[-1]) is _DeviceContext:
+            torch._C._push_on_torch_function_stack(above.pop())
+        torch._C._push_on_torch_function_stack(self)
         for mode in reversed(above):
             torch._C._push_on_torch_function_stack(mode)
         self.fast_paths.install()
@@ -324,15 +356,24 @@ class DeviceCheckMode(TorchFunctionMode):
             return None
         if name == "__getitem__" and self_t is not None and len(args) > 1:
             index = args[1]
-            if tb.is_tensor(index) and tb.dtype(index) == torch.bool and _on_accelerator(self_t):
+            parts = tuple.__iter__(index) if type(index) is tuple else (index,)
+            if _on_accelerator(self_t) and any(tb.is_tensor(i) and tb.dtype(i) == torch.bool for i in parts):
                 self._sync("bool-mask indexing")
             return None
-        if name in ("to", "cpu", "cuda", "xpu", "mps") and self_t is not None:
-            return self._planned_copy(name, self_t, args, kwargs)
+        if name == "where" and self_t is not None and len(args) == 1 and not kwargs and _on_accelerator(self_t):
+            self._sync("nonzero")  # torch.where(mask) is torch.nonzero(mask, as_tuple=True)
+            return None
+        if name in ("to", "cpu", "type_as") or name in _DEVICE_METHODS:
+            return self._planned_copy(name, self_t, args, kwargs) if self_t is not None else None
+        if name == "__setitem__" and self_t is not None and len(args) > 2 and tb.is_tensor(args[2]):
+            value = args[2]
+            self._copy(tb.device(value), tb.device(self_t), _nbytes(value), value, False, into=self_t)
         if name == "copy_" and self_t is not None and len(args) > 1 and tb.is_tensor(args[1]):
             src = args[1]
-            self._copy(tb.device(src), tb.device(self_t), _nbytes(src), src, kwargs.get("non_blocking", False),
-                       into=self_t)
+            non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
+            pinned = non_blocking and tb.device(self_t).type == "cpu" and _is_pinned(self_t)
+            self._copy(tb.device(src), tb.device(self_t), _nbytes(src), src, non_blocking, into=self_t,
+                       waits=not pinned)
         return None
 
     def _after(self, name: str, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
@@ -344,27 +385,34 @@ class DeviceCheckMode(TorchFunctionMode):
             if src != dst and tb.grad_fn(result) is not None:
                 self._count_gradient_copy(tb.grad_fn(result), src)
         elif name == "numpy" and self_t is not None and _on_accelerator(self_t):
-            self._sync(".numpy()")  # only numpy(force=True) gets here on a device tensor: it copied
+            # Only numpy(force=True) gets here on a device tensor: it copied the data to the host.
+            self._copy_counted(self._where(), tb.device(self_t), torch.device("cpu"), _nbytes(self_t), ".numpy()")
         elif name in ("item", "tolist") and self_t is not None and _on_accelerator(self_t):
             self._remember_value(result)
         elif name in _FACTORIES and tb.is_tensor(result):
             where = self._where()
-            given = kwargs.get("device") is not None or name.endswith("_like")
+            # A device is chosen by device=, by the tensor a ``*_like`` or ``new_*`` call follows,
+            # or by torch's default device (the tensor is then on an accelerator without device=).
+            given = (kwargs.get("device") is not None or name.endswith("_like") or name.startswith("new_")
+                     or _on_accelerator(result))
             # The user's line, the factory, whether it said device=, and the package it ran in (when
             # library code called it from that line).
             self._created.set(result, (where[0], name, given, where[2] or ""))
-            if name in ("tensor", "as_tensor"):
-                self._tensor_from_data(name, args, where, given, result)
+            if name in ("tensor", "as_tensor", "asarray", "new_tensor"):
+                self._tensor_from_data(name, args[1:] if name == "new_tensor" else args, where, given, result)
 
     def _tensor_from_data(self, name: str, args: tuple, where: tuple[SourceLine, int | None, str],
                           given: bool, result: Any) -> None:
+        if args and tb.is_tensor(args[0]):  # made from a tensor: a copy only between two devices
+            self._copy(tb.device(args[0]), tb.device(result), _nbytes(result), args[0], False)
+            return
         origin = self._value_origin(args[0]) if args else None
         on_device = _on_accelerator(result)
         nbytes = _nbytes(result)
         if on_device and given and nbytes:
             # A copy from host memory that the host waits for (an empty tensor copies nothing).
             self._count(where, "h2d", nbytes)
-            self._sync(f"torch.{name}(…, device=)", where)
+            self._sync(".new_tensor()" if name == "new_tensor" else f"torch.{name}(…, device=)", where)
             if origin is not None:
                 self._round_trip(where[0], origin)
         elif origin is not None and not on_device:
@@ -399,40 +447,53 @@ class DeviceCheckMode(TorchFunctionMode):
     def _planned_copy(self, name: str, t: Any, args: tuple, kwargs: dict) -> Any:
         src = tb.device(t)
         non_blocking = bool(kwargs.get("non_blocking", False))
+        dtype = None
         if name == "cpu":
             dst = torch.device("cpu")
-        elif name in ("cuda", "xpu", "mps"):
+        elif name == "type_as":
+            if len(args) < 2 or not tb.is_tensor(args[1]):
+                return None
+            dst, dtype = tb.device(args[1]), tb.dtype(args[1])
+        elif name in _DEVICE_METHODS:
             index = args[1] if len(args) > 1 else kwargs.get("device")
             dst = torch.device(name, index) if isinstance(index, int) else torch.device(index or name)
         else:
             try:
-                dst, _dtype, non_blocking, _fmt = torch._C._nn._parse_to(*args[1:], **kwargs)
+                dst, dtype, non_blocking, _fmt = torch._C._nn._parse_to(*args[1:], **kwargs)
             except Exception:
                 return None
             if dst is None:
                 return None
-        if dst == src or (dst.type == src.type and dst.index is None):
+        if dst.index is None and dst.type != "cpu":
+            dst = torch.device(dst.type, _current_index(dst.type))  # "cuda" is the current cuda device
+        if dst == src:
             return None  # no copy: already there
-        self._copy(src, dst, _nbytes(t), t, non_blocking)
+        nbytes = _nbytes(t)
+        if dtype is not None and src.type == "cpu" and tb.dtype(t) != dtype and tb.dtype(t).itemsize:
+            nbytes = nbytes // tb.dtype(t).itemsize * dtype.itemsize  # converted on the host, then copied
+        # A non-blocking copy to the host lands in pinned memory: the host does not wait for it.
+        self._copy(src, dst, nbytes, t, non_blocking, waits=not (non_blocking and name in ("to", "cpu")))
         return (src, dst)
 
-    def _copy(self, src: Any, dst: Any, nbytes: int, source_tensor: Any, non_blocking: bool, into: Any = None) -> None:
+    def _copy(self, src: Any, dst: Any, nbytes: int, source_tensor: Any, non_blocking: bool, into: Any = None,
+              waits: bool = True) -> None:
         if src == dst or not nbytes:
             return
         where = self._where()
-        direction = self._copy_counted(where, src, dst, nbytes, ".cpu()")
+        direction = self._copy_counted(where, src, dst, nbytes, ".cpu()" if waits else None)
         if direction == "h2d":
             self._host_to_device_checks(where[0], source_tensor, nbytes, non_blocking)
         elif direction == "d2h" and into is not None:
             self._from_device.set(into, where[0].label)
 
     def _copy_counted(self, where: tuple[SourceLine, int | None, str], src: Any, dst: Any, nbytes: int,
-                      sync_kind: str) -> str:
-        """Count one copy between two different devices; a copy to the host is also a sync."""
+                      sync_kind: str | None) -> str:
+        """Count one copy between two different devices; a copy to the host is also a sync,
+        unless it is one the host does not wait for (``sync_kind`` None)."""
         src_host, dst_host = src.type == "cpu", dst.type == "cpu"
         direction = "h2d" if src_host and not dst_host else "d2h" if dst_host and not src_host else "d2d"
         self._count(where, direction, nbytes)
-        if direction == "d2h":
+        if direction == "d2h" and sync_kind is not None:
             self._sync(sync_kind, where)
         return direction
 
@@ -449,10 +510,7 @@ class DeviceCheckMode(TorchFunctionMode):
                 "move it to the device once, before the loop",
             )
         if non_blocking:
-            pinned = False
-            with contextlib.suppress(Exception):
-                pinned = bool(tb.is_pinned(t))
-            if not pinned:
+            if not _is_pinned(t):
                 self._flag(
                     "non-blocking-unpinned", where.label, "hint",
                     f"{where.label}: non_blocking=True from pageable (unpinned) memory copies synchronously",

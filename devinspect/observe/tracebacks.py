@@ -7,6 +7,7 @@ Drawing as the shell does needs the shell: the IPython layer registers its drawe
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import Callable
 
@@ -85,20 +86,25 @@ class _RenderWithoutOwnFrames:
     IPython hides frames marked ``__tracebackhide__`` except the innermost one; when
     that one is devinspect's (an error raised by a C++ op called from the check, or
     by the simulated device), this renders the traceback a plain cell would show.
-    It holds its exception only until IPython has drawn it once (exception and
-    renderer would otherwise keep each other, and the error's frames, alive until the
-    cyclic collector runs); later drawings (``%tb``) are IPython's usual ones.
+    It holds no reference to its exception (the two would keep each other, and the
+    error's frames, alive until the cyclic collector runs, so an error the user catches
+    would hold its memory longer than without devinspect): IPython sets ``sys.last_value``
+    to the error it draws before it asks for this, which is how it is found. It draws
+    once; later drawings (``%tb``) are IPython's usual ones.
     """
 
-    def __init__(self, exc: BaseException, body_file: str | None = None, kernel: bool = False):
-        self.exc: BaseException | None = exc
+    def __init__(self, body_file: str | None = None, kernel: bool = False):
         self.body_file = body_file
         self.kernel = kernel
 
     def __call__(self) -> list[str]:
-        exc, self.exc = self.exc, None
-        if exc is None:
-            raise RuntimeError("already drawn")  # IPython then draws its usual traceback
+        exc = sys.__dict__.get("last_value")
+        try:
+            mine = object.__getattribute__(exc, "__dict__").get("_render_traceback_") is self
+        except Exception:  # noqa: BLE001
+            mine = False
+        if not mine:
+            raise RuntimeError("not the error being drawn")  # IPython then draws its usual traceback
         try:
             exc.__dict__.pop("_render_traceback_", None)
         except Exception:  # noqa: BLE001
@@ -126,6 +132,6 @@ def tidy_traceback(exc: BaseException, body_file: str | None = None, kernel: boo
             return
         if not _drawers or (body_file is None and not kernel and not ends_in_own_frames(exc.__traceback__)):
             return
-        exc._render_traceback_ = _RenderWithoutOwnFrames(exc, body_file, kernel)  # type: ignore[attr-defined]
+        exc._render_traceback_ = _RenderWithoutOwnFrames(body_file, kernel)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - only ever a nicer traceback, never a failure
         pass
