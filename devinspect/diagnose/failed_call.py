@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-from ..collect import locations, sources, stack_reads
+from ..collect import locations, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Result, Temporary, Traced
 from ..collect.names import torch_bound
