@@ -587,3 +587,21 @@ def test_a_tensor_a_library_makes_without_device_is_fixed_on_the_users_line(ip, 
     (edit,) = mismatch.fix.edits
     assert "poslib2" not in edit.where.file and edit.new == "with torch.device(dev):\n    y = poslib2.add_positions(h * 2)"
     assert run(ip, edit.new)[0].success and ip.user_ns["y"].device.type == "sim"
+
+
+def test_an_error_kept_in_a_variable_is_named_as_the_holder_of_its_frames_tensors(ip, capped):
+    """``saved = e`` keeps the frames of e's traceback, and the tensors their locals hold: the
+    post-mortem names them through ``saved``, its fix drops only the traceback, and a usage
+    error of a magic in between keeps nothing alive."""
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "def f():\n    hidden_local = torch.empty(50 << 18, device=dev)\n    raise ValueError('boom')\n"
+            "try:\n    f()\nexcept ValueError as e:\n    saved = e")
+    _, text, _, _ = run(ip, "big = torch.empty(20 << 18, device=dev)")
+    assert "saved.__traceback__:f.hidden_local    50.0 MiB" in text
+    fix = next(f for f in devinspect.explain(namespace=ip.user_ns).out_of_memory.fixes if "traceback of saved" in f.summary)
+    assert fix.code == "saved.__traceback__ = None" and "frees 50.0 MiB" in fix.summary
+    run(ip, "%devices --why nothing_of_that_name")  # a usage error: its context holds no frame of the walk
+    before = torch.sim.memory_allocated()
+    assert run(ip, fix.code)[0].success
+    assert before - torch.sim.memory_allocated() == 50 << 20
+    assert type(ip.user_ns["saved"]) is ValueError and str(ip.user_ns["saved"]) == "boom"

@@ -248,3 +248,17 @@ def test_a_result_never_computed_is_shown_as_its_expression_not_as_one_of_its_in
     assert "computed from model.lin.weight" in mismatch.operands[0].detail
     (edit,) = mismatch.fix.edits
     assert edit.new.strip() == "mask = torch.ones(x.shape[0], 8, device=x.device)"
+
+
+def test_a_tensor_of_a_plain_object_moves_itself_and_a_comprehension_over_new_tensors_edits_its_line(ip, sim):
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\nx = torch.ones(2, device=dev)")
+    run(ip, "class W:\n    def __init__(self):\n        self.t = torch.ones(2)\n"
+            "    def go(self):\n        return x + self.t\nw = W()\nw.go()")
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    assert fix.code == 'w.t = w.t.to("sim:0")' and not fix.edits  # a plain object has no .to()
+    assert run(ip, fix.code)[0].success and run(ip, "w.go()")[0].success
+    result, _, _, _ = run(ip, "z = [x + v for v in [torch.ones(2)]]")
+    assert result.error_in_exec is not None
+    (edit,) = devinspect.explain(namespace=ip.user_ns).mismatch.fix.edits
+    assert edit.new == "z = [x + v for v in [torch.ones(2, device=dev)]]"
+    assert run(ip, edit.new)[0].success

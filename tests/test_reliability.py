@@ -248,3 +248,12 @@ def test_why_names_the_holders_of_a_jagged_nested_tensor(ip):
     result, text = _run(ip, "%devices --why nested")
     assert result.error_in_exec is None and "Traceback" not in text
     assert re.search(r"float32\[2, j\d+\]", text) and "nested  namespace" in text
+
+
+def test_why_takes_a_name_with_a_space_and_last_says_what_it_cannot_read(ip, sim):
+    ip.run_cell("import torch, numpy as np\nd = {('t', 1): torch.ones(4)}\nx = torch.ones(2, device='sim:0')")
+    result, text = _run(ip, '%devices --why d[("t", 1)]')
+    assert result.error_in_exec is None and 'd[("t", 1)]  namespace' in text
+    _run(ip, "x + torch.from_numpy(np.ones(2, dtype='float32'))")  # an input made and dropped on the line
+    result, text = _run(ip, "%devcheck --last")
+    assert "not a device mismatch" not in text and "could not be read back" in text and "%%devcheck" in text

@@ -197,6 +197,11 @@ def names_a_device(exc: BaseException, devices: list[str]) -> bool:
     return any(re.search(rf"\b{re.escape(kind)}\b", text, re.IGNORECASE) for kind in kinds)
 
 
+def says_mismatch(exc: BaseException) -> bool:
+    """Whether the error's message says its inputs were on different devices (a hint only)."""
+    return not isinstance(exc, _NEVER) and bool(_MISMATCH_WORDS.search(message(exc)))
+
+
 def message(exc: BaseException) -> str:
     """An exception's message, read without calling a user class's ``__str__``."""
     try:

@@ -25,6 +25,21 @@ def frames_from(frame: Any) -> Iterator[Any]:
         frame = frame.f_back
 
 
+def traceback_locals(tb: Any, max_frames: int = 64) -> Iterator[tuple[str, str, Any]]:
+    """``(function, local name, value)`` of each frame of a traceback that is the user's or a
+    library's. Frames of devinspect, IPython and the standard library are left out: they hold
+    the tools' own objects (argument parsers, the check itself), not the user's."""
+    seen = 0
+    while type(tb) is types.TracebackType and seen < max_frames:
+        frame = tb.tb_frame
+        seen += 1
+        if frame.f_locals is not frame.f_globals and not locations.is_tool_file(frame.f_code.co_filename):
+            for key, value in list(dict.items(locations.frame_locals(frame))):
+                if type(key) is str and key != "__tracebackhide__":
+                    yield frame.f_code.co_name, key, value
+        tb = tb.tb_next
+
+
 def running_module_device(frame: types.FrameType | None) -> str | None:
     """The one device of the parameters of the innermost module whose ``forward`` is running."""
     while frame is not None:

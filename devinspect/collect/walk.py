@@ -1,10 +1,9 @@
 """The walk: every tensor a namespace reaches, as records, read-only.
 
 The walk never runs user code (see :mod:`devinspect.collect.static`), copies, moves,
-synchronises or prints nothing, does not initialise CUDA, and its result holds no
-reference to any user object. devinspect's own objects (earlier results kept in
-``Out``) and the frames of devinspect, IPython and the standard library in
-``sys.last_traceback`` are not walked.
+synchronises or prints nothing, does not initialise CUDA, and its result holds no reference
+to any user object. devinspect's own objects (earlier results in ``Out``) and the frames of
+devinspect, IPython and the standard library in ``sys.last_traceback`` are not walked.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import dataclasses
 import gc
 import operator
 import sys
-import types
 from itertools import compress, islice, repeat
 from typing import Any
 
@@ -30,7 +28,6 @@ from ..model.records import (
     Truncation,
     Unregistered,
 )
-from . import locations
 from . import tensorbase as tb
 from .aliases import link_aliases
 from .class_source import (
@@ -42,6 +39,7 @@ from .names import attr_name, child_name, describe_error, dict_item_name, key_te
 from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE, offloaded_note, offloads_weights
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .script_modules import class_name, script_members, script_object
+from .stack_reads import traceback_locals
 from .static import (
     ATOM_IDS,
     OPAQUE,
@@ -66,6 +64,7 @@ _strided = torch.strided
 _new = tuple.__new__
 _storage_bytes = torch._C.StorageBase.nbytes
 _storage_key = torch._C.StorageBase.__dict__["_cdata"].__get__
+_TRACEBACK_OF = BaseException.__dict__["__traceback__"].__get__
 
 
 #: Attributes every ``nn.Module`` has; anything else in a module's ``__dict__`` is the user's.
@@ -122,6 +121,8 @@ class Walker:
         self._unreadable_first: dict[int, str] = {}
         self._visited: set[int] = set()
         self._param_names: dict[int, str] = {}
+        #: Parameters first named through an optimizer: no module or variable holds them.
+        self._orphans: set[int] = set()
         self._deferred: list[tuple[str, str, Any]] = []
         self._postponed: list[tuple[str, str, Any]] = []
         self._budget = options.max_objects
@@ -175,22 +176,9 @@ class Walker:
                     self._param_names.setdefault(id(p), child_name(path, pname, type(module)))
 
     def traceback(self) -> None:
-        """Measure the locals of the user's and libraries' frames in ``sys.last_traceback``.
-
-        Frames of devinspect, IPython and the standard library are skipped: they hold
-        the tools' own objects (argument parsers, the check itself), not the user's.
-        """
-        tb = sys.__dict__.get("last_traceback")
-        seen_frames = 0
-        while type(tb) is types.TracebackType and seen_frames < 64:
-            frame = tb.tb_frame
-            seen_frames += 1
-            if frame.f_locals is not frame.f_globals and not locations.is_tool_file(frame.f_code.co_filename):
-                label = f"sys.last_traceback:{frame.f_code.co_name}"
-                for key, value in list(dict.items(locations.frame_locals(frame))):
-                    if type(key) is str and key != "__tracebackhide__":
-                        self._visit(value, f"{label}.{key}", "sys.last_traceback", 1, None)
-            tb = tb.tb_next
+        """Measure the locals of the user's and libraries' frames in ``sys.last_traceback``."""
+        for function, key, value in traceback_locals(sys.__dict__.get("last_traceback")):
+            self._visit(value, f"sys.last_traceback:{function}.{key}", "sys.last_traceback", 1, None)
 
     def unnamed(self) -> None:
         """Tensors alive in the process that no name reaches (garbage-collector walk)."""
@@ -458,13 +446,16 @@ class Walker:
                 if not issubclass(type(p), _Tensor):
                     continue
                 parameters += 1
-                if id(p) in self._param_names or id(p) in self._tensor_first:
-                    continue
-                pname = f'{name}.param_groups[{gi}]["params"][{pi}]'
-                self._param_names[id(p)] = pname
-                if not self.hidden:
+                # A parameter another optimizer met first is still this one's orphan (two optimizers
+                # over an earlier model): only a module or a variable makes it not one.
+                named = id(p) in self._param_names or id(p) in self._tensor_first
+                if not self.hidden and (not named or id(p) in self._orphans):
                     orphans += 1
                     orphan_shapes.append(shape_of(p) or ())
+                if named:
+                    continue
+                pname = self._param_names[id(p)] = f'{name}.param_groups[{gi}]["params"][{pi}]'
+                self._orphans.add(id(p))
                 self._tensor(p, pname, root, "parameter")
         state = d.get("state")
         if issubclass(type(state), dict):
@@ -507,6 +498,9 @@ class Walker:
             if "dataset" in d:
                 self._visit(d["dataset"], f"{name}.dataset", root, depth + 1, owner)
             return
+        if issubclass(vt, BaseException):  # an error kept (saved = e) keeps its frames' locals alive
+            for function, key, value in traceback_locals(_TRACEBACK_OF(o)):
+                self._visit(value, f"{name}.__traceback__:{function}.{key}", root, depth + 1, owner)
         odd = odd_instance_dict(o)
         if odd is not None:
             self.truncated.append(Truncation(name, f"{odd}: not inspected"))

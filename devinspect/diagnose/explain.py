@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import torch
 
 from ..collect import locations
-from ..collect.failing_call import Temporary, Traced, compiled_call, failing_call, traceback_entries
+from ..collect.failing_call import Temporary, Traced, compiled_call, failing_call, says_mismatch, traceback_entries
 from ..collect.static import type_is_one_of
 from ..model.check_report import Mismatch
 from ..model.explanation import Explanation
@@ -60,6 +60,12 @@ def explanation_of(exc: BaseException, namespace: Mapping[str, Any], *, exclude:
     mismatch = explain_mismatch(exc, namespace)
     if mismatch is not None:
         return Explanation(error, mismatch=mismatch)
+    if says_mismatch(exc):
+        # The message says so, but the inputs could not be read (made and dropped on the failing line,
+        # or the names that held them now hold others): said, never guessed.
+        return Explanation(error, note="the error says its inputs are on different devices, but they could not "
+                                       "be read back from the traceback: run the cell again under %%devcheck, "
+                                       "which sees them as the call is made")
     return Explanation(error, note="not a device mismatch or an out-of-memory error: devinspect has nothing to add")
 
 

@@ -42,6 +42,7 @@ from ..model.records import SourceLine, device_is_accelerator
 from . import fixes, origins
 
 _T = torch.Tensor
+_Module = torch.nn.Module
 _COMPREHENSIONS = frozenset({"<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>"})
 
 
@@ -355,7 +356,9 @@ class _Diagnosis:
             return self._container_fix(parent, container, target)
         device_expr = origins.device_expression(self.failure.namespace, target)
         wrong = origins.wrong_loop_targets(root, target, self.cell_file, self.failing_line, self.failure.namespace)
-        origin = origins.namespace_origin(root, self.cell, self.failing_line, wrong, device_expr)
+        # The variable's own line is the fix only for the tensor or module that moves (not w of w.t).
+        movable = record.name == root or issubclass(type(object_at(self.failure.namespace, root)), (_T, _Module))
+        origin = origins.namespace_origin(root, self.cell, self.failing_line, wrong, device_expr) if movable else None
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             what = "the loop's batches" if origin.kind == "loop" else root
             return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if origin.kind == 'loop' else 'it'}")
@@ -443,6 +446,9 @@ class _Diagnosis:
         for node in ast.walk(tree):
             if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
                 for generator in node.generators:
+                    if isinstance(generator.iter, (ast.List, ast.Tuple)) and origins.factory_calls(generator.iter):
+                        # It walks tensors the line itself makes ([torch.ones(2)]): that line is the fix.
+                        return self._line_fix(self.failure.source(self.cell), target, self.cell)
                     name = ast.unparse(generator.iter)
                     container = object_at(self.failure.namespace, name)
                     items = list(container) if type_is_one_of(container, (list, tuple)) else []

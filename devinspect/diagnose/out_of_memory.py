@@ -77,11 +77,22 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
             code=_importing(namespace, "devinspect") + "devinspect.release_history()", action=ReleaseHistory(),
             note="%debug and %tb no longer see the error once its traceback is released",
         ))
+    # An error kept in a variable (saved = e) keeps the frames of its traceback, and their tensors.
+    kept = {r.name.split(_TRACEBACK_MARK, 1)[0]: 0 for r in on_device if not r.hidden and _TRACEBACK_MARK in r.name}
+    for r in on_device:
+        if not r.hidden and _TRACEBACK_MARK in r.name:
+            kept[r.name.split(_TRACEBACK_MARK, 1)[0]] += r.counted_bytes
+    if kept:
+        fixes.append(Fix(
+            summary=f"drop the traceback of {', '.join(kept)}: frees {human_bytes(sum(kept.values()))} on {device}",
+            code="\n".join(f"{holder}.__traceback__ = None" for holder in kept),
+            note="the error keeps its type and message; only the frames it keeps, and their tensors, go",
+        ))
     kind = device.split(":")[0] if device else None
     if kind is not None and d is not None and d.reserved_bytes is not None:
         fixes.append(Fix(
             summary=f"return the allocator's cached segments to the driver ({human_bytes(d.releasable_bytes)} now"
-                    + (", more once the history is released)" if fixes else ")"),
+                    + (", more once the fix above is run)" if fixes else ")"),
             code=_importing(namespace, "torch") + f"torch.{kind}.empty_cache()", action=EmptyCache(),
             note="other processes can use what it returns; PyTorch itself would reuse the cache anyway",
         ))
@@ -92,6 +103,10 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
         others=len(on_device) - listed,
         others_bytes=sum(r.counted_bytes for r in on_device) - sum(t.nbytes for t in largest),
     )
+
+
+#: What a tensor's name has between the error that keeps it and the frame it is a local of.
+_TRACEBACK_MARK = ".__traceback__:"
 
 
 def _importing(namespace: Mapping[str, Any], module: str) -> str:

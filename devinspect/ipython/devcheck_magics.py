@@ -107,7 +107,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
                              "was released)")
         if isinstance(error, UsageError):  # IPython keeps a magic's usage error as the last error too
             raise UsageError("%devcheck --last: the last error was a magic's usage error "
-                             f"({str(error).splitlines()[0][:80]}), not a failed computation: nothing to explain")
+                             f"({_shortened(str(error).splitlines()[0], 80)}), not a failed computation: nothing to explain")
         explanation = explanation_of(error, self.shell.user_ns, exclude=self._ipython_names())
         if args.variable:
             self.shell.user_ns[args.variable] = explanation
@@ -196,3 +196,8 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
 
 
 cell_magic_usage(DevcheckMagics)
+
+
+def _shortened(text: str, width: int) -> str:
+    """``text`` cut at a word to at most ``width`` characters, with an ellipsis where it was cut."""
+    return text if len(text) <= width else text[:width - 1].rsplit(" ", 1)[0] + " …"

@@ -97,8 +97,12 @@ class DevicesMagics(DevInspectMagics):
                     max_items=self.settings.max_items,
                 )
             except LookupError as exc:
-                raise UsageError(f"%devices: {with_suggestion(str(exc), args.names, namespace)}") from None
-            return result.select(selection, display_settings)
+                # Raised outside the handler, so the error keeps no context: the walk's frames, and
+                # the user's objects in them, would stay alive in sys.last_value until the next error.
+                missing = str(exc)
+            else:
+                return result.select(selection, display_settings)
+            raise UsageError(f"%devices: {with_suggestion(missing, args.names, namespace)}")
 
         view = scan_view()
         if args.variable:
@@ -112,6 +116,9 @@ class DevicesMagics(DevInspectMagics):
         from ..collect.referrers import holders
 
         variable_name("%devices", args.variable, self.shell)
+        if args.names and not (args.device or args.kind) and _balanced(" ".join([args.why, *args.names])) \
+                and not _balanced(args.why):
+            args.why, args.names = " ".join([args.why, *args.names]), []  # d[("t", 1)]: split at its space
         if args.names or args.device or args.kind:
             raise UsageError("%devices: --why takes one name and no other selection")
         namespace = self.shell.user_ns
@@ -123,7 +130,11 @@ class DevicesMagics(DevInspectMagics):
             found = holders(namespace, name, exclude=self._ipython_names(),
                             plumbing=(shell.user_ns_hidden, shell.displayhook, getattr(shell.displayhook, "__dict__", None)))
         except LookupError as exc:
-            raise UsageError(f"%devices --why: {with_suggestion(str(exc), [name], namespace)}") from None
+            missing = str(exc)  # raised below, outside the handler (see scan_view)
+        else:
+            missing = None
+        if missing is not None:
+            raise UsageError(f"%devices --why: {with_suggestion(missing, [name], namespace)}")
         if args.variable:
             namespace[args.variable] = found
         if args.output and caller_displays_result(calling_frame()):
@@ -156,3 +167,18 @@ class DevicesMagics(DevInspectMagics):
         except ImportError:  # no ipywidgets: the static output is complete
             return None
         return DevicesExplorer(view, rescan or (lambda: view), self.shell.user_ns, present(), shell=self.shell)
+
+
+def _balanced(text: str) -> bool:
+    """Whether the brackets and quotes of a name are closed (``d[("t", 1)]`` is; ``d[("t",`` is not)."""
+    depth, quote = 0, None
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    return depth == 0 and quote is None
