@@ -279,6 +279,18 @@ def test_backward_copies_are_counted_on_the_backward_line(sim):
     assert later.report.totals["d2h_count"] == 0 and torch.equal(x.grad, expected)
 
 
+def test_a_backward_pass_over_a_graph_made_before_the_check_counts_its_copies(sim):
+    """The forward ran in an earlier cell: its copy node is found in the graph when .backward() is called."""
+    x = torch.randn(4, 8, requires_grad=True)
+    w = torch.randn(8, 3, device=sim, requires_grad=True)
+    loss = (x.to(sim) @ w).sum()  # made before the check
+    with devinspect.check({}) as c:
+        loss.backward()
+    (line,) = c.report.lines
+    assert (line.d2h_count, line.d2h_bytes, dict(line.syncs)) == (1, 128, {"backward copy to host": 1})
+    assert x.grad.device.type == "cpu"
+
+
 def test_compiled_forward_and_backward_inside_the_check():
     import torch._dynamo
     import torch._dynamo.testing

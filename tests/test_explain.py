@@ -605,3 +605,13 @@ def test_an_error_kept_in_a_variable_is_named_as_the_holder_of_its_frames_tensor
     assert run(ip, fix.code)[0].success
     assert before - torch.sim.memory_allocated() == 50 << 20
     assert type(ip.user_ns["saved"]) is ValueError and str(ip.user_ns["saved"]) == "boom"
+
+
+def test_last_shows_the_mismatch_as_it_was_when_the_cell_failed(ip, sim):
+    run(ip, "import torch\nx = torch.ones(2, device='sim:0')\ny = torch.ones(2)")
+    run(ip, "x + y")
+    run(ip, "y = torch.ones(3)")  # the name now holds a tensor that never took part
+    _, text, _, _ = run(ip, "%devcheck --last")
+    assert "device mismatch in Tensor.__add__" in text
+    rows = [line for line in text.splitlines() if line.strip().startswith("y ") and "[namespace]" in line]
+    assert rows and all("float32[2]" in row for row in rows) and "float32[3]" not in text

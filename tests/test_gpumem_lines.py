@@ -267,3 +267,12 @@ def test_a_backend_without_events_gets_counters_and_says_what_is_missing(ip, dev
     assert result.success and not prof.has_events
     assert prof.line(2).change == 2 * MIB and prof.line(2).peak is None and prof.line(2).alive == ()
     assert "No allocation events: sim exposes no allocation events" in text and "no peak inside a line" in text
+
+
+def test_memory_another_device_gained_is_said_to_be_unprofiled(ip, dev):
+    other = f"{dev.type}:1"
+    prof, _, text = profiled(ip, f"a = torch.empty(1 << 20, device='{other}')\nb = torch.empty(1 << 19, device=dev)")
+    assert prof.elsewhere and prof.elsewhere[0][0] == other and prof.elsewhere[0][2] - prof.elsewhere[0][1] == 4 << 20
+    assert f"Not profiled: {other}" in text and f"%%gpumem -d {other}" in text
+    run(ip, "del a")
+    getattr(torch, dev.type).empty_cache()

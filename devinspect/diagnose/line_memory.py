@@ -32,6 +32,8 @@ def build_profile(recording: Recording, text_of: Callable[[LineKey], str], names
         reserved_start=recording.reserved_start, reserved_end=recording.reserved_end,
         events_source=recording.events_source, has_events=recording.has_events, error=error,
         events_dropped=recording.events_dropped,
+        elsewhere=tuple((d, recording.others_start.get(d, 0), n) for d, n in recording.others_end.items()
+                        if n != recording.others_start.get(d, 0)),
     )
 
 

@@ -30,6 +30,8 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         self._reported_error = 0  # id of the error a %%devcheck report already explained
         # The explanation made while the traceback was drawn, for the cell's end: (id of the error, explanation).
         self._explained_early: tuple[int, Any] | None = None
+        #: (id of the error, its explanation) made when the cell failed: what %devcheck --last shows for it.
+        self._made_after_failure: tuple[int, Any] | None = None
 
     @magic_arguments()
     @argument("-o", "--output", nargs="?", const=True, default=None, metavar="NAME",
@@ -108,7 +110,13 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         if isinstance(error, UsageError):  # IPython keeps a magic's usage error as the last error too
             raise UsageError("%devcheck --last: the last error was a magic's usage error "
                              f"({_shortened(str(error).splitlines()[0], 80)}), not a failed computation: nothing to explain")
-        explanation = explanation_of(error, self.shell.user_ns, exclude=self._ipython_names())
+        made = self._made_after_failure
+        if made is not None and made[0] == id(error) and made[1].mismatch is not None:
+            # A mismatch is explained from the failing call's operands: as they were when the cell
+            # failed, not from whatever the same names hold now (y = y.to(dev) since then).
+            explanation = made[1]
+        else:
+            explanation = explanation_of(error, self.shell.user_ns, exclude=self._ipython_names())
         if args.variable:
             self.shell.user_ns[args.variable] = explanation
         if args.output and caller_displays_result(calling_frame()):
@@ -131,6 +139,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         try:
             early, self._explained_early = self._explained_early, None
             explanation = early[1] if early is not None and early[0] == id(error) else self._explanation(error, torch)
+            self._made_after_failure = (id(error), explanation) if explanation else None
             if explanation:
                 raw = getattr(getattr(result, "info", None), "raw_cell", None)
                 self._show_explanation(explanation, rerun=raw)

@@ -56,6 +56,9 @@ class Recording:
     #: Events heard after the recording was full (not kept: the peak and the names cover
     #: the events before them).
     events_dropped: int = 0
+    #: Allocated bytes of the other devices of the same kind, at the start and at the end.
+    others_start: dict[str, int] = field(default_factory=dict)
+    others_end: dict[str, int] = field(default_factory=dict)
 
 
 def line_label(function: str, line: int) -> str:
@@ -128,6 +131,9 @@ class LineMemoryProfile:
     error: str | None = None
     #: Allocation events not kept (a very long cell): the peak and names cover those before.
     events_dropped: int = 0
+    #: (device, allocated before, after) of each other device whose memory the cell changed:
+    #: not profiled, and said so.
+    elsewhere: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def frame(self) -> pd.DataFrame:

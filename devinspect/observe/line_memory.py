@@ -65,6 +65,7 @@ class LineMemoryRecorder:
 
     def __enter__(self) -> LineMemoryRecorder:
         rec = self.recording
+        rec.others_start = allocated_on_others(self.device)
         self._events.start()
         rec.allocated_start, rec.reserved_start = self.now()
         self._tracer.start()
@@ -77,6 +78,7 @@ class LineMemoryRecorder:
         rec = self.recording
         rec.allocated_end, rec.reserved_end = self.now()
         self._events.stop()
+        rec.others_end = allocated_on_others(self.device)
 
     # -- what the tracer tells ----------------------------------------------------------
 
@@ -286,6 +288,19 @@ def named_allocations(namespace: Any, device: torch.device, exclude: Any = ()) -
         for address in addresses:
             names.setdefault(address, record.name)
     return names
+
+
+def allocated_on_others(device: torch.device) -> dict[str, int]:
+    """Allocated bytes of each other device of ``device``'s kind (sim:1 while sim:0 is profiled),
+    read from the device module's counters: a cell that changes them is told it was not profiled there."""
+    count = _device_module_call(device.type, "device_count")
+    out = {}
+    for index in range(count if type(count) is int else 0):
+        if index != (device.index or 0):
+            allocated = _device_module_call(device.type, "memory_allocated", index)
+            if type(allocated) is int:
+                out[f"{device.type}:{index}"] = allocated
+    return out
 
 
 def _device_module_call(kind: str, name: str, *args: Any) -> Any:

@@ -18,7 +18,7 @@ Being invisible comes first:
 
 The copies autograd makes in the backward pass (a gradient going back across devices
 through ``.to()``) are counted by a pre-hook on the autograd node of each such ``.to()``
-the check sees, removed when the check ends.
+the check sees, and on those of a graph made before it (see :mod:`.gradient_copies`).
 Copies and syncs go to the innermost line of the user's own code (never library code); when
 a call raises and its tensor inputs sit on different devices (decided from the
 inputs, never from the message), the operands are named in the user's words and the
@@ -49,6 +49,7 @@ from ..model.records import SourceLine
 from ..model.units import human_bytes
 from . import tracebacks
 from .fast_paths import FastPathGap
+from .gradient_copies import GradientCopies
 from .sync_fixes import accumulation_fix
 
 _T = torch.Tensor
@@ -233,7 +234,7 @@ class DeviceCheckMode(TorchFunctionMode):
         self._seen_errors: set[int] = set()
         self.mismatch: Mismatch | None = None
         self._backward_where: tuple[SourceLine, int | None, str] | None = None
-        self._hooks: list[Any] = []  # handles of the gradient-copy hooks, removed on exit
+        self._gradients = GradientCopies(self._gradient_copied, self._bookkeeping_failed)
         self.internal_errors = 0  # bookkeeping failures, never shown to the cell
         self.fast_paths = FastPathGap(self)
 
@@ -260,10 +261,7 @@ class DeviceCheckMode(TorchFunctionMode):
 
     def __exit__(self, *exc: Any) -> None:
         self.fast_paths.remove()
-        for handle in self._hooks:
-            with contextlib.suppress(Exception):
-                handle.remove()  # the user's autograd graph is left as it was
-        self._hooks.clear()
+        self._gradients.remove()  # the user's autograd graph is left as it was
         stack = []
         while torch._C._len_torch_function_stack() > 0:
             stack.append(torch._C._pop_torch_function_stack())
@@ -309,8 +307,10 @@ class DeviceCheckMode(TorchFunctionMode):
         try:
             if name == "backward":
                 # Gradient copies run inside autograd (on its own threads for CUDA): they are
-                # counted by the hooks set in _after, on the line that called .backward().
+                # counted by hooks on the graph's copy nodes, on the line that called .backward().
                 self._backward_where = self._where()
+                if args:
+                    self._gradients.before_backward(args[0])
                 try:
                     result = func(*args, **kwargs)
                 finally:
@@ -383,7 +383,7 @@ class DeviceCheckMode(TorchFunctionMode):
             if dst.type == "cpu" and src.type != "cpu":
                 self._from_device.set(result, self._where()[0].label)
             if src != dst and tb.grad_fn(result) is not None:
-                self._count_gradient_copy(tb.grad_fn(result), src)
+                self._gradients.forward_copy(tb.grad_fn(result))
         elif name == "numpy" and self_t is not None and _on_accelerator(self_t):
             # Only numpy(force=True) gets here on a device tensor: it copied the data to the host.
             self._copy_counted(self._where(), tb.device(self_t), torch.device("cpu"), _nbytes(self_t), ".numpy()")
@@ -429,20 +429,11 @@ class DeviceCheckMode(TorchFunctionMode):
         key = _fingerprint(data)
         return self._values.get(key) if key is not None else None
 
-    def _count_gradient_copy(self, node: Any, src: Any) -> None:
-        """Count, during backward, the copy of the gradient back to ``src`` through ``node``
-        (a fresh node per forward copy, so each gets one hook)."""
+    def _gradient_copied(self, src: Any, dst: Any, nbytes: int) -> None:
+        self._copy_counted(self._backward_where or self._where(), src, dst, nbytes, "backward copy to host")
 
-        def before_node(grad_outputs: tuple) -> None:
-            try:
-                grad = grad_outputs[0] if grad_outputs else None
-                if tb.is_tensor(grad) and tb.device(grad) != src:
-                    where = self._backward_where or self._where()
-                    self._copy_counted(where, tb.device(grad), src, _nbytes(grad), "backward copy to host")
-            except Exception:  # noqa: BLE001
-                self.internal_errors += 1
-
-        self._hooks.append(node.register_prehook(before_node))
+    def _bookkeeping_failed(self) -> None:
+        self.internal_errors += 1
 
     def _planned_copy(self, name: str, t: Any, args: tuple, kwargs: dict) -> Any:
         src = tb.device(t)

@@ -67,6 +67,9 @@ def notes(profile: LineMemoryProfile) -> list[str]:
                    "2,000,000 and were not kept: the peak and the names cover the ones before.")
     if profile.error is not None:
         out.append(f"The cell stopped with {profile.error}: the lines up to it are shown.")
+    for device, before, after in profile.elsewhere:
+        out.append(f"Not profiled: {device}, where the cell changed allocated memory ({human_bytes(before)} → "
+                   f"{human_bytes(after)}); %%gpumem -d {device} profiles it.")
     if any(m.runs is None for m in profile.lines):
         out.append("Lines with — for runs are a function's, known from its allocations alone: this Python has no "
                    "sys.monitoring (3.12+) to follow functions line by line without slowing every call.")
