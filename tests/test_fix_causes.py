@@ -262,3 +262,33 @@ def test_a_tensor_of_a_plain_object_moves_itself_and_a_comprehension_over_new_te
     (edit,) = devinspect.explain(namespace=ip.user_ns).mismatch.fix.edits
     assert edit.new == "z = [x + v for v in [torch.ones(2, device=dev)]]"
     assert run(ip, edit.new)[0].success
+
+
+def test_a_cache_left_on_the_host_is_moved_whole_by_one_fix(ip, sim):
+    """A library's object that is no tensor, module or container (GPT-2's DynamicCache) keeps
+    every layer's keys and values: one fix moves them all, each where it is."""
+    run(ip, "import torch, transformers\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, "
+            "vocab_size=100)).eval()\nids = torch.randint(1, 100, (1, 5))\n"
+            "with torch.no_grad():\n    past = model(ids, use_cache=True).past_key_values\n"
+            "model.to(dev)\nnext_ids = torch.randint(1, 100, (1, 1), device=dev)")
+    cell = "with torch.no_grad():\n    out = model(next_ids, past_key_values=past, use_cache=True)"
+    assert run(ip, cell)[0].error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    assert fix.code.count(".to(\"sim:0\")") == 4 and not fix.edits
+    assert run(ip, fix.code)[0].success and run(ip, cell)[0].success
+
+
+def test_a_part_added_to_an_offloaded_model_moves_alone_and_its_line_is_edited(ip, sim):
+    """accelerate's cpu_offload keeps the weights on meta and brings them in per call: moving the
+    whole model would copy out of meta and raise. The head assigned afterwards moves alone."""
+    run(ip, "import torch, torch.nn as nn, accelerate\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))\n"
+            "accelerate.cpu_offload(model, execution_device=dev)\nx = torch.randn(4, 8, device=dev)")
+    run(ip, "model[2] = nn.Linear(8, 2)")
+    assert run(ip, "y = model(x)")[0].error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    assert 'model[2].to("sim:0")' in fix.code and "model.to(" not in fix.code
+    (edit,) = fix.edits
+    assert edit.new == "model[2] = nn.Linear(8, 2).to(dev)"
+    assert run(ip, fix.code)[0].success and run(ip, "y = model(x)")[0].success

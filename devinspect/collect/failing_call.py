@@ -27,7 +27,7 @@ import torch
 from . import locations
 from . import tensorbase as tb
 from .script_modules import script_object, script_tensors
-from .static import instance_dict, type_is_one_of
+from .static import instance_dict, type_is_one_of, type_name
 from .tensors import fake_device_of
 from .values import MISSING, attribute_of, item_of
 
@@ -139,6 +139,43 @@ class FailingCall:
     devices: list[str]
     #: The line of ``frame`` the expression is on.
     lineno: int = 0
+
+
+def tensor_inputs(args: tuple, kwargs: dict) -> Iterator[Any]:
+    """The tensors a call passes, in its arguments or one list or tuple deep."""
+    for value in (*args, *kwargs.values()):
+        vt = type(value)
+        if issubclass(vt, _T):
+            yield value
+        elif vt is list or vt is tuple:
+            for item in value:
+                if issubclass(type(item), _T):
+                    yield item
+
+
+def first_line(exc: BaseException | None) -> str:
+    """``RuntimeError: its message's first line`` (the class alone when the message is empty)."""
+    if exc is None:
+        return ""
+    try:
+        text = BaseException.__str__(exc).strip().splitlines()
+    except Exception:
+        text = []
+    return f"{type_name(type(exc))}: {text[0]}" if text else type_name(type(exc))
+
+
+def op_name(func: Any) -> str:
+    """How a function is named in an explanation: ``Tensor.add``, ``F.linear``, ``torch.cat``."""
+    name = getattr(func, "__name__", repr(func))
+    qual = getattr(func, "__qualname__", name)
+    module = getattr(func, "__module__", "") or ""
+    if qual.startswith(("TensorBase.", "Tensor.", "_TensorBase.")):
+        return f"Tensor.{name}"
+    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
+        return f"F.{name}"
+    if qual.startswith("_VariableFunctionsClass.") or module == "torch":
+        return f"torch.{name}"
+    return f"{module}.{name}" if module else name
 
 
 def traceback_entries(tb_: types.TracebackType | None) -> Iterator[Entry]:

@@ -18,11 +18,19 @@ from typing import Any, Mapping
 import torch
 
 from ..collect import locations
-from ..collect.failing_call import Temporary, Traced, compiled_call, failing_call, says_mismatch, traceback_entries
+from ..collect.failing_call import (
+    Temporary,
+    Traced,
+    compiled_call,
+    failing_call,
+    first_line,
+    says_mismatch,
+    traceback_entries,
+)
 from ..collect.static import type_is_one_of
 from ..model.check_report import Mismatch
 from ..model.explanation import Explanation
-from .failed_call import Failure, diagnose, first_line
+from .failed_call import Failure, diagnose
 
 #: Errors a device mismatch raises (PyTorch's C++ checks raise RuntimeError; a few Python
 #: checks raise TypeError or ValueError, indexing IndexError).

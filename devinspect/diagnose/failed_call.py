@@ -26,58 +26,27 @@ import ast
 import dataclasses
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
 from ..collect import locations, stack_reads
 from ..collect import tensorbase as tb
-from ..collect.failing_call import Result, Temporary, Traced
+from ..collect.failing_call import Result, Temporary, Traced, first_line
 from ..collect.names import torch_bound
 from ..collect.static import instance_dict, type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
 from ..model.fixes import EditCell, Fix
 from ..model.records import SourceLine, device_is_accelerator
+from ..model.scan_result import is_under
 from . import fixes, origins
 
 _T = torch.Tensor
+#: Tensors one fix moves line by line (more: each is named, the fix is the line that made them).
+_MOVED_AT_MOST = 64
 _Module = torch.nn.Module
 _COMPREHENSIONS = frozenset({"<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>"})
-
-
-def tensor_inputs(args: tuple, kwargs: dict) -> Iterator[Any]:
-    for value in (*args, *kwargs.values()):
-        vt = type(value)
-        if issubclass(vt, _T):
-            yield value
-        elif vt is list or vt is tuple:
-            for item in value:
-                if issubclass(type(item), _T):
-                    yield item
-
-
-def first_line(exc: BaseException | None) -> str:
-    if exc is None:
-        return ""
-    try:
-        text = BaseException.__str__(exc).strip().splitlines()
-    except Exception:
-        text = []
-    return f"{type_name(type(exc))}: {text[0]}" if text else type_name(type(exc))
-
-
-def op_name(func: Any) -> str:
-    name = getattr(func, "__name__", repr(func))
-    qual = getattr(func, "__qualname__", name)
-    module = getattr(func, "__module__", "") or ""
-    if qual.startswith(("TensorBase.", "Tensor.", "_TensorBase.")):
-        return f"Tensor.{name}"
-    if module.startswith("torch.nn.functional") or module == "torch._C._nn":
-        return f"F.{name}"
-    if qual.startswith("_VariableFunctionsClass.") or module == "torch":
-        return f"torch.{name}"
-    return f"{module}.{name}" if module else name
 
 
 @dataclass
@@ -363,6 +332,11 @@ class _Diagnosis:
             what = "the loop's batches" if origin.kind == "loop" else root
             return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if origin.kind == 'loop' else 'it'}")
         under = self.index.result_under(record.name)
+        # A cache or any object of a library's that holds several: all of them, not one per run.
+        held = [] if movable else [r.name for r in under.records if is_under(r.name, root) and r.kind == "tensor"
+                                   and r.device == record.device and r.alias_of is None and not r.requires_grad]
+        if 1 < len(held) <= _MOVED_AT_MOST and (several := fixes.move_tensors(root, held, target)) is not None:
+            return several
         grads = {r.param for r in under.records if r.kind == "gradient"}
         moved = fixes.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
                                   is_leaf=record.is_leaf, is_parameter=record.type_name == "Parameter",
@@ -689,6 +663,11 @@ def parts_off(model: Any, target: str) -> list[str] | None:
     """The submodules of a model on other devices than ``target``, to move alone; None when the
     model moves whole (it is all elsewhere, or in many places). A deliberate split keeps its
     accelerators: only its parts on the host move."""
+    if model.offloaded and model.placement:
+        # Its parts on meta are offloaded (hooks bring their weights in): only a part on a real
+        # device other than the target moves (a head assigned after the offload).
+        paths = list(dict.fromkeys(path for path, device in model.placement if device not in (target, "meta")))
+        return paths if paths and model.name not in paths else None
     if len([d for d in model.devices if d != "meta"]) < 2 or not model.placement:
         return None
     off = [(path, device) for path, device in model.placement if device != target]

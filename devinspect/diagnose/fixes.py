@@ -194,6 +194,17 @@ def move_module(name: str | Iterable[str], device: str, *, optimizers: Iterable[
                note=_release_note(release, release_traceback))
 
 
+def move_tensors(holder: str, names: list[str], device: str) -> Fix | None:
+    """Every tensor ``holder`` (an object that is neither a tensor, a module nor a container: a
+    cache, a config) keeps on another device, each moved where it is (None when one cannot be assigned)."""
+    target = device_literal(device)
+    lines = [assignment(name, f"{name}.to({target})") for name in names]
+    if not lines or None in lines:
+        return None
+    return Fix(summary=f"move the {len(names)} tensors {holder} holds on another device to {device}",
+               code="\n".join(lines), action=Steps(tuple(Move(name, device) for name in names)), rerun=True)
+
+
 def move_tensor(name: str, device: str, *, source: str, requires_grad: bool = False, is_leaf: bool = True,
                 is_parameter: bool = False, has_grad: bool = False, swap_flag: bool = False) -> Fix:
     """Move the tensor ``name`` to ``device``; a leaf that requires grad (or a Parameter)

@@ -38,7 +38,7 @@ class ProfiledCell(CheckedCell):
         return LineMemoryRecorder(self.device, self.function_codes | frozenset(_cell_codes(self.codes)), self.marked)
 
     def _finish(self, error: BaseException | None) -> None:
-        from ..diagnose.failed_call import first_line
+        from ..collect.failing_call import first_line
         from ..diagnose.line_memory import build_profile
 
         self.mode.__exit__(None, None, None)

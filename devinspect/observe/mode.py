@@ -40,9 +40,9 @@ from torch.utils._device import DeviceContext as _DeviceContext
 
 from ..collect import locations
 from ..collect import tensorbase as tb
-from ..collect.failing_call import names_a_device
+from ..collect.failing_call import first_line, names_a_device, op_name, tensor_inputs
 from ..collect.static import type_is_one_of
-from ..diagnose.failed_call import Failure, diagnose, first_line, op_name, tensor_inputs
+from ..diagnose.failed_call import Failure, diagnose
 from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding, Fix
 from ..model.records import SourceLine
