@@ -202,3 +202,11 @@ def test_autocast_on_the_device_keeps_a_positional_dtype(sim):
             loss = torch.nn.functional.cross_entropy(x, y)  # log_softmax(x, 1, None) inside
         assert loss.dtype == torch.float32
         assert torch.allclose(loss.cpu(), torch.nn.functional.cross_entropy(x.cpu(), y.cpu()), atol=1e-5)
+
+
+def test_an_integer_histogram_counts_as_on_cuda(sim):
+    """CUDA's histc takes integer tensors (a mixture-of-experts router counts its experts so);
+    the CPU's does not: the simulated device counts them and keeps their dtype."""
+    routes = torch.tensor([0, 1, 1, 3, 3, 3], dtype=torch.int32, device=sim)
+    counts = torch.histc(routes, bins=4, min=0, max=3)
+    assert counts.device == sim and counts.dtype == torch.int32 and counts.tolist() == [1, 2, 0, 3]

@@ -429,7 +429,11 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         first, second = _two_devices(devices)
         raise _mismatch(first, second)
     with _host_keys():
-        out = func(*plain_args, **plain_kwargs)
+        if name == "histc" and plain_args and not plain_args[0].is_floating_point():
+            # CUDA counts integer tensors too (MoE routers do); the CPU kernel has floats only.
+            out = func(plain_args[0].double(), *plain_args[1:], **plain_kwargs).to(plain_args[0].dtype)
+        else:
+            out = func(*plain_args, **plain_kwargs)
     if func is torch.ops.aten._local_scalar_dense.default or not on:
         return out
     device = on[0]
