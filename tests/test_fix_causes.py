@@ -292,3 +292,20 @@ def test_a_part_added_to_an_offloaded_model_moves_alone_and_its_line_is_edited(i
     (edit,) = fix.edits
     assert edit.new == "model[2] = nn.Linear(8, 2).to(dev)"
     assert run(ip, fix.code)[0].success and run(ip, "y = model(x)")[0].success
+
+
+def test_a_loop_over_pairs_of_batches_moves_both_and_a_nested_batch_moves_every_tensor(ip, sim):
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "model = torch.nn.Linear(8, 2).to(dev)\n"
+            "def batches():\n    for _ in range(2):\n        yield {'x': torch.randn(2, 8)}, {'y': torch.randn(2, 2)}")
+    cell = "for inputs, targets in batches():\n    loss = torch.nn.functional.mse_loss(model(inputs['x']), targets['y'])\n"
+    assert run(ip, cell)[0].error_in_exec is not None
+    (edit,) = devinspect.explain(namespace=ip.user_ns).mismatch.fix.edits
+    assert edit.new.splitlines()[1].strip().startswith("inputs, targets = {")
+    assert run(ip, cell.replace(edit.old, edit.new))[0].success  # the next line's targets moved too
+    run(ip, "batch = {'inputs': {'x': torch.randn(2, 8)}, 'labels': torch.randn(2, 2)}")
+    cell = "loss = torch.nn.functional.mse_loss(model(batch['inputs']['x']), batch['labels'])"
+    assert run(ip, cell)[0].error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    assert not fix.edits and fix.code.count(".to(") == 2  # no .to() on the line that made a dict
+    assert run(ip, fix.code)[0].success and run(ip, cell)[0].success

@@ -329,3 +329,16 @@ def test_a_traceback_inside_the_check_shows_the_frames_a_plain_cell_shows(ip, si
         frames[checked] = [line.split(",")[0] for line in out.splitlines() if line.startswith(("Cell In[", "File "))]
         assert "devinspect" not in out and "__torch_function__" not in out
     assert [f.split("]")[0].split("[")[0] for f in frames[True]] == [f.split("]")[0].split("[")[0] for f in frames[False]]
+
+
+def test_a_tensor_method_that_goes_through_the_check_shows_once_in_the_traceback(ip, sim):
+    """t.backward() hands itself to the check's mode and runs again: the traceback shows it once,
+    at the line a plain cell's traceback shows."""
+    ip.run_cell("import torch\nt = torch.ones(2)")
+    frames = {}
+    for checked in (False, True):
+        with capture_output() as captured:
+            ip.run_cell(("%%devcheck -q\n" if checked else "") + "t.sum().backward()", store_history=True)
+        frames[checked] = [line.split(" in ")[0].split("/")[-1] for line in captured.stdout.splitlines()
+                           if line.startswith("File ")]
+    assert frames[True] == frames[False] and "overrides.py" not in " ".join(frames[True])

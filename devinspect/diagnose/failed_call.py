@@ -435,12 +435,23 @@ class _Diagnosis:
         device_expr = origins.device_expression(self.failure.namespace, target)
         values = list(dict.values(container)) if type(container) is dict else list(container)
         kind, all_tensors = type_name(type(container)), all(issubclass(type(v), _T) for v in values)
-        # A loop over batches that binds the container (for batch in loader) moves it on its first line.
+        # A loop over batches that binds the container (for batch in loader) moves what it binds on its
+        # first line: every target holding a tensor off the device (for inputs, targets in loader).
         root = fixes.root_of(name)
-        loop = fixes.assignment(name, fixes.container_moved(name, device_expr, kind, all_tensors))
+        loop = origins.loop_line(root, self.cell_file, self.failing_line, self.failure.namespace,
+                                 lambda n, v: origins.moved_expression(n, v, target, device_expr)) if name == root \
+            else fixes.assignment(name, fixes.container_moved(name, device_expr, kind, all_tensors))
         origin = origins.namespace_origin(root, self.cell, self.failing_line, [root] if loop else [], device_expr,
                                           moved=loop)
+        if origin is not None and origin.kind != "loop" and not issubclass(
+                type(object_at(self.failure.namespace, root)), (_T, _Module)):
+            origin = None  # `.to(dev)` on the line that made a list or dict would raise
         moved = fixes.move_container(name, target, kind, all_tensors=all_tensors)
+        if name != root and origin is None:  # batch["inputs"] of a nested batch: every tensor under batch
+            held = [r.name for r in self.index.result_under(root).records if is_under(r.name, root)
+                    and r.kind == "tensor" and r.device != target and r.alias_of is None and not r.requires_grad]
+            if 1 < len(held) <= _MOVED_AT_MOST:
+                moved = fixes.move_tensors(root, held, target) or moved
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             what = "the loop's batches" if origin.kind == "loop" else root
             return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if loop else 'it'}")

@@ -25,6 +25,7 @@ from ..collect.failing_call import FACTORIES, LIKE_FACTORIES
 from ..collect.names import namespace_items
 from ..model.fixes import SourceEdit
 from ..model.records import SourceLine
+from . import fixes
 
 _T = torch.Tensor
 
@@ -93,8 +94,6 @@ def device_expression(namespace: Mapping[str, Any], device: str, frame: types.Fr
                       avoid: set[str] = frozenset(), prefer: tuple[str, ...] = ()) -> str:
     """How an edit names ``device``: a local tensor's ``.device`` inside a function, else the
     user's device variable, else a literal."""
-    from . import fixes
-
     return (device_in_frame(frame, device, avoid, prefer) or device_variable(namespace, device)
             or fixes.device_literal(device))
 
@@ -249,6 +248,39 @@ def loop_edit(statement: sources.Statement, names: list[str], device_expr: str,
     indent = " " * max(4, node.body[0].col_offset - node.col_offset)
     line = moved or f"{', '.join(names)} = {', '.join(f'{n}.to({device_expr})' for n in names)}"
     return SourceEdit(where, where.text, f"{where.text}\n{indent}{line}", statement.function)
+
+
+def loop_line(root: str, cell_file: str | None, failing_line: int, namespace: Mapping[str, Any],
+              moved_of: Any) -> str | None:
+    """The line that moves, at the top of the failed cell's ``for`` loop binding ``root``, every
+    name the loop binds that ``moved_of(name, value)`` gives an expression for; None without a loop."""
+    current = sources.current_cell(cell_file) if cell_file else None
+    statement = sources.assignment_in_session(root, current, failing_line) if current else None
+    if statement is None or not isinstance(statement.node, (ast.For, ast.AsyncFor)):
+        return None
+    pairs = []
+    for name in [e.id for e in ast.walk(statement.node.target) if isinstance(e, ast.Name)]:
+        value = dict.get(namespace, name) if issubclass(type(namespace), dict) else None
+        expression = moved_of(name, value)
+        if expression is not None:
+            pairs.append((name, expression))
+    if not pairs:
+        return None
+    return f"{', '.join(n for n, _ in pairs)} = {', '.join(e for _, e in pairs)}"
+
+
+def moved_expression(name: str, value: Any, target: str, device_expr: str) -> str | None:
+    """``name`` with its tensors on ``target``: a tensor's ``.to()``, a list's, tuple's or dict's own
+    comprehension; None when nothing it holds is elsewhere."""
+    if tb.is_tensor(value):
+        return f"{name}.to({device_expr})" if str(tb.device(value)) != target else None
+    if type(value) not in (list, tuple, dict):
+        return None
+    items = list(dict.values(value)) if type(value) is dict else list(value)
+    tensors = [v for v in items if tb.is_tensor(v)]
+    if not any(str(tb.device(v)) != target for v in tensors):
+        return None
+    return fixes.container_moved(name, device_expr, type(value).__name__, len(tensors) == len(items))
 
 
 def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_line: int,

@@ -46,6 +46,18 @@ def _is_dispatch_plumbing(filename: str) -> bool:
     return filename.replace("\\", "/").endswith(_DISPATCH_FILES)
 
 
+def _reentered(entries: list, i: int) -> int:
+    """The position of the entry where the call at entry ``i`` ran again, having handed itself to
+    a torch-function mode (only PyTorch's overrides between, devinspect's frames already gone); 0 if none."""
+    code = entries[i].tb_frame.f_code
+    for j in range(i + 1, len(entries)):
+        if entries[j].tb_frame.f_code is code:
+            return j if j > i + 1 else 0
+        if not entries[j].tb_frame.f_code.co_filename.replace("\\", "/").endswith("/torch/overrides.py"):
+            return 0
+    return 0
+
+
 def without_own_frames(tb: types.TracebackType | None, body_file: str | None = None,
                        kernel: bool = False) -> types.TracebackType | None:
     """The same traceback with devinspect's frames left out (rebuilt; the original is untouched).
@@ -74,6 +86,15 @@ def without_own_frames(tb: types.TracebackType | None, body_file: str | None = N
                 cut -= 1
             entries = entries[:cut]
     kept = [e for i, e in enumerate(entries) if i == start or not is_own_file(e.tb_frame.f_code.co_filename)]
+    if body_file is not None:
+        # A Tensor method that hands itself to the check's mode (t.backward() -> handle_torch_function
+        # -> the check -> t.backward() again) shows once, where it ran, as in a plain cell.
+        dropped: set[int] = set()
+        for i in range(len(kept)):
+            again = _reentered(kept, i)
+            if again:
+                dropped.update(range(i, again))
+        kept = [e for i, e in enumerate(kept) if i not in dropped]
     rebuilt = None
     for e in reversed(kept):
         rebuilt = types.TracebackType(rebuilt, e.tb_frame, e.tb_lasti, e.tb_lineno)
