@@ -257,3 +257,12 @@ def test_why_takes_a_name_with_a_space_and_last_says_what_it_cannot_read(ip, sim
     _run(ip, "x + torch.from_numpy(np.ones(2, dtype='float32'))")  # an input made and dropped on the line
     result, text = _run(ip, "%devcheck --last")
     assert "not a device mismatch" not in text and "could not be read back" in text and "%%devcheck" in text
+
+
+def test_names_as_devices_prints_them_select_their_rows(ip):
+    ip.run_cell("import torch\ndk = {torch.ones(1): torch.ones(2)}\nx = torch.ones(3)")
+    for cell, name in (("%devices list(dk)[0]", "list(dk)[0]"), ('%devices "x"', "x"), ("%devices 'x'", "x")):
+        result, text = _run(ip, cell)
+        assert result.error_in_exec is None and text.strip().splitlines()[-1].startswith(name)
+    result, text = _run(ip, "%devices ../")
+    assert "'../' is not a name %devices lists" in text and "Traceback" not in text

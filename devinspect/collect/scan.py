@@ -68,9 +68,10 @@ def scan(
         present = {name for name, _ in items}
         wanted: list[str] = []
         for root in roots:
-            top = re.split(r"[.\[]", root, maxsplit=1)[0]
+            top = re.split(r"[.\[]", root.removeprefix("list(").replace(")", "", 1) if root.startswith("list(")
+                           else root, maxsplit=1)[0]  # list(d)[0]: a key of d, as %devices names it
             if top not in present:
-                raise LookupError(f"no variable named {top!r}")
+                raise LookupError(f"no variable named {top!r}" if top else f"{root!r} is not a name %devices lists")
             if top not in wanted:
                 wanted.append(top)
             prefixes.append(root)

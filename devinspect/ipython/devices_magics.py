@@ -82,6 +82,8 @@ class DevicesMagics(DevInspectMagics):
         device = device_argument("%devices", args.device)
         variable_name("%devices", args.variable, self.shell)
         max_rows = self.settings.max_rows if args.max_rows is None else args.max_rows
+        # A name in quotes means the name ("x", 'Out[3]'), as --why takes it.
+        args.names = [n[1:-1] if len(n) > 1 and n[0] == n[-1] and n[0] in "'\"" else n for n in args.names]
         selection = Selection(names=tuple(args.names), device=device, kind=args.kind)
         display_settings = Display(max_rows=max_rows, sort=args.sort or self.settings.sort, findings_only=args.findings)
 
