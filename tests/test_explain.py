@@ -615,3 +615,15 @@ def test_last_shows_the_mismatch_as_it_was_when_the_cell_failed(ip, sim):
     assert "device mismatch in Tensor.__add__" in text
     rows = [line for line in text.splitlines() if line.strip().startswith("y ") and "[namespace]" in line]
     assert rows and all("float32[2]" in row for row in rows) and "float32[3]" not in text
+
+
+def test_a_kept_error_with_a_chained_one_is_freed_by_the_printed_fix(ip, capped):
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "def step():\n    act = torch.empty(40 << 18, device=dev)\n    try:\n        {}['k']\n"
+            "    except KeyError:\n        raise ValueError('while handling')\n"
+            "try:\n    step()\nexcept ValueError as e:\n    saved = e")
+    run(ip, "big = torch.empty(40 << 18, device=dev)")
+    fix = next(f for f in devinspect.explain(namespace=ip.user_ns).out_of_memory.fixes if "traceback of saved" in f.summary)
+    assert "saved.__context__ = saved.__cause__ = None" in fix.code
+    before = torch.sim.memory_allocated()
+    assert run(ip, fix.code)[0].success and before - torch.sim.memory_allocated() == 40 << 20

@@ -309,3 +309,12 @@ def test_a_loop_over_pairs_of_batches_moves_both_and_a_nested_batch_moves_every_
     fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
     assert not fix.edits and fix.code.count(".to(") == 2  # no .to() on the line that made a dict
     assert run(ip, fix.code)[0].success and run(ip, cell)[0].success
+
+
+def test_a_parameter_made_on_the_host_keeps_being_a_parameter_in_the_edit(ip, sim):
+    run(ip, "import torch as th\nfrom devinspect import testing\ndev = testing.enable()\nx = th.ones(3, device=dev)")
+    run(ip, "w = th.nn.Parameter(th.ones(3))")
+    assert run(ip, "y = x * w")[0].error_in_exec is not None
+    (edit,) = devinspect.explain(namespace=ip.user_ns).mismatch.fix.edits
+    assert ".to(" in edit.new and not edit.new.rstrip().endswith(".to(dev)") and "Parameter(" in edit.new
+    assert run(ip, edit.new)[0].success and ip.user_ns["w"].is_leaf and ip.user_ns["w"].device.type == "sim"

@@ -266,3 +266,29 @@ def test_names_as_devices_prints_them_select_their_rows(ip):
         assert result.error_in_exec is None and text.strip().splitlines()[-1].startswith(name)
     result, text = _run(ip, "%devices ../")
     assert "'../' is not a name %devices lists" in text and "Traceback" not in text
+
+
+def test_a_device_block_left_open_and_closed_in_a_checked_cell_ends_as_in_a_plain_one(ip, sim):
+    states = {}
+    for checked in (False, True):
+        ip.run_cell("import torch\nctx = torch.device('sim:0')\nctx.__enter__()")
+        ip.run_cell(("%%devcheck -q\n" if checked else "") + "ctx.__exit__(None, None, None)")
+        states[checked] = (torch.get_default_device().type, torch.ones(1).device.type,
+                           torch._C._len_torch_function_stack())
+    assert states[True] == states[False] == ("cpu", "cpu", 0)
+
+
+def test_an_explained_error_keeps_nothing_alive(ip, sim):
+    ip.run_cell("import torch\nx = torch.empty(1 << 21, device='sim:0')")
+    ip.run_cell("x.cpu() + torch.ones(1, device='sim:1')")  # explained after the cell
+    before = torch.sim.memory_allocated()
+    ip.run_cell("del x")
+    assert before - torch.sim.memory_allocated() == 8 << 20  # at once, no collector needed
+
+
+def test_v_keeps_a_simulated_tensor_and_what_the_cell_itself_bound(ip, sim):
+    ip.run_cell("import torch\nt = torch.ones(2, device='sim:0')")
+    result, text = _run(ip, "%devices -v t")
+    assert "t already holds a SimTensor" in text and ip.user_ns["t"].device.type == "sim"
+    result, text = _run(ip, "%%devcheck -v rep\nrep = 'mine'")
+    assert ip.user_ns["rep"] == "mine" and "the cell made rep a str, which is kept" in text

@@ -358,30 +358,33 @@ def _operands(nodes: list[ast.AST], frame: types.FrameType, lineno: int, depth: 
     """The tensors and temporaries the expressions ``nodes`` stand for, in ``frame``."""
     out: list = []
     seen: set[int] = set()
-
-    def add(value: Any, level: int = 0) -> None:
-        if len(out) >= _MAX_TENSORS or level > 2:
-            return
-        vt = type(value)
-        if issubclass(vt, _T) or vt is Temporary or vt is Result:
-            if id(value) not in seen:
-                seen.add(id(value))
-                out.append(value)
-        elif issubclass(vt, _Module):
-            for t in _module_sample(value):
-                add(t, level + 1)
-        elif vt is list or vt is tuple:
-            for item in value[:_MAX_TENSORS]:
-                add(item, level + 1)
-        elif vt is dict:
-            for item in list(dict.values(value))[:_MAX_TENSORS]:
-                add(item, level + 1)
-
     for node in nodes:
         value = _value(node, frame, depth, lineno)
         if value is not _MISSING:
-            add(value)
+            _add_operand(value, out, seen)
     return out
+
+
+def _add_operand(value: Any, out: list, seen: set[int], level: int = 0) -> None:
+    """Add ``value``'s tensors to ``out`` (a module's sample, a list's or dict's items). A function
+    of its own, not a closure: a closure that calls itself is a cycle that keeps ``out``, and the
+    tensors in it, alive until the cyclic collector runs."""
+    if len(out) >= _MAX_TENSORS or level > 2:
+        return
+    vt = type(value)
+    if issubclass(vt, _T) or vt is Temporary or vt is Result:
+        if id(value) not in seen:
+            seen.add(id(value))
+            out.append(value)
+    elif issubclass(vt, _Module):
+        for t in _module_sample(value):
+            _add_operand(t, out, seen, level + 1)
+    elif vt is list or vt is tuple:
+        for item in value[:_MAX_TENSORS]:
+            _add_operand(item, out, seen, level + 1)
+    elif vt is dict:
+        for item in list(dict.values(value))[:_MAX_TENSORS]:
+            _add_operand(item, out, seen, level + 1)
 
 
 def _module_sample(module: Any) -> list:

@@ -501,6 +501,8 @@ class Walker:
         if issubclass(vt, BaseException):  # an error kept (saved = e) keeps its frames' locals alive
             for function, key, value in traceback_locals(_TRACEBACK_OF(o)):
                 self._visit(value, f"{name}.__traceback__:{function}.{key}", root, depth + 1, owner)
+            for attr in ("args", "__cause__", "__context__"):  # C-level fields, read statically
+                self._visit(BaseException.__dict__[attr].__get__(o), f"{name}.{attr}", root, depth + 1, owner)
         odd = odd_instance_dict(o)
         if odd is not None:
             self.truncated.append(Truncation(name, f"{odd}: not inspected"))

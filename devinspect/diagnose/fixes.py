@@ -227,14 +227,13 @@ def move_tensor(name: str, device: str, *, source: str, requires_grad: bool = Fa
     else:
         new = (f"torch.nn.Parameter({name}.detach().to({target}), requires_grad={name}.requires_grad)"
                if is_parameter else f"{name}.detach().to({target}).requires_grad_()")
-        # The gradient goes over on its own (a tensor's gradient must be on its device), under
-        # a name that is deleted once it is back: the fix leaves no variable behind.
-        lines = []
+        swap = f"torch.utils.swap_tensors({name}, {new})"
+        lines = [f"{swap}  # keeps the object: an optimizer holding it stays valid"]
         if has_grad:
-            lines.append(f"_grad = {name}.grad.to({target}); {name}.grad = None")
-        lines.append(f"torch.utils.swap_tensors({name}, {new})  # keeps the object: an optimizer holding it stays valid")
-        if has_grad:
-            lines.append(f"{name}.grad = _grad; del _grad")
+            # The gradient goes over on its own (a tensor's gradient must be on its device); a
+            # lambda's argument carries it, so the fix binds no name of the user's.
+            lines = [f"(lambda grad: ({name}.__setattr__(\"grad\", None), {swap}, {name}.__setattr__(\"grad\", grad)))"
+                     f"({name}.grad.to({target}))  # keeps the object and its gradient: an optimizer holding it stays valid"]
     what = "Parameter" if is_parameter else "leaf tensor"
     return Fix(summary=f"move {name} to {device}, keeping it the same {what}", code="\n".join(lines),
                action=Move(name, device))

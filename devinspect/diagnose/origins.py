@@ -193,13 +193,22 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
             cut = base.rfind(".")
             new = f"{_cut(text, 0, start)}{base[:cut]}.to({device_expr}){_cut(text, end)}"
             return "value", SourceEdit(where, text, new, statement.function)
-        value = _cut(text, node.value.col_offset - column, (node.value.end_col_offset or 0) - column)
+        target = node.value
+        if isinstance(target, ast.Call) and target.args and _callee(target).endswith("Parameter"):
+            target = target.args[0]  # nn.Parameter(t).to(dev) would be no Parameter: its data moves instead
+        value = _cut(text, target.col_offset - column, (target.end_col_offset or 0) - column)
         if value:
-            head = _cut(text, 0, node.value.col_offset - column)
-            tail = _cut(text, (node.value.end_col_offset or 0) - column)
-            wrapped = value if _is_atom(node.value) else f"({value})"
+            head = _cut(text, 0, target.col_offset - column)
+            tail = _cut(text, (target.end_col_offset or 0) - column)
+            wrapped = value if _is_atom(target) else f"({value})"
             return "value", SourceEdit(where, text, f"{head}{wrapped}.to({device_expr}){tail}", statement.function)
     return None
+
+
+def _callee(call: ast.Call) -> str:
+    """``nn.Parameter`` for ``nn.Parameter(x)``: the called name as written, ``""`` if it is no name."""
+    func = call.func
+    return ast.unparse(func) if isinstance(func, (ast.Name, ast.Attribute)) else ""
 
 
 def default_device_edit(where: SourceLine, device_expr: str) -> SourceEdit | None:

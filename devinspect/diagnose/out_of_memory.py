@@ -85,7 +85,7 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
     if kept:
         fixes.append(Fix(
             summary=f"drop the traceback of {', '.join(kept)}: frees {human_bytes(sum(kept.values()))} on {device}",
-            code="\n".join(f"{holder}.__traceback__ = None" for holder in kept),
+            code="\n".join(_drop_traceback(holder, namespace) for holder in kept),
             note="the error keeps its type and message; only the frames it keeps, and their tensors, go",
         ))
     kind = device.split(":")[0] if device else None
@@ -103,6 +103,19 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
         others=len(on_device) - listed,
         others_bytes=sum(r.counted_bytes for r in on_device) - sum(t.nbytes for t in largest),
     )
+
+
+def _drop_traceback(holder: str, namespace: Mapping[str, Any]) -> str:
+    """``saved.__traceback__ = None``, and the errors chained to it dropped too when there are
+    (their tracebacks hold the same frames: ``raise X from e``, or raised while handling)."""
+    from ..collect.values import object_at
+
+    error = object_at(namespace, holder)
+    chained = issubclass(type(error), BaseException) and (BaseException.__dict__["__context__"].__get__(error)
+                                                          or BaseException.__dict__["__cause__"].__get__(error))
+    line = f"{holder}.__traceback__ = None"
+    return line + (f"\n{holder}.__context__ = {holder}.__cause__ = None  # the errors chained to it hold frames too"
+                   if chained else "")
 
 
 #: What a tensor's name has between the error that keeps it and the frame it is a local of.

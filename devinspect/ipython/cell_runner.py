@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable
 
 from ..observe import tracebacks
-from .common import running_cell_number
+from .common import is_result_type, running_cell_number
 
 
 class CheckedCell:
@@ -123,8 +123,7 @@ class CheckedCell:
             self.report = self.mode.report(error, elapsed, self._unseen())
             if error is not None and self.report.mismatch is not None and self.explained is not None:
                 self.explained(error)  # explained here: not again after the cell
-            if self.args.variable:
-                self.shell.user_ns[self.args.variable] = self.report
+            self._store(self.report)
             if not self.args.output and (not self.args.quiet or self.report.has_findings):
                 self._display()
         except Exception as exc:  # noqa: BLE001 - the report must never replace the cell's outcome
@@ -139,6 +138,19 @@ class CheckedCell:
             return tuple(script_calls(self.transformed, self.shell.user_ns))
         except Exception:  # noqa: BLE001 - a note that cannot be made is left out
             return ()
+
+    def _store(self, report: Any) -> None:
+        """``-v NAME``: the report under NAME, unless the cell itself bound NAME to something else
+        (checked before the cell ran too): the cell's value is kept, and the report is not stored."""
+        name = self.args.variable
+        if not name:
+            return
+        held = dict.get(self.shell.user_ns, name, None)
+        if held is not None and not is_result_type(type(held)):
+            print(f"devinspect: -v {name}: the cell made {name} a {type(held).__name__}, which is kept; "
+                  "the report is not stored", file=sys.stderr)
+            return
+        self.shell.user_ns[name] = report
 
     def _display(self) -> None:
         from IPython.display import display

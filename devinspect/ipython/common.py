@@ -117,9 +117,15 @@ def variable_name(magic: str, name: str | None, shell: Any = None) -> None:
     user_ns = getattr(shell, "user_ns", None) if shell is not None else None
     if isinstance(user_ns, dict) and name in user_ns:
         held = type(dict.__getitem__(user_ns, name))
-        if not type_module(held).startswith("devinspect."):  # an earlier result is replaced, nothing else
+        if not is_result_type(held):  # an earlier result is replaced, nothing else
             raise UsageError(f"{magic}: -v {name}: {name} already holds a {type_name(held)}, which the result "
                              "would replace; choose another name")
+
+
+def is_result_type(cls: type) -> bool:
+    """Whether ``cls`` is one of devinspect's results (a scan, a report, an explanation: what
+    ``-v`` stores), not any other object of devinspect's (a simulated tensor, an error)."""
+    return type_module(cls).startswith(("devinspect.model.", "devinspect.render."))
 
 
 def calling_frame() -> Any:

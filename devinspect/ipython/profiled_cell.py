@@ -46,8 +46,7 @@ class ProfiledCell(CheckedCell):
             self.report = build_profile(
                 self.mode.recording, _source_text, lambda: named_allocations(self.shell.user_ns, self.device, self.exclude),
                 error=first_line(error) if error is not None else None)
-            if self.args.variable:
-                self.shell.user_ns[self.args.variable] = self.report
+            self._store(self.report)
             if not self.args.output:
                 self._display()
         except Exception as exc:  # noqa: BLE001 - the profile must never replace the cell's outcome

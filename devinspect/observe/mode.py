@@ -36,7 +36,6 @@ from typing import Any, Callable, Mapping
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._device import DeviceContext as _DeviceContext
 
 from ..collect import locations
 from ..collect import tensorbase as tb
@@ -180,11 +179,11 @@ def _on_accelerator(t: Any) -> bool:
 def _current_index(device_type: str) -> int:
     """The index of the current device of a type (what ``.to("cuda")`` means), 0 when unknown."""
     with contextlib.suppress(Exception):
+        return int(getattr(torch, device_type).current_device())  # torch.cuda, or a backend's module
+    with contextlib.suppress(Exception):
         accelerator = torch.accelerator.current_accelerator()
         if accelerator is not None and accelerator.type == device_type:
             return int(torch.accelerator.current_device_index())
-    with contextlib.suppress(Exception):
-        return int(getattr(torch, device_type).current_device())  # an out-of-tree backend's module
     return 0
 
 
@@ -248,10 +247,10 @@ class DeviceCheckMode(TorchFunctionMode):
         above = []
         while torch._C._len_torch_function_stack() > 0:
             above.append(torch._C._pop_torch_function_stack())
-        # At the bottom, so the user's modes stay on top of it; only torch's default device
-        # (set_default_device, ``with torch.device``) stays below, where torch keeps it and
-        # looks for it when it is set again.
-        if above and type(above[-1]) is _DeviceContext:
+        # At the bottom, so the user's modes stay on top of it; only the default device that
+        # set_default_device keeps stays below, where torch looks for it when it is set again
+        # (a ``with torch.device`` block's is popped from the top when it ends: it stays above).
+        if above and above[-1] is getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None):
             torch._C._push_on_torch_function_stack(above.pop())
         torch._C._push_on_torch_function_stack(self)
         for mode in reversed(above):

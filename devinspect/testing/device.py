@@ -428,6 +428,10 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     if len(devices) > 1 and name not in _CROSS_DEVICE_OPS:
         first, second = _two_devices(devices)
         raise _mismatch(first, second)
+    if name in _CROSS_DEVICE_OPS and name.startswith(("index", "_index")) and args and type(args[0]) is not SimTensor \
+            and isinstance(args[0], torch.Tensor) and on:
+        # A host tensor indexed by device indices: CUDA refuses it (the other way round is allowed).
+        raise RuntimeError("indices should be either on cpu or on the same device as the indexed tensor (cpu)")
     with _host_keys():
         if name == "histc" and plain_args and not plain_args[0].is_floating_point():
             # CUDA counts integer tensors too (MoE routers do); the CPU kernel has floats only.
