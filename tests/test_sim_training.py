@@ -210,3 +210,10 @@ def test_an_integer_histogram_counts_as_on_cuda(sim):
     routes = torch.tensor([0, 1, 1, 3, 3, 3], dtype=torch.int32, device=sim)
     counts = torch.histc(routes, bins=4, min=0, max=3)
     assert counts.device == sim and counts.dtype == torch.int32 and counts.tolist() == [1, 2, 0, 3]
+
+
+def test_a_host_tensor_indexed_by_device_indices_raises_as_on_cuda(sim):
+    table = torch.arange(5.0)
+    with pytest.raises(RuntimeError, match="indices should be either on cpu or on the same device"):
+        table[torch.tensor([1, 2], device=sim)]
+    assert torch.arange(5.0, device=sim)[torch.tensor([1, 2])].tolist() == [1.0, 2.0]  # the other way is allowed
