@@ -318,3 +318,23 @@ def test_a_parameter_made_on_the_host_keeps_being_a_parameter_in_the_edit(ip, si
     (edit,) = devinspect.explain(namespace=ip.user_ns).mismatch.fix.edits
     assert ".to(" in edit.new and not edit.new.rstrip().endswith(".to(dev)") and "Parameter(" in edit.new
     assert run(ip, edit.new)[0].success and ip.user_ns["w"].is_leaf and ip.user_ns["w"].device.type == "sim"
+
+
+def test_a_loop_over_nested_batches_moves_every_part_and_a_list_of_models_gets_no_edit_on_its_list(ip, sim):
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "model = torch.nn.Linear(8, 2).to(dev)\n"
+            "def batches():\n    for _ in range(2):\n"
+            "        yield {'inputs': {'x': torch.randn(2, 8)}, 'labels': torch.randn(2, 2), 'step': 1}")
+    cell = ("for batch in batches():\n"
+            "    loss = torch.nn.functional.mse_loss(model(batch['inputs']['x']), batch['labels'])\n")
+    assert run(ip, cell)[0].error_in_exec is not None
+    (edit,) = devinspect.explain(namespace=ip.user_ns).mismatch.fix.edits
+    assert edit.new.splitlines()[1].strip().startswith("batch = {**batch, ")
+    assert run(ip, cell.replace(edit.old, edit.new))[0].success
+    run(ip, "models = [torch.nn.Linear(8, 2).to(dev) for _ in range(2)]\nmodels.append(torch.nn.Linear(8, 2))\n"
+            "x = torch.randn(4, 8, device=dev)")
+    cell = "preds = torch.stack([m(x) for m in models])"
+    assert run(ip, cell)[0].error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    assert not any(".to(dev)" in e.new and "models = " in e.new for e in fix.edits)
+    assert run(ip, fix.code)[0].success and run(ip, cell)[0].success

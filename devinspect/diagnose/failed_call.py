@@ -439,8 +439,9 @@ class _Diagnosis:
         # first line: every target holding a tensor off the device (for inputs, targets in loader).
         root = fixes.root_of(name)
         loop = origins.loop_line(root, self.cell_file, self.failing_line, self.failure.namespace,
-                                 lambda n, v: origins.moved_expression(n, v, target, device_expr)) if name == root \
-            else fixes.assignment(name, fixes.container_moved(name, device_expr, kind, all_tensors))
+                                 lambda n, v: origins.moved_expression(n, v, target, device_expr)) or (
+            fixes.assignment(name, fixes.container_moved(name, device_expr, kind, all_tensors)) if name != root
+            else None)  # batch.data of a BatchEncoding: the dict it keeps, in place
         origin = origins.namespace_origin(root, self.cell, self.failing_line, [root] if loop else [], device_expr,
                                           moved=loop)
         if origin is not None and origin.kind != "loop" and not issubclass(
@@ -527,6 +528,8 @@ class _Diagnosis:
     def _module_origin(self, path: str, target: str) -> origins.Origin | None:
         device_expr = origins.device_expression(self.failure.namespace, target)
         for name in (path, fixes.root_of(path)):
+            if not issubclass(type(object_at(self.failure.namespace, name)), (_T, _Module)):
+                continue  # models[2]'s list: .to() on the line that made the list would raise
             origin = origins.namespace_origin(name, self.cell, self.failing_line, [], device_expr, wrap=True)
             if origin is not None:
                 return origin

@@ -278,18 +278,29 @@ def loop_line(root: str, cell_file: str | None, failing_line: int, namespace: Ma
     return f"{', '.join(n for n, _ in pairs)} = {', '.join(e for _, e in pairs)}"
 
 
-def moved_expression(name: str, value: Any, target: str, device_expr: str) -> str | None:
+def moved_expression(name: str, value: Any, target: str, device_expr: str, depth: int = 0) -> str | None:
     """``name`` with its tensors on ``target``: a tensor's ``.to()``, a list's, tuple's or dict's own
-    comprehension; None when nothing it holds is elsewhere."""
+    comprehension, a nested dict rebuilt around its moved items (``{**batch, "inputs": {…}}``);
+    None when nothing it holds is elsewhere, or it cannot be written so."""
     if tb.is_tensor(value):
         return f"{name}.to({device_expr})" if str(tb.device(value)) != target else None
-    if type(value) not in (list, tuple, dict):
+    if type(value) not in (list, tuple, dict) or depth > 3:
         return None
-    items = list(dict.values(value)) if type(value) is dict else list(value)
-    tensors = [v for v in items if tb.is_tensor(v)]
-    if not any(str(tb.device(v)) != target for v in tensors):
-        return None
-    return fixes.container_moved(name, device_expr, type(value).__name__, len(tensors) == len(items))
+    items = list(dict.items(value)) if type(value) is dict else list(enumerate(value))
+    tensors = [v for _, v in items if tb.is_tensor(v)]
+    if len(tensors) == len(items):
+        if not any(str(tb.device(v)) != target for v in tensors):
+            return None
+        return fixes.container_moved(name, device_expr, type(value).__name__, True)
+    if type(value) is not dict or not all(type(k) is str for k, _ in items):
+        moved = any(tb.is_tensor(v) and str(tb.device(v)) != target for _, v in items)
+        return fixes.container_moved(name, device_expr, type(value).__name__, False) if moved else None
+    parts = []
+    for key, item in items:  # a batch of dicts: each part that holds a tensor elsewhere, moved in place
+        inner = moved_expression(f"{name}[{fixes.literal(key)}]", item, target, device_expr, depth + 1)
+        if inner is not None:
+            parts.append(f"{fixes.literal(key)}: {inner}")
+    return f"{{**{name}, {', '.join(parts)}}}" if parts else None
 
 
 def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_line: int,
