@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
+import sys
 import types
 from typing import Any, Iterator, Mapping
 
@@ -47,12 +48,14 @@ def namespace_items(namespace: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
-def torch_bound(namespace: Mapping[str, Any]) -> bool:
-    """Whether ``torch`` in the namespace is PyTorch itself (code printed for the user may then
-    use the name; after ``import torch as th`` it has to import it)."""
+def binds_module(namespace: Mapping[str, Any], module: str) -> bool:
+    """Whether the name ``module`` in the namespace is that imported module itself (code printed
+    for the user may then use the name; after ``import torch as th`` it has to import it)."""
+    imported = sys.modules.get(module)
     if issubclass(type(namespace), dict):
-        return dict.get(namespace, "torch") is torch
-    return any(name == "torch" and value is torch for name, value in namespace_items(namespace))
+        return imported is not None and dict.get(namespace, module) is imported
+    return imported is not None and any(name == module and value is imported
+                                        for name, value in namespace_items(namespace))
 
 
 def root_items(items: list[tuple[str, Any]], excluded: set[str] | frozenset[str],

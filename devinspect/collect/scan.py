@@ -22,7 +22,15 @@ from ..model.fixes import Finding
 from ..model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, Selection
 from .light_walks import HolderWalker, ReachWalker
-from .names import HISTORY_RE, PLUMBING, is_history_name, module_tree_paths, namespace_items, root_items
+from .names import (
+    HISTORY_RE,
+    PLUMBING,
+    binds_module,
+    is_history_name,
+    module_tree_paths,
+    namespace_items,
+    root_items,
+)
 from .static import type_module, type_name
 from .tensors import tensor_facts
 from .values import MISSING, object_at
@@ -84,7 +92,7 @@ def scan(
     walker = Walker(options)
     _walk_paused(walker, items, roots is not None, user, history, all_objects)
     result = _result(walker, [n for n, _ in user], prefixes, include_hidden, all_objects, max_depth, rules,
-                     torch_bound=any(n == "torch" and v is torch for n, v in items))
+                     torch_bound=binds_module(namespace, "torch"))
     for path in prefixes:
         # A path that picks nothing because nothing is there (model.h.0 for model.h[0]) says so.
         if not any(map(Selection(names=(path,)).keeps, result.records)) and object_at(namespace, path) is MISSING:

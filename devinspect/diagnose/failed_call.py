@@ -33,7 +33,7 @@ import torch
 from ..collect import locations, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Result, Temporary, Traced, first_line
-from ..collect.names import torch_bound
+from ..collect.names import binds_module
 from ..collect.static import instance_dict, type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
@@ -118,7 +118,7 @@ class _Diagnosis:
         self._named = named
         target = self._target(named)
         fix = self._fix(named, target) if target else None
-        fix = fixes.importing_torch(fix, torch_bound(failure.namespace))
+        fix = fixes.importing_torch(fix, binds_module(failure.namespace, "torch"))
         user_frame = failure.line or (failure.source(self.inner) if self.inner is not None
                                       and self.inner is not self.cell else None)
         # The module named next to the user's line is the one whose forward that line is in, not a
@@ -326,15 +326,14 @@ class _Diagnosis:
         device_expr = origins.device_expression(self.failure.namespace, target)
         wrong = origins.wrong_loop_targets(root, target, self.cell_file, self.failing_line, self.failure.namespace)
         # The variable's own line is the fix only for the tensor or module that moves (not w of w.t).
-        movable = record.name == root or issubclass(type(object_at(self.failure.namespace, root)), (_T, _Module))
+        movable = record.name == root or self._movable(root)
         origin = origins.namespace_origin(root, self.cell, self.failing_line, wrong, device_expr) if movable else None
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             what = "the loop's batches" if origin.kind == "loop" else root
             return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if origin.kind == 'loop' else 'it'}")
         under = self.index.result_under(record.name)
         # A cache or any object of a library's that holds several: all of them, not one per run.
-        held = [] if movable else [r.name for r in under.records if is_under(r.name, root) and r.kind == "tensor"
-                                   and r.device == record.device and r.alias_of is None and not r.requires_grad]
+        held = [] if movable else [r.name for r in self._plain_tensors_under(root) if r.device == record.device]
         if 1 < len(held) <= _MOVED_AT_MOST and (several := fixes.move_tensors(root, held, target)) is not None:
             return several
         grads = {r.param for r in under.records if r.kind == "gradient"}
@@ -444,13 +443,11 @@ class _Diagnosis:
             else None)  # batch.data of a BatchEncoding: the dict it keeps, in place
         origin = origins.namespace_origin(root, self.cell, self.failing_line, [root] if loop else [], device_expr,
                                           moved=loop)
-        if origin is not None and origin.kind != "loop" and not issubclass(
-                type(object_at(self.failure.namespace, root)), (_T, _Module)):
+        if origin is not None and origin.kind != "loop" and not self._movable(root):
             origin = None  # `.to(dev)` on the line that made a list or dict would raise
         moved = fixes.move_container(name, target, kind, all_tensors=all_tensors)
         if name != root and origin is None:  # batch["inputs"] of a nested batch: every tensor under batch
-            held = [r.name for r in self.index.result_under(root).records if is_under(r.name, root)
-                    and r.kind == "tensor" and r.device != target and r.alias_of is None and not r.requires_grad]
+            held = [r.name for r in self._plain_tensors_under(root) if r.device != target]
             if 1 < len(held) <= _MOVED_AT_MOST:
                 moved = fixes.move_tensors(root, held, target) or moved
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
@@ -458,6 +455,16 @@ class _Diagnosis:
             return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if loop else 'it'}")
         edits = (origin.edit,) if origin is not None and origin.edit else ()
         return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None)
+
+    def _movable(self, name: str) -> bool:
+        """Whether ``name`` is a tensor or a module: what ``.to()`` on the line that made it moves."""
+        return issubclass(type(object_at(self.failure.namespace, name)), (_T, _Module))
+
+    def _plain_tensors_under(self, root: str) -> list[Any]:
+        """The records of the plain tensors below ``root`` (each memory once, none that needs a
+        gradient): what one fix moves line by line when ``root`` is a cache, a config or a batch."""
+        return [r for r in self.index.result_under(root).records if is_under(r.name, root) and r.kind == "tensor"
+                and r.alias_of is None and not r.requires_grad]
 
     def _attribute_fix(self, n: _Named, target: str) -> Fix | None:
         name = n.operand.name or ""
@@ -528,7 +535,7 @@ class _Diagnosis:
     def _module_origin(self, path: str, target: str) -> origins.Origin | None:
         device_expr = origins.device_expression(self.failure.namespace, target)
         for name in (path, fixes.root_of(path)):
-            if not issubclass(type(object_at(self.failure.namespace, name)), (_T, _Module)):
+            if not self._movable(name):
                 continue  # models[2]'s list: .to() on the line that made the list would raise
             origin = origins.namespace_origin(name, self.cell, self.failing_line, [], device_expr, wrap=True)
             if origin is not None:

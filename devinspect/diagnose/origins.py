@@ -259,13 +259,19 @@ def loop_edit(statement: sources.Statement, names: list[str], device_expr: str,
     return SourceEdit(where, where.text, f"{where.text}\n{indent}{line}", statement.function)
 
 
+def _loop_binding(root: str, cell_file: str | None, failing_line: int) -> sources.Statement | None:
+    """The ``for`` statement of the failed cell that binds ``root`` before its failing line, or None."""
+    current = sources.current_cell(cell_file) if cell_file else None
+    statement = sources.assignment_in_session(root, current, failing_line) if current else None
+    return statement if statement is not None and isinstance(statement.node, (ast.For, ast.AsyncFor)) else None
+
+
 def loop_line(root: str, cell_file: str | None, failing_line: int, namespace: Mapping[str, Any],
               moved_of: Any) -> str | None:
     """The line that moves, at the top of the failed cell's ``for`` loop binding ``root``, every
     name the loop binds that ``moved_of(name, value)`` gives an expression for; None without a loop."""
-    current = sources.current_cell(cell_file) if cell_file else None
-    statement = sources.assignment_in_session(root, current, failing_line) if current else None
-    if statement is None or not isinstance(statement.node, (ast.For, ast.AsyncFor)):
+    statement = _loop_binding(root, cell_file, failing_line)
+    if statement is None:
         return None
     pairs = []
     for name in [e.id for e in ast.walk(statement.node.target) if isinstance(e, ast.Name)]:
@@ -307,9 +313,8 @@ def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_li
                        namespace: Mapping[str, Any]) -> list[str]:
     """The names a ``for`` loop of the failed cell binds together with ``root`` whose tensors are
     off ``target`` (``[root]`` when no loop binds it)."""
-    current = sources.current_cell(cell_file) if cell_file else None
-    statement = sources.assignment_in_session(root, current, failing_line) if current else None
-    if statement is None or not isinstance(statement.node, (ast.For, ast.AsyncFor)):
+    statement = _loop_binding(root, cell_file, failing_line)
+    if statement is None:
         return [root]
     out = []
     for name in sources.assigned_names(statement.node):

@@ -78,10 +78,11 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
             note="%debug and %tb no longer see the error once its traceback is released",
         ))
     # An error kept in a variable (saved = e) keeps the frames of its traceback, and their tensors.
-    kept = {r.name.split(_TRACEBACK_MARK, 1)[0]: 0 for r in on_device if not r.hidden and _TRACEBACK_MARK in r.name}
+    kept: dict[str, int] = {}  # the error's path -> bytes its frames hold
     for r in on_device:
         if not r.hidden and _TRACEBACK_MARK in r.name:
-            kept[r.name.split(_TRACEBACK_MARK, 1)[0]] += r.counted_bytes
+            holder = r.name.split(_TRACEBACK_MARK, 1)[0]
+            kept[holder] = kept.get(holder, 0) + r.counted_bytes
     if kept:
         fixes.append(Fix(
             summary=f"drop the traceback of {', '.join(kept)}: frees {human_bytes(sum(kept.values()))} on {device}",
@@ -125,9 +126,9 @@ _TRACEBACK_MARK = ".__traceback__:"
 def _importing(namespace: Mapping[str, Any], module: str) -> str:
     """The import a printed fix needs first, so that it runs as printed where ``module`` is
     not imported under its own name (``%load_ext`` alone does not bind ``devinspect``)."""
-    import sys
+    from ..collect.names import binds_module
 
-    return "" if namespace.get(module) is sys.modules.get(module) else f"import {module}\n"
+    return "" if binds_module(namespace, module) else f"import {module}\n"
 
 
 def figures_in(message: str) -> MemoryFigures:

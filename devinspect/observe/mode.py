@@ -17,7 +17,7 @@ Being invisible comes first:
   through untouched.
 
 The copies autograd makes in the backward pass (a gradient going back across devices
-through ``.to()``) are counted by a pre-hook on the autograd node of each such ``.to()``
+through ``.to()``) are counted by a hook on the autograd node of each such ``.to()``
 the check sees, and on those of a graph made before it (see :mod:`.gradient_copies`).
 Copies and syncs go to the innermost line of the user's own code (never library code); when
 a call raises and its tensor inputs sit on different devices (decided from the
