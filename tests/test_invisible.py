@@ -13,7 +13,9 @@ modes left open, and device-mismatch errors.
 from __future__ import annotations
 
 import gc
+import linecache
 import sys
+import warnings
 
 import pytest
 import torch
@@ -22,7 +24,7 @@ from hypothesis import strategies as st
 from IPython.utils.capture import capture_output
 
 SETUP = """
-import asyncio
+import asyncio, warnings
 import torch, torch.nn as nn, torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 dev = torch.device("sim:0")
@@ -31,6 +33,12 @@ class CountingMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         CountingMode.calls += 1
         return func(*args, **(kwargs or {}))
+def warn_here():
+    warnings.warn("from the user's function")
+with warnings.catch_warnings():  # PyTorch's warn-once messages fire here, not in whichever run comes first
+    warnings.simplefilter("ignore")
+    torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.qint8)
+    torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
 """
 
 #: Statements a generated program is made of; each may fail, as user code does.
@@ -88,6 +96,13 @@ STATEMENTS = [
     "y = F.scaled_dot_product_attention(*[torch.ones(1, 2, 4, 8)] * 3, is_causal=True)",
     # Top-level await, and what a coroutine may not raise as it is.
     "await asyncio.sleep(0)",
+    # Warnings PyTorch raises from C++ and from Python, and the user's own: each names the
+    # line a plain run names, so filters by module or "once per line" act alike.
+    "v = torch.ones(2).new_tensor(torch.ones(2))",
+    "v = F.softmax(torch.ones(2, 3))",
+    "v = torch.ones(2, device=dev).new_tensor(torch.ones(2))",
+    "warn_here()",
+    "with warnings.catch_warnings(record=True) as seen:\n    v = torch.tensor(torch.ones(2))\nseen = [(w.filename[:5], w.lineno > 1) for w in seen]",
     "raise StopIteration",
     "raise StopAsyncIteration",
 ]
@@ -195,7 +210,8 @@ def compared_run(ip, body: str, checked: bool) -> dict:
     before = set(ns)
     torch.manual_seed(0)  # the same start for both runs (and proof the check draws no random numbers)
     cell = ("%%devcheck -q\n" if checked else "") + body
-    with capture_output() as captured:
+    with capture_output() as captured, warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")  # both runs see every warning (no registry kept between them)
         result = ip.run_cell(cell)
     modes = function_modes()
     reset_modes()
@@ -212,6 +228,9 @@ def compared_run(ip, body: str, checked: bool) -> dict:
     CountingMode = ns["CountingMode"]  # noqa: N806
     CountingMode.calls = 0
     printed, traceback = split_traceback(captured.stdout)
+    # Where each warning was attributed: the file (a cell is "cell") and the source line it names.
+    warned = [("cell" if w.filename.startswith("<") else w.filename.rsplit("/", 1)[-1], w.category.__name__,
+               str(w.message), linecache.getline(w.filename, w.lineno).strip()) for w in seen]
     return {
         "failed": error is not None,
         # A SyntaxError's text names the file and line: the checked body starts a line lower.
@@ -225,6 +244,7 @@ def compared_run(ip, body: str, checked: bool) -> dict:
         "ids_kept": ids_kept,
         "modes": modes,
         "next_cell": after.stdout,
+        "warnings": warned,
     }
 
 
@@ -342,3 +362,26 @@ def test_a_tensor_method_that_goes_through_the_check_shows_once_in_the_traceback
         frames[checked] = [line.split(" in ")[0].split("/")[-1] for line in captured.stdout.splitlines()
                            if line.startswith("File ")]
     assert frames[True] == frames[False] and "overrides.py" not in " ".join(frames[True])
+
+
+def test_a_warning_names_the_users_line_and_meets_their_filters_as_in_a_plain_cell(ip, sim):
+    """PyTorch's warnings, raised inside the check's mode or the simulated device, name the user's
+    line, so "once per line", filters by module and "error" act as without the check."""
+    ip.run_cell("import torch, warnings\nimport torch.nn.functional as F")
+    filters, shown = warnings.filters, warnings._showwarnmsg
+    loop = "for _ in range(3):\n    v = F.softmax(torch.ones(2, 3))\n    w = torch.ones(2, device='sim').new_tensor(torch.ones(1))"
+    seen = {}
+    for checked in (False, True):
+        with capture_output(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")  # once per module and line
+            warnings.filterwarnings("ignore", message="To copy", module="devinspect")  # never matches a user's line
+            ip.run_cell(("%%devcheck -q\n" if checked else "") + loop, store_history=True)
+        seen[checked] = [(w.filename.startswith("<"), linecache.getline(w.filename, w.lineno).strip()) for w in caught]
+    assert seen[True] == seen[False] == [(True, "v = F.softmax(torch.ones(2, 3))"),
+                                         (True, "w = torch.ones(2, device='sim').new_tensor(torch.ones(1))")]
+    for checked in (False, True):
+        with capture_output(), warnings.catch_warnings():
+            warnings.filterwarnings("error", message="Implicit dimension")
+            result = ip.run_cell(("%%devcheck -q\n" if checked else "") + "v = F.softmax(torch.ones(2, 3))")
+        assert type(result.error_in_exec) is UserWarning
+    assert warnings.filters is filters and warnings._showwarnmsg is shown

@@ -46,7 +46,7 @@ from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding, Fix
 from ..model.records import SourceLine
 from ..model.units import human_bytes
-from . import tracebacks
+from . import tracebacks, warning_places
 from .fast_paths import FastPathGap
 from .gradient_copies import GradientCopies
 from .sync_fixes import accumulation_fix
@@ -256,9 +256,11 @@ class DeviceCheckMode(TorchFunctionMode):
         for mode in reversed(above):
             torch._C._push_on_torch_function_stack(mode)
         self.fast_paths.install()
+        warning_places.install()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        warning_places.remove()
         self.fast_paths.remove()
         self._gradients.remove()  # the user's autograd graph is left as it was
         stack = []

@@ -42,7 +42,7 @@ _DISPATCH_FILES = ("/torch/overrides.py", "/torch/_ops.py", "/torch/utils/_pytre
                    "/torch/utils/_python_dispatch.py")
 
 
-def _is_dispatch_plumbing(filename: str) -> bool:
+def is_dispatch_plumbing(filename: str) -> bool:
     return filename.replace("\\", "/").endswith(_DISPATCH_FILES)
 
 
@@ -82,7 +82,7 @@ def without_own_frames(tb: types.TracebackType | None, body_file: str | None = N
                          None)
         if first_own is not None:
             cut = first_own
-            while cut - 1 > start and _is_dispatch_plumbing(entries[cut - 1].tb_frame.f_code.co_filename):
+            while cut - 1 > start and is_dispatch_plumbing(entries[cut - 1].tb_frame.f_code.co_filename):
                 cut -= 1
             entries = entries[:cut]
     kept = [e for i, e in enumerate(entries) if i == start or not is_own_file(e.tb_frame.f_code.co_filename)]

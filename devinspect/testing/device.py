@@ -13,6 +13,7 @@ from torch.utils._pytree import tree_map
 
 from ..collect import tensorbase as tb
 from ..model.units import parse_bytes
+from ..observe import warning_places
 from ..observe.tracebacks import tidy_traceback
 from . import autocast, moves, pinned, storages
 from . import streams as stream_module
@@ -332,6 +333,7 @@ class SimTensor(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         __tracebackhide__ = True  # noqa: F841 - a GPU's kernels do not show in a traceback either
+        warning_places.keep_first()
         try:
             return _function(func, args, kwargs or {})
         except Exception as exc:
@@ -665,6 +667,7 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             if torch.accelerator.current_accelerator() == torch.device(DEVICE_TYPE):
                 pinned.install()  # where a GPU is present, pinning stays its own
             torch.autograd.set_multithreading_enabled(False)
+            warning_places.install()  # a warning an op raises names the user's line, as on a GPU
             _enabled = True
         if memory is not _UNCHANGED:
             for books in _books:
