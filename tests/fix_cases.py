@@ -267,6 +267,30 @@ CASES: list[Case] = [
         sources=("devcheck", "input-on-other-device"),
     ),
     Case(
+        "functional-call-with-host-params",
+        "model = nn.Linear(8, 3)\n"
+        "params = {k: v.detach().clone() for k, v in model.named_parameters()}\n"
+        "model.to(dev)\n"
+        "x = torch.randn(4, 8, device=dev)\n",
+        "out = torch.func.functional_call(model, params, (x,))\n",
+        after="assert model.weight.device == dev and all(v.device == dev for v in params.values())",
+    ),
+    Case(
+        "functional-call-of-a-users-module-with-host-params",
+        "class MLP(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 3)\n"
+        "    def forward(self, x):\n"
+        "        return self.fc2(F.relu(self.fc1(x)))\n"
+        "mlp = MLP()\n"
+        "mparams = {k: v.detach().clone() for k, v in mlp.named_parameters()}\n"
+        "mlp.to(dev)\n"
+        "x = torch.randn(4, 8, device=dev)\n",
+        "out = torch.func.functional_call(mlp, mparams, (x,))\n",
+        after="assert all(v.device == dev for v in mparams.values())",
+    ),
+    Case(
         "leaf-held-by-an-optimizer",
         "w = torch.randn(8, 3, requires_grad=True)\n"
         "b = torch.zeros(3, device=dev, requires_grad=True)\n"

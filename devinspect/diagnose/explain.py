@@ -18,10 +18,10 @@ from typing import Any, Mapping
 import torch
 
 from ..collect import locations
+from ..collect.compiled_call import compiled_call
 from ..collect.failing_call import (
     Temporary,
     Traced,
-    compiled_call,
     failing_call,
     first_line,
     says_mismatch,

@@ -41,6 +41,7 @@ from ..collect import locations
 from ..collect import tensorbase as tb
 from ..collect.failing_call import first_line, names_a_device, op_name, tensor_inputs
 from ..collect.static import type_is_one_of
+from ..collect.values import object_at
 from ..diagnose.failed_call import Failure, diagnose
 from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding, Fix
@@ -49,7 +50,7 @@ from ..model.units import human_bytes
 from . import tracebacks, warning_places
 from .fast_paths import FastPathGap
 from .gradient_copies import GradientCopies
-from .sync_fixes import accumulation_fix
+from .sync_fixes import sync_in_loop
 
 _T = torch.Tensor
 
@@ -610,6 +611,15 @@ class DeviceCheckMode(TorchFunctionMode):
             self.internal_errors += 1
             return None
 
+    def _named_elsewhere_now(self) -> bool:
+        """Whether a parameter or buffer the mismatch names holds another device's tensor now."""
+        for operand in self.mismatch.operands:
+            if operand.name and operand.source in ("parameter", "buffer"):
+                now = object_at(self.namespace, operand.name)
+                if issubclass(type(now), _T) and str(tb.device(now)) != operand.device:
+                    return True
+        return False
+
     # -- result ---------------------------------------------------------------------------
 
     def report(self, error: BaseException | None = None, elapsed_s: float | None = None,
@@ -630,12 +640,14 @@ class DeviceCheckMode(TorchFunctionMode):
         findings = list(self._flags)
         for s in lines:
             if s.sync_count >= LOOP_SYNCS:
-                findings.append(_sync_in_loop(s))
+                findings.append(sync_in_loop(s))
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
-        if error is not None and (self.mismatch is None or not any(o.name for o in self.mismatch.operands)):
-            # No op was seen failing (torch.compile met it while tracing), or its operands are
-            # temporaries no name reaches ((a @ w).sum(0) + b * 2): the failing expression, read
-            # from the traceback as a plain cell's is, names what they were made from.
+        if error is not None and (self.mismatch is None or not any(o.name for o in self.mismatch.operands)
+                                  or self._named_elsewhere_now()):
+            # No op was seen failing (torch.compile met it while tracing), its operands are
+            # temporaries no name reaches ((a @ w).sum(0) + b * 2), or the names held them only
+            # while the op ran (functional_call puts a dict's tensors in a module for the call):
+            # the failing expression, read from the traceback as a plain cell's is, names them.
             after = self._explained_after(error)
             if after is not None and (self.mismatch is None or any(o.name for o in after.operands)):
                 self.mismatch = after
@@ -643,25 +655,6 @@ class DeviceCheckMode(TorchFunctionMode):
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
             error=first_line(error) if error is not None else None, elapsed_s=elapsed_s, unseen=unseen,
         )
-
-
-def _sync_in_loop(s: LineStats) -> Finding:
-    kinds = ", ".join(f"{k} ×{n}" for k, n in s.syncs)
-    inside = f" (inside {', '.join(s.inside)}, called from this line)" if s.inside else ""
-    if s.inside:
-        fix = (f"the waits happen inside {', '.join(s.inside)}: call it less often, or with fewer steps, "
-               "if the loop allows")
-    elif any(kind in (".item()", "float()", "int()", "print", ".tolist()") for kind, _ in s.syncs):
-        fix = accumulation_fix(s.where.text)
-    elif any(kind == ".cpu()" for kind, _ in s.syncs):
-        fix = "keep the tensor on the device; copy to the host once, after the loop"
-    else:
-        fix = "avoid data-dependent shapes and Python control flow on device values inside the loop"
-    return Finding(
-        code="sync-in-loop", severity="warning", subject=s.where.label,
-        message=f"{s.where.label}: the host waits for the device {s.sync_count} times ({kinds}){inside}",
-        fix=Fix(summary=fix),
-    )
 
 
 def _fingerprint(value: Any) -> tuple[type, Any] | None:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import ast
 
+from ..model.check_report import LineStats
+from ..model.fixes import Finding, Fix
+
 #: Calls that copy one device value to the host: ``x.item()``, ``float(x)``, ``int(x)``.
 _READS = ("item",)
 _CONVERSIONS = ("float", "int")
@@ -49,3 +52,23 @@ def _device_value_read(node: ast.AST) -> str | None:
             and node.func.id in _CONVERSIONS:
         return ast.unparse(node.args[0])
     return None
+
+
+def sync_in_loop(s: LineStats) -> Finding:
+    """The finding for a line that made the host wait for the device many times."""
+    kinds = ", ".join(f"{k} ×{n}" for k, n in s.syncs)
+    inside = f" (inside {', '.join(s.inside)}, called from this line)" if s.inside else ""
+    if s.inside:
+        fix = (f"the waits happen inside {', '.join(s.inside)}: call it less often, or with fewer steps, "
+               "if the loop allows")
+    elif any(kind in (".item()", "float()", "int()", "print", ".tolist()") for kind, _ in s.syncs):
+        fix = accumulation_fix(s.where.text)
+    elif any(kind == ".cpu()" for kind, _ in s.syncs):
+        fix = "keep the tensor on the device; copy to the host once, after the loop"
+    else:
+        fix = "avoid data-dependent shapes and Python control flow on device values inside the loop"
+    return Finding(
+        code="sync-in-loop", severity="warning", subject=s.where.label,
+        message=f"{s.where.label}: the host waits for the device {s.sync_count} times ({kinds}){inside}",
+        fix=Fix(summary=fix),
+    )
