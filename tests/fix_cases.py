@@ -53,6 +53,13 @@ model = BertForSequenceClassification(BertConfig(hidden_size=32, num_hidden_laye
 ids = torch.randint(0, 100, (2, 8), device=dev)
 """
 
+TINY_WHISPER = """from transformers import BatchFeature, WhisperConfig, WhisperForConditionalGeneration
+model = WhisperForConditionalGeneration(WhisperConfig(
+    vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+    decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8, max_source_positions=16,
+    max_target_positions=32, decoder_start_token_id=1, pad_token_id=0, eos_token_id=2, bos_token_id=1)).to(dev).eval()
+"""
+
 CASES: list[Case] = [
     Case(
         "input-left-on-host",
@@ -289,6 +296,13 @@ CASES: list[Case] = [
         "x = torch.randn(4, 8, device=dev)\n",
         "out = torch.func.functional_call(mlp, mparams, (x,))\n",
         after="assert all(v.device == dev for v in mparams.values())",
+    ),
+    Case(
+        "whisper-features-in-a-batch-feature-left-on-host",
+        TINY_WHISPER + "feats = BatchFeature({'input_features': torch.randn(2, 8, 32)})\n",
+        "gen = model.generate(**feats, max_new_tokens=3)\n",
+        after="assert type(feats) is BatchFeature and feats['input_features'].device == dev",
+        tags=("transformers",),
     ),
     Case(
         "leaf-held-by-an-optimizer",

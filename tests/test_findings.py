@@ -289,7 +289,7 @@ def test_a_stale_optimizer_whose_scheduler_cannot_be_read_back_gets_no_partial_c
     model = torch.nn.Linear(4, 2)
     opt = torch.optim.AdamW(model.parameters(), lr=0.002)
     ns = {"opt": opt, "sched": torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5),
-          "cycle": torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.01, total_steps=10),
+          "cycle": torch.optim.lr_scheduler.CyclicLR(opt, base_lr=0.001, max_lr=0.01, step_size_up=5),
           "model": torch.nn.Linear(4, 2)}  # the model's cell ran again
     f = only(devinspect.scan(ns), "stale-optimizer")
     assert f.severity == "error" and f.fix.code is None and f.fix.action is None

@@ -254,9 +254,15 @@ class _Diagnosis:
         return dataclasses.replace(fix, note=" ".join(filter(None, [fix.note, note])) or None) if note else fix
 
     def _library(self) -> str:
-        """The package whose code was running when the op failed (``poslib``), or ``""``."""
-        return next((locations.package_of(f.f_code.co_filename) for f in stack_reads.frames_from(self.failure.stack)
-                     if not locations.is_user_code(f.f_code) and not locations.is_own_file(f.f_code.co_filename)), "")
+        """The package the user's innermost line called into, whose code then failed (``transformers``
+        for a ``generate`` that ended in ``F.conv1d``), or ``""``."""
+        package = ""
+        for f in stack_reads.frames_from(self.failure.stack):
+            if locations.is_user_code(f.f_code):
+                break
+            if not locations.is_own_file(f.f_code.co_filename):
+                package = locations.package_of(f.f_code.co_filename) or package
+        return package
 
     def _default_device_fix(self, misplaced: list[_Named], target: str) -> Fix | None:
         """Tensors library code makes with a factory that has no ``device=`` follow the default
@@ -522,7 +528,7 @@ class _Diagnosis:
             # Not a whole move: its inputs stay where its first part is (the hooks move them).
             return dataclasses.replace(fixes.redispatch(model.name, model.off_map, offloaded=model.offloaded > 0),
                                        rerun=True)
-        parts = parts_off(model, target)
+        parts = fixes.parts_off(model, target)
         if not model.deliberate_split:
             self.whole_moves.add(model.name)  # wholly on the target once this is done
         fix = self._move(model, target, parts)
@@ -613,7 +619,8 @@ class _Diagnosis:
             for node in ast.walk(tree):
                 if not isinstance(node, ast.Call) or not wanted(node):
                     continue
-                for arg in [*node.args, *(k.value for k in node.keywords)]:
+                for arg in [a.value if isinstance(a, ast.Starred) else a for a in node.args] + \
+                        [k.value for k in node.keywords]:
                     if origins.factory_calls(arg) and ("line", id(frame)) not in self.handled:
                         # A tensor made right in the call (model(torch.ones(2, 4))): that line is the fix.
                         self.handled.add(("line", id(frame)))
@@ -622,6 +629,10 @@ class _Diagnosis:
                             out.append(fix)
                         continue
                     r = self.index.record(ast.unparse(arg))
+                    if r is None and isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript)):
+                        # model(**batch), model(*inputs): the tensors the container holds are passed.
+                        r = next((u for u in self._plain_tensors_under(ast.unparse(arg)) if u.device != target
+                                  and u.name not in self.handled), None)
                     if r is None or r.device == target or r.alias_of is not None or r.kind != "tensor" \
                             or r.name in self.handled:
                         continue
@@ -678,23 +689,3 @@ def _parent(name: str) -> str | None:
 
 def _param_of(local_vars: dict, value: Any) -> str:
     return next((k for k, v in dict.items(local_vars) if v is value and type(k) is str), "")
-
-
-def parts_off(model: Any, target: str) -> list[str] | None:
-    """The submodules of a model on other devices than ``target``, to move alone; None when the
-    model moves whole (it is all elsewhere, or in many places). A deliberate split keeps its
-    accelerators: only its parts on the host move."""
-    if model.offloaded and model.placement:
-        # Its parts on meta are offloaded (hooks bring their weights in): only a part on a real
-        # device other than the target moves (a head assigned after the offload).
-        paths = list(dict.fromkeys(path for path, device in model.placement if device not in (target, "meta")))
-        return paths if paths and model.name not in paths else None
-    if len([d for d in model.devices if d != "meta"]) < 2 or not model.placement:
-        return None
-    off = [(path, device) for path, device in model.placement if device != target]
-    if model.deliberate_split or all(device_is_accelerator(d) for d in model.devices):
-        off = [(path, device) for path, device in off if not device_is_accelerator(device)]
-    paths = list(dict.fromkeys(path for path, _ in off))
-    if not paths or model.name in paths or len(paths) > 3:
-        return None if not model.deliberate_split else paths
-    return paths

@@ -37,7 +37,14 @@ from ..model.fixes import (
     SourceEdit,
     Steps,
 )
-from ..model.records import OptimizerSummary, SchedulerSummary, SourceLine, Unregistered, device_is_accelerator
+from ..model.records import (
+    ModuleSummary,
+    OptimizerSummary,
+    SchedulerSummary,
+    SourceLine,
+    Unregistered,
+    device_is_accelerator,
+)
 
 #: Device types whose tensors PyTorch moves in place (``param.data = …``), keeping a
 #: Parameter's identity even while an autograd graph holds it. Any other device
@@ -562,3 +569,23 @@ def wrap_name_edit(where: SourceLine, name: str, device_expr: str) -> SourceEdit
     for col in spots:
         new = new[:col] + f"{name}.to({device_expr})" + new[col + len(name):]
     return SourceEdit(where, text, new, where.function)
+
+
+def parts_off(model: ModuleSummary, target: str) -> list[str] | None:
+    """The submodules of a model on other devices than ``target``, to move alone; None when the
+    model moves whole (it is all elsewhere, or in many places). A deliberate split keeps its
+    accelerators: only its parts on the host move."""
+    if model.offloaded and model.placement:
+        # Its parts on meta are offloaded (hooks bring their weights in): only a part on a real
+        # device other than the target moves (a head assigned after the offload).
+        paths = list(dict.fromkeys(path for path, device in model.placement if device not in (target, "meta")))
+        return paths if paths and model.name not in paths else None
+    if len([d for d in model.devices if d != "meta"]) < 2 or not model.placement:
+        return None
+    off = [(path, device) for path, device in model.placement if device != target]
+    if model.deliberate_split or all(device_is_accelerator(d) for d in model.devices):
+        off = [(path, device) for path, device in off if not device_is_accelerator(device)]
+    paths = list(dict.fromkeys(path for path, _ in off))
+    if not paths or model.name in paths or len(paths) > 3:
+        return None if not model.deliberate_split else paths
+    return paths
