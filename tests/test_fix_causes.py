@@ -397,3 +397,28 @@ def test_a_loop_over_nested_batches_moves_every_part_and_a_list_of_models_gets_n
     fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
     assert not any(".to(dev)" in e.new and "models = " in e.new for e in fix.edits)
     assert run(ip, fix.code)[0].success and run(ip, cell)[0].success
+
+
+def test_an_optimizer_of_a_model_whose_head_was_replaced_updates_the_new_head_and_keeps_the_rest(sim):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(sim)
+    decay = [p for p in model.parameters() if p.ndim == 2]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": [p for p in model.parameters() if p.ndim == 1],
+                                                 "weight_decay": 0.0}], lr=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)
+    model(torch.ones(2, 8, device=sim)).sum().backward()
+    opt.step()
+    sched.step()
+    kept = {id(p): opt.state[p]["exp_avg"] for p in model[0].parameters()}
+    model[2] = torch.nn.Linear(16, 3).to(sim)  # a new head, for three classes
+    ns = {"model": model, "opt": opt, "sched": sched, "torch": torch}
+    (f,) = [f for f in devinspect.scan(ns).findings if f.code == "stale-optimizer"]
+    assert f.severity == "error" and "model[2] was replaced" in f.message
+    exec(f.fix.code, ns)
+    assert opt.param_groups[0]["params"][1] is model[2].weight and opt.param_groups[1]["params"][1] is model[2].bias
+    assert all(opt.state[p]["exp_avg"] is kept[id(p)] for p in model[0].parameters())
+    assert model[2].weight not in opt.state and sched.optimizer is opt and sched.last_epoch == 1
+    before = model[2].weight.detach().clone()
+    model(torch.ones(2, 8, device=sim)).sum().backward()
+    opt.step()
+    assert not torch.equal(before, model[2].weight.detach())  # the new head trains
+    assert not [f for f in devinspect.scan(ns).findings if f.code == "stale-optimizer"]

@@ -116,13 +116,13 @@ def _decimal_giving(gives: Any, near: float) -> float | None:
 
 
 def optimizer_summary(opt: Any, name: str, d: dict[str, Any], groups: int, parameters: int, orphans: int,
-                       orphan_shapes: list) -> OptimizerSummary:
+                       orphan_shapes: list, held: list) -> OptimizerSummary:
     cls = type(opt)
     tname = type_name(cls)
     class_path = f"torch.optim.{tname}" if getattr(torch.optim, tname, None) is cls else None
     return OptimizerSummary(
         name=name, type_name=tname, class_path=class_path, parameters=parameters, groups=groups, orphans=orphans,
-        orphan_shapes=tuple(tuple(s) for s in orphan_shapes),
+        orphan_shapes=tuple(tuple(s) for s in orphan_shapes), held=tuple(held),
         rebuild_kwargs=_rebuild_kwargs(cls, d.get("defaults")) if class_path else None,
     )
 

@@ -439,7 +439,7 @@ class Walker:
         groups = d.get("param_groups")
         groups = list(list.__iter__(groups)) if issubclass(type(groups), list) else []
         parameters = orphans = 0
-        orphan_shapes = []
+        orphan_shapes, held = [], []  # held: each parameter's name, in group order
         for gi, group in enumerate(groups):
             params = dict(str_items(group)).get("params") if issubclass(type(group), dict) else None
             for pi, p in enumerate(list.__iter__(params) if issubclass(type(params), list) else ()):
@@ -453,8 +453,10 @@ class Walker:
                     orphans += 1
                     orphan_shapes.append(shape_of(p) or ())
                 if named:
+                    held.append(self._param_names.get(id(p)) or self._tensor_first.get(id(p)))
                     continue
                 pname = self._param_names[id(p)] = f'{name}.param_groups[{gi}]["params"][{pi}]'
+                held.append(pname)
                 self._orphans.add(id(p))
                 self._tensor(p, pname, root, "parameter")
         state = d.get("state")
@@ -471,7 +473,8 @@ class Walker:
                     else:
                         self._visit(value, sname, root, 2, None)
         if not self.hidden:
-            self.optimizers.append(optimizer_summary(opt, name, d, len(groups), parameters, orphans, orphan_shapes))
+            self.optimizers.append(optimizer_summary(opt, name, d, len(groups), parameters, orphans, orphan_shapes,
+                                                     held if orphans else []))
 
     def _object(self, o: Any, name: str, root: str, vt: type, depth: int, owner: str | None) -> None:
         if vt is list or vt is tuple or vt is dict or issubclass(vt, (list, tuple, dict, set, frozenset, collections.deque)):

@@ -349,6 +349,20 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
         fix = fixes.rebuild_optimizer(opt, module, bound) if module else fixes.Fix(
             summary=f"create {opt.name} again over the parameters of the model you train",
             note=f"{opt.name} trains tensors that nothing else in the namespace holds")
+        replaced = _replaced_part(result, opt) if module is None else None
+        if replaced is not None:
+            part, pairs = replaced
+            yield Finding(
+                code="stale-optimizer",
+                severity="error",
+                subject=opt.name,
+                message=(f"{opt.orphans} of the {opt.parameters} parameters {opt.name} ({opt.type_name}) updates belong "
+                         f"to no module or variable, and {part} has as many that it does not update: {part} was "
+                         f"replaced after {opt.name} was made, so its steps train the old one"),
+                fix=fixes.replace_stale_parameters(opt.name, part, pairs),
+                names=tuple(new for _, new in pairs),
+            )
+            continue
         if module is None:
             # No model of the same shapes in the namespace: the parameters may well live where the
             # walk does not look (a closure, an object it does not open): said, not asserted.
@@ -373,6 +387,31 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
             fix=fix,
             names=tuple(n for n in record_column(result.records, "name") if n.startswith(opt.name + ".")),
         )
+
+
+#: A replaced part is a head or a block: more orphans than this is not one part.
+_REPLACED_AT_MOST = 8
+
+
+def _replaced_part(result: ScanResult, opt: Any) -> tuple[str, list[tuple[str, str]]] | None:
+    """(the part, [(old parameter's place, new parameter)]) when the optimizer's other parameters
+    all belong to one model, which has exactly as many trainable parameters it does not update,
+    all in one submodule, each of the same rank as the orphan it pairs with in order."""
+    places = [n for n in opt.held if n.startswith(f"{opt.name}.param_groups[")]
+    named = set(opt.held) - set(places)
+    if not places or not named or len(places) > _REPLACED_AT_MOST or len(places) != len(opt.orphan_shapes):
+        return None
+    models = [m for m in result.modules if all(is_under(n, m.name) for n in named)]
+    if not models:
+        return None
+    model = min(models, key=lambda m: len(m.name))
+    missing = [r for r in result.of_kind("parameter") if r.owner is not None and r.alias_of is None
+               and r.requires_grad and is_under(r.name, model.name) and r.name not in named]
+    owners = {r.owner for r in missing}
+    if len(missing) != len(places) or len(owners) != 1 or any(
+            len(r.shape or ()) != len(shape) for r, shape in zip(missing, opt.orphan_shapes)):
+        return None
+    return owners.pop(), [(place, r.name) for place, r in zip(places, missing)]
 
 
 def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:

@@ -318,7 +318,7 @@ def rebuild_optimizer(opt: OptimizerSummary, module: str, schedulers: Iterable[S
     """A new optimizer over ``module``'s parameters, with the old one's settings, and every
     learning-rate scheduler that drove the old one made again for the new one."""
     schedulers = tuple(schedulers)
-    # A scheduler whose settings cannot be read back (OneCycleLR's, say) is not made again here:
+    # A scheduler whose settings cannot be read back (CyclicLR's, say) is not made again here:
     # then nothing runs, as a new optimizer with the old schedulers left on the old one would
     # stop its schedule without a word.
     by_hand = [s for s in schedulers if s.class_path is None or s.rebuild_kwargs is None or not is_path(s.name)]
@@ -350,6 +350,19 @@ def rebuild_optimizer(opt: OptimizerSummary, module: str, schedulers: Iterable[S
     code = _compiles("\n".join(lines))
     action = RebuildOptimizer(opt.name, module, opt.class_path, opt.rebuild_kwargs, tuple(rebuilt)) if code else None
     return Fix(summary=summary, code=code, action=action, note=note, rerun=action is not None)
+
+
+def replace_stale_parameters(opt: str, part: str, pairs: list[tuple[str, str]]) -> Fix:
+    """The optimizer updates, in place of each old parameter (named by its place in a group),
+    the new part's parameter: the rest of its state, its groups and its schedulers stay."""
+    lines = []
+    for place, new in pairs:
+        lines += [f"{opt}.state.pop({place}, None)", f"{place} = {new}"]
+    return Fix(summary=f"have {opt} update {part}'s parameters in place of the ones it replaced",
+               code=_compiles("\n".join(lines)),
+               note=(f"each new parameter takes the old one's place in its group (so its settings, such as weight "
+                     f"decay) and starts with fresh state; the state of every other parameter, and the schedulers "
+                     f"driving {opt}, stay as they are"))
 
 
 # -- attributes, meta models, history ------------------------------------------------------

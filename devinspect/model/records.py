@@ -188,6 +188,9 @@ class OptimizerSummary:
     orphans: int
     orphan_shapes: tuple[tuple[int, ...], ...] = ()
     rebuild_kwargs: tuple[tuple[str, str], ...] | None = ()
+    #: Where it has orphans: the name of each parameter it updates, in group order (an orphan's
+    #: is its place, ``opt.param_groups[0]["params"][4]``).
+    held: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
