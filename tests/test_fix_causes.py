@@ -422,3 +422,30 @@ def test_an_optimizer_of_a_model_whose_head_was_replaced_updates_the_new_head_an
     opt.step()
     assert not torch.equal(before, model[2].weight.detach())  # the new head trains
     assert not [f for f in devinspect.scan(ns).findings if f.code == "stale-optimizer"]
+
+
+class _Rotary(torch.nn.Module):
+    """A module with a non-persistent buffer it computes when it is made (rotary frequencies)."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.proj = torch.nn.Linear(dim, dim)
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim)), persistent=False)
+
+
+def test_a_non_persistent_buffer_left_on_meta_gets_no_advice_that_cannot_give_it_data(sim):
+    """Loading the weights cannot give it data (no checkpoint holds it) and to_empty would leave it
+    uninitialised: the fix says to make the model on the device, and prints no code that would."""
+    source = _Rotary().to(sim)
+    with torch.device("meta"):
+        loaded, empty = _Rotary(), _Rotary()
+    loaded.load_state_dict(source.state_dict(), assign=True)
+    found = {f.subject: f for f in devinspect.scan({"loaded": loaded}).findings}
+    fix = found["loaded"].fix
+    assert fix.code is None and "make loaded on sim:0 rather than on meta" in fix.summary
+    assert "loaded.inv_freq is a non-persistent buffer" in fix.note and "load_state_dict" not in fix.note
+    from devinspect.diagnose import fixes
+
+    wholly = fixes.materialise("empty", "sim:0", 3, unsaved=("empty.inv_freq",))
+    assert wholly.code is None and "to_empty" in wholly.note
+    assert fixes.materialise("empty", "sim:0", 3).code is not None  # no such buffer: storage and initialisation

@@ -384,3 +384,31 @@ def test_generated_hostile_graphs_run_no_user_code(namespace):
     repr(result)
     assert [c for c in CALLS if "property" in c or "meta" in c or "str subclass" in c or "tensor subclass" in c
             or "flatten" in c or "torch_" in c or "generator" in c or "instancecheck" in c] == []
+
+
+def test_every_reader_in_a_shell_runs_no_user_code_and_makes_no_dict(ip, sim):
+    """%devices (-a, --why), a failed cell's explanation, %%devcheck's and %gpumem over hostile
+    objects (a metaclass records its hash, eq and instance checks), in containers taken whole
+    and beside plain tensors: nothing of the user's runs, and no tensor or OrderedDict is given
+    the ``__dict__`` a careless read makes."""
+    import gc
+
+    from IPython.utils.capture import capture_output
+
+    loose = [torch.zeros(2) for _ in range(50)]
+    model = torch.nn.Linear(2, 2)
+    ip.user_ns.update(hostile_objects())
+    ip.user_ns.update(torch=torch, dev=sim, records=[WithMeta(), torch.ones(3)], table={"a": WithMeta()},
+                      loose=loose, model=model)
+
+    def dicts() -> int:
+        return sum(type(r) is dict for o in [*loose, model._parameters] for r in gc.get_referents(o))
+
+    made = dicts()
+    CALLS.clear()
+    for cell in ("%devices", "%devices -a", "%devices --why records[1]", "%devices --why loose[3]",
+                 "y = torch.ones(2, device=dev) + torch.ones(2)", "%%devcheck\ny = torch.ones(2, device=dev) + records[1]",
+                 "%gpumem"):
+        with capture_output():
+            ip.run_cell(cell)
+    assert CALLS == [] and dicts() == made

@@ -22,9 +22,6 @@ from .walk import ScanOptions, Walker
 
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
-#: What a container taken in whole may hold: tensors of exactly these classes (a subclass
-#: may wrap others, and a Parameter in a list is a record of its own kind).
-_PLAIN = frozenset({_Tensor})
 
 
 class _WholeContainerWalker(Walker):
@@ -44,14 +41,16 @@ class _WholeContainerWalker(Walker):
         if vt is list or vt is tuple:
             items = o
         elif vt is dict:
-            if not _PLAIN.isdisjoint(map(type, dict.keys(o))):
+            if any(map(operator.is_, map(type, dict.keys(o)), itertools.repeat(_Tensor))):
                 return False  # a tensor key is named by its position: the full step names it
             items = dict.values(o)
         else:
             return False
         if len(items) == 0 or len(items) > self.options.max_items:
             return False
-        if not set(map(type, items)) <= _PLAIN or any(map(tb.requires_grad, items)):
+        # Only exact tensors (a subclass may wrap others, and a Parameter in a list is a record of
+        # its own kind), compared by identity: hashing a class would run its metaclass's __hash__.
+        if any(map(operator.is_not, map(type, items), itertools.repeat(_Tensor))) or any(map(tb.requires_grad, items)):
             return False  # another object, or a tensor with a gradient to follow: item by item
         self._whole_items.append(items)
         return True

@@ -40,6 +40,7 @@ from .static import (
     class_dict,
     instance_dict,
     is_opaque_package,
+    made_instance_dict,
     mro,
     slot_values,
     static_class_attr,
@@ -257,7 +258,7 @@ class _Search:
             return
         if _is_autograd_node(o):
             yield from self._node_children(o, path)
-        for attr, value in instance_dict(o).items():
+        for attr, value in (made_instance_dict(o) if issubclass(vt, dict) else instance_dict(o)).items():
             yield value, attr_name(path, attr), "", ""
         for attr, value in slot_values(o):
             yield value, attr_name(path, attr), "", ""
@@ -292,7 +293,7 @@ class _Search:
         node = tb.grad_fn(t)
         if node is not None:
             yield node, f"{path}.grad_fn", "autograd graph", f"saved for the backward pass of {path}"
-        for attr, value in instance_dict(t).items():  # a subclass's own attributes
+        for attr, value in made_instance_dict(t).items():  # a subclass's own attributes
             yield value, attr_name(path, attr), "", ""
 
     def _node_children(self, node: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:

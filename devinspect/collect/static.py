@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import gc
 import types
 import weakref
 from typing import Any, Mapping
@@ -165,6 +166,15 @@ def instance_dict(o: Any) -> dict[str, Any]:
         elif issubclass(type(key), str):
             out[str.__str__(key)] = value
     return out
+
+
+def made_instance_dict(o: Any) -> dict[str, Any]:
+    """:func:`instance_dict` of a tensor or a dict subclass, ``{}`` where it has not made its
+    ``__dict__`` yet: their ``__dict__`` is made on first read, and a reader leaves objects as
+    they were. (The garbage collector's view shows the dict once it exists; a key is never a dict.)"""
+    if not any(type(r) is dict for r in gc.get_referents(o)[:1 if issubclass(type(o), dict) else None]):
+        return {}
+    return instance_dict(o)
 
 
 #: The ``__dict__`` descriptors of torch's base classes, read once: most objects a walk meets

@@ -571,7 +571,7 @@ class _Diagnosis:
                                  optimizers=optimizers, part_of=part_of)
 
     def _meta_fix(self, n: _Named, target: str) -> Fix | None:
-        from .findings import graph_holder_names
+        from .findings import graph_holder_names, unsaved_meta_buffers
 
         model = self._model_of(n)
         if model is None:
@@ -581,7 +581,9 @@ class _Diagnosis:
             self.whole_moves.add(model.name)
         fix = fixes.materialise(model.name, target if whole else None, max(1, model.unmaterialised),
                                 hf_model=model.library == "transformers",
-                                release=graph_holder_names(self.index.holders), release_traceback=True)
+                                release=graph_holder_names(self.index.holders), release_traceback=True,
+                                unsaved=unsaved_meta_buffers(self.index.result_under(model.name), model.name),
+                                real_device=target)
         return dataclasses.replace(fix, rerun=fix.code is not None)
 
     def _meta_variable_fix(self, n: _Named, target: str) -> Fix:

@@ -159,7 +159,7 @@ def _meta_call(result: ScanResult, module: ModuleSummary, call: Any, reported: s
                  f"data, and {call.where.where} passes it {call.argument} on {target}: that call fails"),
         fix=fixes.materialise(module.name, target, max(1, module.unmaterialised),
                               hf_model=module.library == "transformers", release=release,
-                              release_traceback=traceback_too),
+                              release_traceback=traceback_too, unsaved=unsaved_meta_buffers(result, module.name)),
         names=_module_records(result, module.name),
     )
 
@@ -262,9 +262,18 @@ def partly_materialised_modules(result: ScanResult) -> Iterator[Finding]:
             subject=module.name,
             message=(f"{module.name} ({module.type_name}) has {module.unmaterialised} parameter(s)/buffer(s) with no data "
                      f"(meta) next to ones on {', '.join(real)}: a forward pass fails and .to() cannot copy them"),
-            fix=fixes.materialise(module.name, None, module.unmaterialised),  # to_empty would lose the real ones
+            # to_empty would lose the real ones
+            fix=fixes.materialise(module.name, None, module.unmaterialised,
+                                  unsaved=unsaved_meta_buffers(result, module.name),
+                                  real_device=real[0] if len(real) == 1 else None),
             names=_module_records(result, module.name),
         )
+
+
+def unsaved_meta_buffers(result: ScanResult, module: str) -> tuple[str, ...]:
+    """The non-persistent buffers on meta under ``module``: what no checkpoint can give data."""
+    return tuple(r.name for r in result.of_kind("buffer") if r.device == "meta" and r.note == "non-persistent"
+                 and is_under(r.name, module))
 
 
 def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:

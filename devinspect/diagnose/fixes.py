@@ -440,11 +440,29 @@ def _register_line(text: str, attr: str) -> str | None:
 
 
 def materialise(name: str, device: str | None, meta_count: int, hf_model: bool = False,
-                release: Iterable[str] = (), release_traceback: bool = False) -> Fix:
+                release: Iterable[str] = (), release_traceback: bool = False, unsaved: tuple[str, ...] = (),
+                real_device: str | None = None) -> Fix:
     """A model (partly) on ``meta``: its tensors hold no data, which ``.to()`` cannot copy. For a
     model wholly on meta the runnable part makes storage on ``device`` and initialises it as at
     construction; ``device`` None (a model partly on meta, whose real tensors ``to_empty`` would
-    replace too) gives advice only. Loading a checkpoint is the usual cause to fix."""
+    replace too) gives advice only. Loading a checkpoint is the usual cause to fix.
+
+    ``unsaved`` are non-persistent buffers on meta: no checkpoint holds them and no
+    ``reset_parameters`` sets them (the module computes them when it is made), so loading or
+    ``to_empty`` cannot give them their values: the advice is to make the model on the device
+    (``real_device``, where its other tensors are, when ``device`` is None)."""
+    if unsaved:
+        one = len(unsaved) == 1
+        where = f"on {device or real_device}" if device or real_device else "on its device"
+        return Fix(
+            summary=f"make {name} {where} rather than on meta, then load its weights",
+            note=(f"{', '.join(unsaved)} {'is a non-persistent buffer' if one else 'are non-persistent buffers'}: "
+                  f"no state dict holds {'it' if one else 'them'}, so loading weights cannot give "
+                  f"{'it' if one else 'them'} data, and {name}.to_empty(device=...) would leave "
+                  f"{'it' if one else 'them'} uninitialised. The module computes {'it' if one else 'them'} when it is "
+                  f"made: make {name} {where} (not under torch.device(\"meta\")), then load the weights; or set "
+                  f"{'it' if one else 'them'} again as the class's __init__ computes {'it' if one else 'them'}."),
+        )
     note = (f"{meta_count} parameter(s) of {name} are on the meta device: they have a shape but no data, so "
             f".to() cannot copy them. If you have its weights, load them instead: "
             f"{name}.load_state_dict(state_dict, assign=True).")
