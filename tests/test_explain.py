@@ -414,6 +414,8 @@ def test_why_finds_a_traceback_local_and_an_unnamed_tensor(ip, sim):
         found = ip.run_line_magic("devices", f"--why '{unnamed}' -o")
         assert found.references == () and "Node" in found.unreached or "dict" in found.unreached
         assert "no path from your names" in repr(found)
+        # As --all prints it, unquoted: <unnamed N> is one name.
+        assert repr(ip.run_line_magic("devices", f"--why {unnamed} -o")) == repr(found)
     finally:
         gc.enable()
         gc.collect()

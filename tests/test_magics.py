@@ -188,3 +188,22 @@ def test_a_path_that_picks_nothing_because_nothing_is_there_is_a_usage_error(ip)
     with pytest.raises(UsageError, match="nothing is at 'model.0'"):
         ip.run_line_magic("devices", "model.0")
     assert "No tensors found" in str(ip.run_line_magic("devices", "model[1] -o"))  # there, but holds none
+
+
+def test_a_negative_limit_is_refused_by_config_and_the_setting_stays(ip):
+    from IPython.utils.capture import capture_output
+
+    settings = [c for c in ip.configurables if type(c).__name__ == "DevInspect"][-1]
+    before = {name: getattr(settings, name) for name in ("max_depth", "max_items", "max_rows")}
+    try:
+        for name in before:
+            run(ip, f"%config DevInspect.{name} = -1")
+        assert {name: getattr(settings, name) for name in before} == before
+        # The refused value stays in the shell's configuration: loading again says so and keeps the defaults.
+        with capture_output() as captured:
+            ip.run_line_magic("reload_ext", "devinspect")
+        assert "using the default settings" in captured.stderr and "Traceback" not in captured.stderr
+    finally:
+        for name in before:
+            ip.config.DevInspect.pop(name, None)
+        ip.run_line_magic("reload_ext", "devinspect")

@@ -179,8 +179,8 @@ def _balanced(text: str) -> bool:
             quote = None if ch == quote else quote
         elif ch in "'\"":
             quote = ch
-        elif ch in "([{":
+        elif ch in "([{<":  # <unnamed 3>, as --all lists it, is one name
             depth += 1
-        elif ch in ")]}":
+        elif ch in ")]}>":
             depth -= 1
     return depth == 0 and quote is None

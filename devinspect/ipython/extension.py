@@ -3,7 +3,10 @@ registered once per shell and removed exactly (``%reload_ext`` leaves one of eac
 
 from __future__ import annotations
 
+import sys
 from typing import Any
+
+from traitlets import TraitError
 
 from .. import actions
 from ..collect import locations
@@ -17,11 +20,21 @@ from .gpumem_magics import GpumemMagics
 from .traceback_pointer import TracebackPointer
 
 
+def settings_of(shell: Any) -> DevInspect:
+    """The settings from the shell's configuration; a value there that a setting refuses (a
+    negative limit in ``ipython_config.py``) is said in one line, and the defaults stand."""
+    try:
+        return DevInspect(parent=shell)
+    except TraitError as exc:
+        print(f"devinspect: {exc}; using the default settings", file=sys.stderr)
+        return DevInspect()
+
+
 class Loaded:
     """What one shell has registered: the settings, the magic families and the hooks."""
 
     def __init__(self, shell: Any):
-        self.settings = DevInspect(parent=shell)  # %config DevInspect
+        self.settings = settings_of(shell)  # %config DevInspect
         shell.configurables.append(self.settings)
         self.families = (DevicesMagics(shell, self.settings), DevcheckMagics(shell, self.settings),
                          GpumemMagics(shell, self.settings))
