@@ -572,6 +572,23 @@ def test_the_traceback_starts_with_a_pointer_to_the_explanation(ip, sim):
         ip.run_line_magic("load_ext", "devinspect")
 
 
+def test_the_pointer_is_a_line_of_its_own_in_every_traceback_mode(ip, sim):
+    from IPython.utils.capture import capture_output
+
+    run(ip, SETUP)
+    mode = ip.InteractiveTB.mode
+    try:
+        for name in ("Plain", "Minimal", "Context", "Verbose"):
+            ip.InteractiveTB.set_mode(name)
+            with capture_output() as captured:
+                ip.run_cell("y = model(x)")
+            first, second = captured.stdout.splitlines()[:2]
+            assert first.startswith("devinspect: device mismatch") and first.endswith("(explained below the traceback ↓)")
+            assert not second.startswith("devinspect")
+    finally:
+        ip.InteractiveTB.set_mode(mode)
+
+
 def test_a_tensor_a_library_makes_without_device_is_fixed_on_the_users_line(ip, sim, tmp_path, monkeypatch):
     """Read from the library's source after the fact (no %%devcheck): its line is never the fix."""
     library = tmp_path / "site-packages"

@@ -43,5 +43,8 @@ class TracebackPointer:
         except Exception:  # noqa: BLE001 - a pointer must never cost the user their traceback
             line = None
         if line and isinstance(stb, list):
-            stb = [line, *stb]
+            # Plain and Minimal modes end each entry with its newline (the terminal joins them
+            # with nothing); the other modes leave the joining to whoever draws them.
+            ends = bool(stb) and isinstance(stb[0], str) and stb[0].endswith("\n")
+            stb = [line + "\n" if ends else line, *stb]
         return self._before(etype, evalue, stb)
