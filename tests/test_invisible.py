@@ -385,3 +385,25 @@ def test_a_warning_names_the_users_line_and_meets_their_filters_as_in_a_plain_ce
             result = ip.run_cell(("%%devcheck -q\n" if checked else "") + "v = F.softmax(torch.ones(2, 3))")
         assert type(result.error_in_exec) is UserWarning
     assert warnings.filters is filters and warnings._showwarnmsg is shown
+
+
+def test_a_fast_path_module_run_by_another_thread_leaves_both_threads_stacks_as_they_were(ip, sim):
+    """The check lifts its mode around fused fast-path forwards through global module hooks;
+    another thread's forward must neither take the cell's mode nor be given it."""
+    ip.run_cell("import threading, sys, torch\nmha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()\n"
+                "q = torch.ones(1, 3, 8)")
+    body = ("seen = {'main': set(), 'other': set()}\n"
+            "def other():\n"
+            "    for _ in range(200):\n"
+            "        with torch.no_grad():\n            mha(q, q, q, need_weights=False)\n"
+            "        seen['other'].add(torch._C._len_torch_function_stack())\n"
+            "interval = sys.getswitchinterval(); sys.setswitchinterval(1e-6)\n"
+            "t = threading.Thread(target=other); t.start()\n"
+            "for _ in range(200):\n"
+            "    with torch.no_grad():\n        mha(q, q, q, need_weights=False)\n"
+            "    seen['main'].add(torch._C._len_torch_function_stack())\n"
+            "t.join(); sys.setswitchinterval(interval)")
+    with capture_output():
+        result = ip.run_cell("%%devcheck -q\n" + body)
+    assert result.success and ip.user_ns["seen"] == {"main": {1}, "other": {0}}
+    assert torch._C._len_torch_function_stack() == 0

@@ -13,6 +13,7 @@ explained, from the error.
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 import torch
@@ -39,9 +40,15 @@ class FastPathGap:
 
     def __init__(self, mode: Any):
         self.mode = mode
-        self.lifted: list[bool] = []  # one entry per fast-path forward running: whether it lifted the mode
+        # One entry per fast-path forward running, whether it lifted the mode: kept per thread (and
+        # task), since the hooks are global and another thread's forward must not touch this stack.
+        self._lifted: contextvars.ContextVar[tuple[bool, ...]] = contextvars.ContextVar("lifted", default=())
         self.names: set[str] = set()  # the module classes that ran with the mode lifted
         self._handles: list[Any] = []
+
+    @property
+    def lifted(self) -> tuple[bool, ...]:
+        return self._lifted.get()
 
     def install(self) -> None:
         self._handles = [register_module_forward_pre_hook(self._before),
@@ -51,9 +58,9 @@ class FastPathGap:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        while self.lifted:  # a forward that never came back (an interrupt): the mode is put back once
-            if self.lifted.pop():
-                torch._C._push_on_torch_function_stack(self.mode)
+        if any(self.lifted):  # a forward that never came back (an interrupt): the mode is put back once
+            torch._C._push_on_torch_function_stack(self.mode)
+        self._lifted.set(())
 
     def _before(self, module: Any, args: Any) -> None:
         if torch.compiler.is_compiling() or not _has_fast_path(module):
@@ -66,10 +73,12 @@ class FastPathGap:
                 alone = False
             else:
                 self.names.add(type(module).__name__)
-        self.lifted.append(alone)
+        self._lifted.set((*self.lifted, alone))
 
     def _after(self, module: Any, args: Any, output: Any) -> None:
-        if torch.compiler.is_compiling() or not _has_fast_path(module) or not self.lifted:
+        lifted = self.lifted
+        if torch.compiler.is_compiling() or not _has_fast_path(module) or not lifted:
             return
-        if self.lifted.pop():
+        self._lifted.set(lifted[:-1])
+        if lifted[-1]:
             torch._C._push_on_torch_function_stack(self.mode)
