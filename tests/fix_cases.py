@@ -305,6 +305,29 @@ CASES: list[Case] = [
         tags=("transformers",),
     ),
     Case(
+        "functional-call-params-trained-by-an-optimizer",
+        "model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))\n"
+        "params = {k: v.detach().clone().requires_grad_() for k, v in model.named_parameters()}\n"
+        "opt = torch.optim.Adam(params.values(), lr=0.01)\n"
+        "x, y = torch.randn(3, 8), torch.tensor([0, 1, 2])\n"
+        "F.cross_entropy(torch.func.functional_call(model, params, (x,)), y).backward()\n"
+        "opt.step()\nopt.zero_grad()\n"
+        "model.to(dev)\nx, y = x.to(dev), y.to(dev)\n",
+        "loss = F.cross_entropy(torch.func.functional_call(model, params, (x,)), y)\nloss.backward()\nopt.step()\n",
+        after="assert all(p is q for p, q in zip(opt.param_groups[0]['params'], params.values()))\n"
+              "assert all(p.is_leaf and p.device == dev for p in params.values())",
+        expect=("code",),  # each tensor moved in place, keeping what the optimizer holds: no button
+    ),
+    Case(
+        "noise-made-in-a-helper-without-device",
+        "model = nn.Linear(8, 3).to(dev)\n"
+        "def add_noise(t, scale=0.1):\n"
+        "    return t + scale * torch.randn(t.shape)\n"
+        "x = torch.randn(3, 8, device=dev)\n",
+        "y = model(add_noise(x))\n",
+        expect=("edits",),  # made in the user's helper: only their own line can change it
+    ),
+    Case(
         "leaf-held-by-an-optimizer",
         "w = torch.randn(8, 3, requires_grad=True)\n"
         "b = torch.zeros(3, device=dev, requires_grad=True)\n"

@@ -51,25 +51,28 @@ def test_a_loop_over_a_host_loader_moves_its_batches_at_the_loop(ip, sim):
     assert fix.code is None  # xb = xb.to(dev) would not last: the next batch comes from the loader again
 
 
-@pytest.mark.parametrize("collate", ["dict", "list", "encoding"])
+@pytest.mark.parametrize("collate", ["dict", "list", "encoding", "namedtuple"])
 def test_a_loop_over_whole_batches_moves_each_batch_at_the_loop(ip, sim, collate):
     """A loader whose batches are dicts or lists (default collate of dict or tuple samples, a
-    tokenizer's BatchEncoding): the loop's first line moves the batch whole, and the loop runs."""
+    tokenizer's BatchEncoding, a collate function's namedtuple): the loop's first line moves the
+    batch whole, keeping its type, and the loop runs."""
     sample = {"dict": '{"x": torch.randn(8), "y": torch.tensor(1)}', "list": "(torch.randn(8), torch.tensor(1))",
-              "encoding": '{"x": torch.randn(8)}'}[collate]
-    collate_fn = ", collate_fn=lambda b: BatchEncoding(default_collate(b))" if collate == "encoding" else ""
-    run(ip, "import torch\nfrom torch.utils.data import DataLoader, default_collate\n"
+              "encoding": '{"x": torch.randn(8)}', "namedtuple": "(torch.randn(8), torch.tensor(1))"}[collate]
+    collate_fn = {"encoding": ", collate_fn=lambda b: BatchEncoding(default_collate(b))",
+                  "namedtuple": ", collate_fn=lambda b: Batch(*default_collate(b))"}.get(collate, "")
+    run(ip, "import torch\nfrom collections import namedtuple\nfrom torch.utils.data import DataLoader, default_collate\n"
             "from transformers import BatchEncoding\nfrom devinspect import testing\n"
-            "dev = testing.enable()\nmodel = torch.nn.Linear(8, 2).to(dev)\n"
+            "dev = testing.enable()\nmodel = torch.nn.Linear(8, 2).to(dev)\nBatch = namedtuple('Batch', ['x', 'y'])\n"
             f"loader = DataLoader([{sample} for _ in range(4)], batch_size=2{collate_fn})")
-    use = "batch[0]" if collate == "list" else 'batch["x"]'
+    use = {"list": "batch[0]", "namedtuple": "batch.x"}.get(collate, 'batch["x"]')
     cell = f"for batch in loader:\n    out = model({use})\n"
     result, _, _, _ = run(ip, cell)
     assert result.error_in_exec is not None
     fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
     (edit,) = fix.edits
     moved = {"dict": "batch = {k: v.to(dev) for k, v in batch.items()}", "list": "batch = [t.to(dev) for t in batch]",
-             "encoding": "batch.data = {k: v.to(dev) for k, v in batch.data.items()}"}[collate]
+             "encoding": "batch.data = {k: v.to(dev) for k, v in batch.data.items()}",
+             "namedtuple": "batch = batch._replace(x=batch.x.to(dev), y=batch.y.to(dev))"}[collate]
     assert edit.old == "for batch in loader:" and edit.new == f"for batch in loader:\n    {moved}"
     result, _, _, _ = run(ip, cell.replace("for batch in loader:", edit.new))
     assert result.error_in_exec is None and ip.user_ns["out"].device == torch.device(sim.type, 0)

@@ -397,6 +397,12 @@ class NameIndex:
         record = self._named(name) if name is not None else None
         return (record, is_view) if record is not None else None
 
+    def other_names(self, name: str) -> list[str]:
+        """The names by which the whole scan also reaches the tensor it first named ``name``."""
+        self._finish()
+        records = self._walker.records
+        return [n for n, first in zip(records.column("name"), records.column("alias_of")) if first == name]
+
     def _named(self, name: str) -> TensorRecord | None:
         index = self._by_name.get(name)
         return None if index is None else self._walker.records[index]

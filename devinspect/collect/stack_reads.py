@@ -13,7 +13,7 @@ import torch
 
 from . import locations
 from . import tensorbase as tb
-from .static import instance_dict, str_items
+from .static import instance_dict, str_items, type_name
 
 _T = torch.Tensor
 
@@ -94,3 +94,36 @@ def local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] |
             if value is t and type(key) is str:
                 return f"{prefix}.{key}", "attribute"
     return None
+
+
+def keyword_hook_gap(stack: Any, misplaced: list[tuple[str | None, str | None, Any]], modules: dict[int, str],
+                     call_line: str) -> str | None:
+    """A module whose forward pre-hook moves positional arguments only, while a misplaced operand
+    (``(name, local, value)``) reached its ``forward`` as a keyword argument of ``call_line``."""
+    frame = stack
+    while frame is not None:
+        local_vars = locations.frame_locals(frame)
+        owner = dict.get(local_vars, "self")
+        if frame.f_code.co_name == "forward" and issubclass(type(owner), torch.nn.Module):
+            d = instance_dict(owner)
+            hooks = d.get("_forward_pre_hooks")  # an OrderedDict, read through dict's own methods
+            with_kwargs = d.get("_forward_pre_hooks_with_kwargs")
+            kwargs_aware = set(dict.keys(with_kwargs)) if issubclass(type(with_kwargs), dict) else set()
+            plain = [h for k, h in (dict.items(hooks) if issubclass(type(hooks), dict) else ()) if k not in kwargs_aware]
+            keywords = {k for k, v in dict.items(local_vars) if type(k) is str}
+            missed = [(name, value) for name, local, value in misplaced if name in keywords or local in keywords]
+            passed = [name for name, value in missed if f"{_param_of(local_vars, value)}=" in call_line]
+            if plain and passed:
+                path = modules.get(id(owner), type_name(type(owner)))
+                hook = plain[0].__name__ if type(plain[0]) is types.FunctionType else "its pre-hook"
+                return (f"{path}'s forward pre-hook {hook} moves positional arguments only: "
+                        f"{', '.join(name or '' for name in passed)} reached forward as a keyword argument, which the "
+                        "hook never sees (register it with with_kwargs=True to move keyword arguments too, or pass "
+                        "it positionally).")
+            return None
+        frame = frame.f_back
+    return None
+
+
+def _param_of(local_vars: dict, value: Any) -> str:
+    return next((k for k, v in dict.items(local_vars) if v is value and type(k) is str), "")

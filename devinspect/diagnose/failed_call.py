@@ -34,7 +34,7 @@ from ..collect import locations, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Result, Temporary, Traced, first_line
 from ..collect.names import binds_module
-from ..collect.static import instance_dict, type_is_one_of, type_name
+from ..collect.static import type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
 from ..model.fixes import EditCell, Fix
@@ -164,6 +164,11 @@ class _Diagnosis:
         created = self.failure.created(value)
         detail = origins.creation_detail(created)
         found = self.index.lookup(value)
+        if found is not None and ".param_groups[" in found[0].name:
+            # An optimizer's place is where the walk met it first; a name of the user's is better.
+            better = next((n for n in self.index.other_names(found[0].name) if ".param_groups[" not in n), None)
+            record = self.index.record(better) if better is not None else None
+            found = (record, found[1]) if record is not None else found
         if found is not None:
             record, is_view = found
             if is_view:
@@ -250,7 +255,9 @@ class _Diagnosis:
             return self._default_device_fix(misplaced, target) or fixes.made_inside_library(
                 self._library() or "library code", misplaced[0].device, target)
         fix = fixes.combine(parts)
-        note = self._hook_gap(misplaced, target)
+        call_line = self.failure.source(self.cell).text if self.cell is not None else ""
+        note = stack_reads.keyword_hook_gap(self.failure.stack, [(n.operand.name, n.local, n.value) for n in misplaced],
+                                            self.modules, call_line)
         return dataclasses.replace(fix, note=" ".join(filter(None, [fix.note, note])) or None) if note else fix
 
     def _library(self) -> str:
@@ -329,6 +336,9 @@ class _Diagnosis:
         container = object_at(self.failure.namespace, parent) if parent else MISSING
         if type_is_one_of(container, (list, tuple, dict)):
             return self._container_fix(parent, container, target)
+        holder = object_at(self.failure.namespace, root) if record.name != root else MISSING
+        if parent is None and origins.named_fields(holder) is not None:
+            return self._namedtuple_fix(root, holder, target)
         device_expr = origins.device_expression(self.failure.namespace, target)
         wrong = origins.wrong_loop_targets(root, target, self.cell_file, self.failing_line, self.failure.namespace)
         # The variable's own line is the fix only for the tensor or module that moves (not w of w.t).
@@ -350,6 +360,20 @@ class _Diagnosis:
         note = f"With the edit, {origin.where.where} makes it on {target} from now on." if edits else None
         return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None,
                                    note=" ".join(filter(None, [moved.note, note])) or None)
+
+    def _namedtuple_fix(self, root: str, holder: Any, target: str) -> Fix:
+        """A namedtuple (a collate function's batch): its fields cannot be set, so it is made again
+        with ``_replace``, on the loop's first line when a loop binds it."""
+        device_expr = origins.device_expression(self.failure.namespace, target)
+        loop = origins.loop_line(root, self.cell_file, self.failing_line, self.failure.namespace,
+                                 lambda n, v: origins.moved_expression(n, v, target, device_expr))
+        origin = origins.namespace_origin(root, self.cell, self.failing_line, [root] if loop else [], device_expr,
+                                          moved=loop)
+        if origin is not None and origin.in_failed_cell and origin.edit is not None:
+            return self._edit_fix(origin, f"make the loop's batches on {target} where this cell makes them")
+        code = fixes.assignment(root, origins.moved_expression(root, holder, target, device_expr) or root)
+        return Fix(summary=f"move the tensors of {root} to {target}, keeping the {type_name(type(holder))}",
+                   code=code, rerun=code is not None)
 
     def _local_fix(self, n: _Named, target: str) -> Fix | None:
         frame, local = n.frame, n.local
@@ -451,7 +475,14 @@ class _Diagnosis:
                                           moved=loop)
         if origin is not None and origin.kind != "loop" and not self._movable(root):
             origin = None  # `.to(dev)` on the line that made a list or dict would raise
-        moved = fixes.move_container(name, target, kind, all_tensors=all_tensors)
+        leaves = all_tensors and bool(values) and all(type(v) is _T and tb.requires_grad(v) and tb.is_leaf(v)
+                                                     for v in values)
+        moved = fixes.move_container(name, target, kind, all_tensors=all_tensors, leaves=leaves)
+        if leaves:  # an optimizer's state of those tensors follows them, as the next step needs it
+            firsts = {found[0].name for found in map(self.index.lookup, values) if found is not None}
+            states = self.index.result.of_kind("optimizer_state")
+            holders = sorted({fixes.root_of(r.name) for r in states if r.param in firsts and r.device != target})
+            moved = fixes.combine([moved, *map(fixes.optimizer_state, holders)])
         if name != root and origin is None:  # batch["inputs"] of a nested batch: every tensor under batch
             held = [r.name for r in self._plain_tensors_under(root) if r.device != target]
             if 1 < len(held) <= _MOVED_AT_MOST:
@@ -646,35 +677,6 @@ class _Diagnosis:
                         out.append(fix)
         return out
 
-    def _hook_gap(self, misplaced: list[_Named], target: str) -> str | None:
-        """A module whose forward pre-hook moves positional arguments only, while a misplaced
-        operand reached its ``forward`` as a keyword argument."""
-        frame = self.failure.stack
-        while frame is not None:
-            local_vars = locations.frame_locals(frame)
-            owner = dict.get(local_vars, "self")
-            if frame.f_code.co_name == "forward" and issubclass(type(owner), torch.nn.Module):
-                d = instance_dict(owner)
-                hooks = d.get("_forward_pre_hooks")  # an OrderedDict, read through dict's own methods
-                with_kwargs = d.get("_forward_pre_hooks_with_kwargs")
-                kwargs_aware = set(dict.keys(with_kwargs)) if issubclass(type(with_kwargs), dict) else set()
-                plain = [h for k, h in (dict.items(hooks) if issubclass(type(hooks), dict) else ())
-                         if k not in kwargs_aware]
-                keywords = {k for k, v in dict.items(local_vars) if type(k) is str}
-                missed = [n for n in misplaced if n.operand.name in keywords or n.local in keywords]
-                call_line = self.failure.source(self.cell).text if self.cell is not None else ""
-                passed = [n for n in missed if f"{_param_of(local_vars, n.value)}=" in call_line]
-                if plain and passed:
-                    path = self.modules.get(id(owner), type_name(type(owner)))
-                    hook = plain[0].__name__ if type(plain[0]) is types.FunctionType else "its pre-hook"
-                    names = ", ".join(n.operand.name or "" for n in passed)
-                    return (f"{path}'s forward pre-hook {hook} moves positional arguments only: {names} reached "
-                            f"forward as a keyword argument, which the hook never sees (register it with "
-                            "with_kwargs=True to move keyword arguments too, or pass it positionally).")
-                return None
-            frame = frame.f_back
-        return None
-
 
 def _arguments(call: ast.Call) -> set[str]:
     return {ast.unparse(a) for a in [*call.args, *(k.value for k in call.keywords)]}
@@ -687,7 +689,3 @@ def _parent(name: str) -> str | None:
     except SyntaxError:
         return None
     return ast.unparse(node.value) if isinstance(node, ast.Subscript) else None
-
-
-def _param_of(local_vars: dict, value: Any) -> str:
-    return next((k for k, v in dict.items(local_vars) if v is value and type(k) is str), "")

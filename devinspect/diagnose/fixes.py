@@ -494,9 +494,22 @@ def container_moved(name: str, device_expr: str, kind: str, all_tensors: bool = 
 
 
 def move_container(name: str, device: str, kind: str, *, attribute_of: Unregistered | None = None,
-                   all_tensors: bool = True) -> Fix:
+                   all_tensors: bool = True, leaves: bool = False) -> Fix:
     """The tensors of the list, tuple or dict ``name`` moved to ``device``, keeping its type; for a
-    module attribute, the advice to make them buffers so that ``.to()`` moves them from now on."""
+    module attribute, the advice to make them buffers so that ``.to()`` moves them from now on.
+
+    ``leaves``: tensors that are trained (leaves that require grad, as a ``functional_call``
+    params dict holds): each is moved in place, keeping the object, so an optimizer that holds
+    them goes on updating the very tensors the cell uses (a new dict of copies would leave it
+    training tensors nothing uses)."""
+    if leaves:
+        items = f"{name}.values()" if kind == "dict" else name
+        # A comprehension (no loop variable left over a name of the user's), its list not shown.
+        code = (f"[torch.utils.swap_tensors(t, t.detach().to({device_literal(device)}).requires_grad_()) "
+                f"for t in {items}];")
+        return Fix(summary=f"move the tensors of {name} to {device} in place, keeping each tensor", code=code,
+                   note=f"the tensors of {name} are trained (they require grad): each keeps its identity, so an "
+                        "optimizer holding them stays valid")
     code = assignment(name, container_moved(name, device_literal(device), kind, all_tensors))
     note = None
     if attribute_of is not None:

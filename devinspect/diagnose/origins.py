@@ -23,6 +23,7 @@ from ..collect import locations, sources
 from ..collect import tensorbase as tb
 from ..collect.failing_call import FACTORIES, LIKE_FACTORIES
 from ..collect.names import namespace_items
+from ..collect.static import static_class_attr
 from ..model.fixes import SourceEdit
 from ..model.records import SourceLine
 from . import fixes
@@ -290,6 +291,11 @@ def moved_expression(name: str, value: Any, target: str, device_expr: str, depth
     None when nothing it holds is elsewhere, or it cannot be written so."""
     if tb.is_tensor(value):
         return f"{name}.to({device_expr})" if str(tb.device(value)) != target else None
+    fields = named_fields(value)
+    if fields is not None:  # a namedtuple: its fields cannot be set, _replace makes it again
+        moved = [f"{field}={name}.{field}.to({device_expr})" for field, item in zip(fields, tuple.__iter__(value))
+                 if tb.is_tensor(item) and str(tb.device(item)) != target]
+        return f"{name}._replace({', '.join(moved)})" if moved else None
     if type(value) not in (list, tuple, dict) or depth > 3:
         return None
     items = list(dict.items(value)) if type(value) is dict else list(enumerate(value))
@@ -307,6 +313,17 @@ def moved_expression(name: str, value: Any, target: str, device_expr: str, depth
         if inner is not None:
             parts.append(f"{fixes.literal(key)}: {inner}")
     return f"{{**{name}, {', '.join(parts)}}}" if parts else None
+
+
+def named_fields(value: Any) -> tuple[str, ...] | None:
+    """The fields of a namedtuple (read from its class, statically), or None for anything else."""
+    if not issubclass(type(value), tuple) or type(value) is tuple:
+        return None
+    fields = static_class_attr(type(value), "_fields")
+    if type(fields) is not tuple or not all(type(f) is str and f.isidentifier() for f in fields) \
+            or len(fields) != tuple.__len__(value) or static_class_attr(type(value), "_replace") is None:
+        return None
+    return fields
 
 
 def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_line: int,

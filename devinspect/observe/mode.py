@@ -642,19 +642,27 @@ class DeviceCheckMode(TorchFunctionMode):
             if s.sync_count >= LOOP_SYNCS:
                 findings.append(sync_in_loop(s))
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
-        if error is not None and (self.mismatch is None or not any(o.name for o in self.mismatch.operands)
-                                  or self._named_elsewhere_now()):
+        unnamed = self.mismatch is None or not any(o.name for o in self.mismatch.operands) or \
+            self._named_elsewhere_now()
+        if error is not None and (unnamed or not _actionable(self.mismatch)):
             # No op was seen failing (torch.compile met it while tracing), its operands are
-            # temporaries no name reaches ((a @ w).sum(0) + b * 2), or the names held them only
-            # while the op ran (functional_call puts a dict's tensors in a module for the call):
-            # the failing expression, read from the traceback as a plain cell's is, names them.
+            # temporaries no name reaches ((a @ w).sum(0) + b * 2), the names held them only
+            # while the op ran (functional_call puts a dict's tensors in a module for the call),
+            # or its fix is advice only (a temporary of a helper the cell calls): the failing
+            # expression, read from the traceback as a plain cell's is, names them.
             after = self._explained_after(error)
-            if after is not None and (self.mismatch is None or any(o.name for o in after.operands)):
+            if after is not None and (self.mismatch is None or any(o.name for o in after.operands)) \
+                    and (unnamed or _actionable(after)):
                 self.mismatch = after
         return CheckReport(
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
             error=first_line(error) if error is not None else None, elapsed_s=elapsed_s, unseen=unseen,
         )
+
+
+def _actionable(mismatch: Mismatch) -> bool:
+    """Whether a mismatch's fix has code to run or an edit to make."""
+    return mismatch.fix is not None and (mismatch.fix.code is not None or bool(mismatch.fix.edits))
 
 
 def _fingerprint(value: Any) -> tuple[type, Any] | None:
