@@ -328,6 +328,15 @@ CASES: list[Case] = [
         expect=("edits",),  # made in the user's helper: only their own line can change it
     ),
     Case(
+        "batch-encoding-made-from-loose-tensors",
+        TINY_BERT + "from transformers import BatchEncoding\n"
+        "input_ids = torch.randint(1, 100, (3, 7))\nlabels = torch.randint(0, 3, (3,))\n"
+        "batch = BatchEncoding({'input_ids': input_ids, 'labels': labels})\n",
+        'loss = model(input_ids=batch["input_ids"], labels=batch["labels"]).loss\n',
+        expect=("code", "edits", "action"),
+        tags=("transformers",),
+    ),
+    Case(
         "leaf-held-by-an-optimizer",
         "w = torch.randn(8, 3, requires_grad=True)\n"
         "b = torch.zeros(3, device=dev, requires_grad=True)\n"

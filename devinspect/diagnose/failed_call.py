@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ..collect import locations, stack_reads
+from ..collect import line_names, locations, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Result, Temporary, Traced, first_line
 from ..collect.names import binds_module
@@ -169,6 +169,10 @@ class _Diagnosis:
             better = next((n for n in self.index.other_names(found[0].name) if ".param_groups[" not in n), None)
             record = self.index.record(better) if better is not None else None
             found = (record, found[1]) if record is not None else found
+        on_line = line_names.name_on_line(self.failure.namespace, self.failure.source(self.cell).text, value,
+                                          found[0].name) if found is not None and not found[1] and self.cell else None
+        if on_line is not None:
+            found = (line_names.renamed(found[0], on_line), False)
         if found is not None:
             record, is_view = found
             if is_view:
@@ -336,14 +340,18 @@ class _Diagnosis:
         container = object_at(self.failure.namespace, parent) if parent else MISSING
         if type_is_one_of(container, (list, tuple, dict)):
             return self._container_fix(parent, container, target)
-        holder = object_at(self.failure.namespace, root) if record.name != root else MISSING
-        if parent is None and origins.named_fields(holder) is not None:
+        if parent is None and origins.named_fields(holder := object_at(self.failure.namespace, root)) is not None:
             return self._namedtuple_fix(root, holder, target)
         device_expr = origins.device_expression(self.failure.namespace, target)
         wrong = origins.wrong_loop_targets(root, target, self.cell_file, self.failing_line, self.failure.namespace)
         # The variable's own line is the fix only for the tensor or module that moves (not w of w.t).
         movable = record.name == root or self._movable(root)
         origin = origins.namespace_origin(root, self.cell, self.failing_line, wrong, device_expr) if movable else None
+        first = self.index.lookup(n.value) if origin is None and issubclass(type(n.value), _T) else None
+        if first is not None and not first[1] and first[0].name == first[0].root != root:
+            # Named as the failing line reaches it (batch["ids"]), made as a variable of its own (ids = …).
+            origin = origins.namespace_origin(first[0].root, self.cell, self.failing_line, [], device_expr)
+            origin = origin if origin is not None and not origin.in_failed_cell else None
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             what = "the loop's batches" if origin.kind == "loop" else root
             return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if origin.kind == 'loop' else 'it'}")
@@ -372,8 +380,7 @@ class _Diagnosis:
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             return self._edit_fix(origin, f"make the loop's batches on {target} where this cell makes them")
         code = fixes.assignment(root, origins.moved_expression(root, holder, target, device_expr) or root)
-        return Fix(summary=f"move the tensors of {root} to {target}, keeping the {type_name(type(holder))}",
-                   code=code, rerun=code is not None)
+        return Fix(f"move the tensors of {root} to {target}, keeping the {type_name(type(holder))}", code, rerun=True)
 
     def _local_fix(self, n: _Named, target: str) -> Fix | None:
         frame, local = n.frame, n.local
@@ -661,7 +668,8 @@ class _Diagnosis:
                         if fix is not None:
                             out.append(fix)
                         continue
-                    r = self.index.record(ast.unparse(arg))
+                    on_line = line_names.record_on_line(self.failure.namespace, self.index, arg)
+                    r = self.index.record(ast.unparse(arg)) or (on_line[0] if on_line else None)
                     if r is None and isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript)):
                         # model(**batch), model(*inputs): the tensors the container holds are passed.
                         r = next((u for u in self._plain_tensors_under(ast.unparse(arg)) if u.device != target
@@ -670,7 +678,8 @@ class _Diagnosis:
                             or r.name in self.handled:
                         continue
                     self.handled.add(r.name)
-                    named = _Named(Operand(r.name, "namespace", r.device, r.dtype or "?", None), None, record=r)
+                    named = _Named(Operand(r.name, "namespace", r.device, r.dtype or "?", None),
+                                   on_line[1] if on_line else None, record=r)
                     fix = self._meta_variable_fix(named, target) if r.device == "meta" else \
                         self._namespace_fix(named, target)
                     if fix is not None:
