@@ -450,8 +450,9 @@ def materialise(name: str, device: str | None, meta_count: int, hf_model: bool =
     ``unsaved`` are non-persistent buffers on meta: no checkpoint holds them and no
     ``reset_parameters`` sets them (the module computes them when it is made), so loading or
     ``to_empty`` cannot give them their values: the advice is to make the model on the device
-    (``real_device``, where its other tensors are, when ``device`` is None)."""
-    if unsaved:
+    (``real_device``, where its other tensors are, when ``device`` is None). A transformers
+    model wholly on meta is the exception: its ``init_weights`` computes them again."""
+    if unsaved and not (hf_model and device is not None):  # a transformers model's init_weights sets them
         one = len(unsaved) == 1
         where = f"on {device or real_device}" if device or real_device else "on its device"
         return Fix(

@@ -4,81 +4,46 @@
 a fused kernel only when ``torch.overrides.has_torch_function`` is False for their inputs,
 which any active torch-function mode makes True. The slow path is not only slower: with a
 padding mask, TransformerEncoder's fast path gives zeros at padded positions and the slow
-path real values. So while a check runs, the check's mode is lifted for the length of such a
-module's forward (when it is the only mode, as it is in a plain cell), and put back after:
-the cell computes what a plain cell computes. What runs inside those modules is not
-counted (their kernels do not copy between devices); a device mismatch there is still
-explained, from the error.
+path real values. So while a check runs, ``torch.overrides.has_torch_function`` (which those
+modules, and PyTorch's other run-time callers, look up as they run) answers as it would
+without the check's mode when that mode is the only one on this thread's stack: the cell
+takes the paths a plain cell takes and computes what it computes. Nothing else is changed:
+no module hook, no frame in the user's tracebacks, and another thread (whose mode stack is
+its own) gets PyTorch's answer.
 """
 
 from __future__ import annotations
 
-import contextvars
 from typing import Any
 
 import torch
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from ..collect.static import mro, plain_class_dict
-
-#: Modules whose ``forward`` tests ``has_torch_function`` before its fast path.
-FAST_PATH_MODULES = (torch.nn.TransformerEncoder, torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention)
-
-
-def _has_fast_path(module: Any) -> bool:
-    """A fast-path module, or a subclass that keeps its ``forward`` (read from the class dicts)."""
-    for klass in mro(type(module)):
-        if any(klass is fast for fast in FAST_PATH_MODULES):  # by identity: a metaclass's __eq__ never runs
-            return True
-        if "forward" in plain_class_dict(klass):
-            return False  # a subclass with its own forward: whatever it does, it is the user's
-    return False
+#: PyTorch's own, put back when the check ends.
+_HAS_TORCH_FUNCTION = torch.overrides.has_torch_function
 
 
 class FastPathGap:
-    """Lifts ``mode`` off the torch-function stack around fast-path modules' forwards."""
+    """Answers ``has_torch_function`` as if ``mode`` were not there, while it is the only mode."""
 
     def __init__(self, mode: Any):
         self.mode = mode
-        # One entry per fast-path forward running, whether it lifted the mode: kept per thread (and
-        # task), since the hooks are global and another thread's forward must not touch this stack.
-        self._lifted: contextvars.ContextVar[tuple[bool, ...]] = contextvars.ContextVar("lifted", default=())
-        self.names: set[str] = set()  # the module classes that ran with the mode lifted
-        self._handles: list[Any] = []
-
-    @property
-    def lifted(self) -> tuple[bool, ...]:
-        return self._lifted.get()
+        self._installed = False
 
     def install(self) -> None:
-        self._handles = [register_module_forward_pre_hook(self._before),
-                         register_module_forward_hook(self._after, always_call=True)]
+        if torch.overrides.has_torch_function is _HAS_TORCH_FUNCTION:
+            torch.overrides.has_torch_function = self._has_torch_function
+            self._installed = True
 
     def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        if any(self.lifted):  # a forward that never came back (an interrupt): the mode is put back once
-            torch._C._push_on_torch_function_stack(self.mode)
-        self._lifted.set(())
+        if self._installed and torch.overrides.has_torch_function is self._has_torch_function:
+            torch.overrides.has_torch_function = _HAS_TORCH_FUNCTION
+        self._installed = False
 
-    def _before(self, module: Any, args: Any) -> None:
-        if torch.compiler.is_compiling() or not _has_fast_path(module):
-            return
-        alone = torch._C._len_torch_function_stack() == 1 and not any(self.lifted)
-        if alone:
-            top = torch._C._pop_torch_function_stack()
-            if top is not self.mode:  # not ours after all: leave the stack as it was
-                torch._C._push_on_torch_function_stack(top)
-                alone = False
-            else:
-                self.names.add(type(module).__name__)
-        self._lifted.set((*self.lifted, alone))
-
-    def _after(self, module: Any, args: Any, output: Any) -> None:
-        lifted = self.lifted
-        if torch.compiler.is_compiling() or not _has_fast_path(module) or not lifted:
-            return
-        self._lifted.set(lifted[:-1])
-        if lifted[-1]:
-            torch._C._push_on_torch_function_stack(self.mode)
+    def _has_torch_function(self, relevant_args: Any) -> bool:
+        if torch.compiler.is_compiling() or torch._C._len_torch_function_stack() != 1:
+            return _HAS_TORCH_FUNCTION(relevant_args)
+        top = torch._C._pop_torch_function_stack()
+        try:
+            return _HAS_TORCH_FUNCTION(relevant_args) if top is self.mode else True
+        finally:
+            torch._C._push_on_torch_function_stack(top)
