@@ -452,3 +452,16 @@ def test_a_non_persistent_buffer_left_on_meta_gets_no_advice_that_cannot_give_it
     wholly = fixes.materialise("empty", "sim:0", 3, unsaved=("empty.inv_freq",))
     assert wholly.code is None and "to_empty" in wholly.note
     assert fixes.materialise("empty", "sim:0", 3).code is not None  # no such buffer: storage and initialisation
+
+
+def test_a_step_that_failed_part_way_says_what_it_already_changed(ip, sim):
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            "model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))\n"
+            "opt = torch.optim.Adam(model.parameters())\nmodel(torch.ones(1, 8)).sum().backward()\nopt.step()\n"
+            "model.to(dev)\nmodel(torch.ones(1, 8, device=dev)).sum().backward()")
+    result, _, _, _ = run(ip, "opt.step()")
+    assert result.error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    assert "inside the optimizer's step" in fix.note and "one more step" in fix.note
+    run(ip, "x = torch.ones(2, device=dev) + torch.ones(2)")  # a failure outside a step says nothing of one
+    assert "optimizer's step" not in (devinspect.explain(namespace=ip.user_ns).mismatch.fix.note or "")

@@ -127,3 +127,9 @@ def keyword_hook_gap(stack: Any, misplaced: list[tuple[str | None, str | None, A
 
 def _param_of(local_vars: dict, value: Any) -> str:
     return next((k for k, v in dict.items(local_vars) if v is value and type(k) is str), "")
+
+
+def optimizer_step_running(stack: Any) -> bool:
+    """Whether the failure came inside a PyTorch optimizer's ``step`` (which updates in place)."""
+    return any(f.f_code.co_name in ("step", "_single_tensor_adam", "_multi_tensor_adam")
+               and "/torch/optim/" in f.f_code.co_filename.replace("\\", "/") for f in frames_from(stack))

@@ -119,6 +119,7 @@ class _Diagnosis:
         target = self._target(named)
         fix = self._fix(named, target) if target else None
         fix = fixes.importing_torch(fix, binds_module(failure.namespace, "torch"))
+        fix = fixes.with_note(fix, fixes.PARTIAL_STEP_NOTE) if stack_reads.optimizer_step_running(failure.stack) else fix
         user_frame = failure.line or (failure.source(self.inner) if self.inner is not None
                                       and self.inner is not self.cell else None)
         # The module named next to the user's line is the one whose forward that line is in, not a
@@ -262,7 +263,7 @@ class _Diagnosis:
         call_line = self.failure.source(self.cell).text if self.cell is not None else ""
         note = stack_reads.keyword_hook_gap(self.failure.stack, [(n.operand.name, n.local, n.value) for n in misplaced],
                                             self.modules, call_line)
-        return dataclasses.replace(fix, note=" ".join(filter(None, [fix.note, note])) or None) if note else fix
+        return fixes.with_note(fix, note) if note else fix
 
     def _library(self) -> str:
         """The package the user's innermost line called into, whose code then failed (``transformers``
@@ -270,9 +271,9 @@ class _Diagnosis:
         package = ""
         for f in stack_reads.frames_from(self.failure.stack):
             if locations.is_user_code(f.f_code):
-                break
-            if not locations.is_own_file(f.f_code.co_filename):
-                package = locations.package_of(f.f_code.co_filename) or package
+                return package
+            package = package if locations.is_own_file(f.f_code.co_filename) else (
+                locations.package_of(f.f_code.co_filename) or package)
         return package
 
     def _default_device_fix(self, misplaced: list[_Named], target: str) -> Fix | None:
@@ -350,8 +351,8 @@ class _Diagnosis:
         first = self.index.lookup(n.value) if origin is None and issubclass(type(n.value), _T) else None
         if first is not None and not first[1] and first[0].name == first[0].root != root:
             # Named as the failing line reaches it (batch["ids"]), made as a variable of its own (ids = …).
-            origin = origins.namespace_origin(first[0].root, self.cell, self.failing_line, [], device_expr)
-            origin = origin if origin is not None and not origin.in_failed_cell else None
+            made = origins.namespace_origin(first[0].root, self.cell, self.failing_line, [], device_expr)
+            origin = made if made is not None and not made.in_failed_cell else None
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             what = "the loop's batches" if origin.kind == "loop" else root
             return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if origin.kind == 'loop' else 'it'}")
@@ -370,8 +371,7 @@ class _Diagnosis:
                                    note=" ".join(filter(None, [moved.note, note])) or None)
 
     def _namedtuple_fix(self, root: str, holder: Any, target: str) -> Fix:
-        """A namedtuple (a collate function's batch): its fields cannot be set, so it is made again
-        with ``_replace``, on the loop's first line when a loop binds it."""
+        """A namedtuple batch, made again with ``_replace`` (on the loop's first line when a loop binds it)."""
         device_expr = origins.device_expression(self.failure.namespace, target)
         loop = origins.loop_line(root, self.cell_file, self.failing_line, self.failure.namespace,
                                  lambda n, v: origins.moved_expression(n, v, target, device_expr))

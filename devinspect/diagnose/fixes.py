@@ -546,6 +546,17 @@ def redispatch(name: str, off_map: Iterable[tuple[str, str, str]], *, offloaded:
     return Fix(summary=f"dispatch {name} again with its own device_map", code=code, note=note)
 
 
+#: Said when an optimizer's step failed part way: what it changed before the failure stays changed.
+PARTIAL_STEP_NOTE = ("The error came inside the optimizer's step, which updates in place: the parameters it "
+                     "reached before the failing one keep their update (and their step count), so running the "
+                     "cell again applies one more step to those.")
+
+
+def with_note(fix: Fix | None, note: str) -> Fix | None:
+    """``fix`` with ``note`` after its own."""
+    return None if fix is None else dataclasses.replace(fix, note=" ".join(filter(None, [fix.note, note])))
+
+
 def made_inside_library(library: str, device: str, target: str) -> Fix:
     """A misplaced tensor no name in the user's code reaches, made inside ``library`` from none
     of the inputs the user's lines pass in: said so, with no code that would guess."""
