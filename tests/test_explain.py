@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import run
 from nbclient import NotebookClient
+from IPython.utils.capture import capture_output
 from nbclient.exceptions import CellExecutionError
 
 import devinspect
@@ -27,10 +28,13 @@ x = torch.randn(4, 8)
 
 
 @pytest.fixture
-def capped(sim):
-    """The simulated devices with 64 MiB each, uncapped again afterwards; no earlier error's
-    traceback holds any of it."""
+def capped(sim, ip):
+    """The simulated devices with 64 MiB each, uncapped again afterwards; nothing earlier tests
+    left (an error's traceback, the shell's output history, garbage) holds any of it."""
     devinspect.release_traceback()
+    with capture_output():
+        ip.displayhook.flush()
+    gc.collect()
     testing.enable(memory="64MiB")
     torch.sim.empty_cache()
     yield sim
