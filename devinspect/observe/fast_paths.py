@@ -18,32 +18,38 @@ from typing import Any
 
 import torch
 
-#: PyTorch's own, put back when the check ends.
+#: PyTorch's own, put back when the last check ends.
 _HAS_TORCH_FUNCTION = torch.overrides.has_torch_function
+
+#: The modes of the checks running (nested, or on several threads).
+_checks: list[Any] = []
+
+
+def _has_torch_function(relevant_args: Any) -> bool:
+    """PyTorch's answer, as if a check's mode that is alone on this thread's stack were not there."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_function_stack() != 1:
+        return _HAS_TORCH_FUNCTION(relevant_args)
+    top = torch._C._pop_torch_function_stack()
+    try:
+        return _HAS_TORCH_FUNCTION(relevant_args) if any(top is mode for mode in _checks) else True
+    finally:
+        torch._C._push_on_torch_function_stack(top)
 
 
 class FastPathGap:
-    """Answers ``has_torch_function`` as if ``mode`` were not there, while it is the only mode."""
+    """Keeps the fused fast paths on while ``mode`` (a check's) is the only mode."""
 
     def __init__(self, mode: Any):
         self.mode = mode
-        self._installed = False
 
     def install(self) -> None:
-        if torch.overrides.has_torch_function is _HAS_TORCH_FUNCTION:
-            torch.overrides.has_torch_function = self._has_torch_function
-            self._installed = True
+        _checks.append(self.mode)
+        torch.overrides.has_torch_function = _has_torch_function
 
     def remove(self) -> None:
-        if self._installed and torch.overrides.has_torch_function is self._has_torch_function:
+        for i, mode in enumerate(_checks):
+            if mode is self.mode:
+                del _checks[i]
+                break
+        if not _checks and torch.overrides.has_torch_function is _has_torch_function:
             torch.overrides.has_torch_function = _HAS_TORCH_FUNCTION
-        self._installed = False
-
-    def _has_torch_function(self, relevant_args: Any) -> bool:
-        if torch.compiler.is_compiling() or torch._C._len_torch_function_stack() != 1:
-            return _HAS_TORCH_FUNCTION(relevant_args)
-        top = torch._C._pop_torch_function_stack()
-        try:
-            return _HAS_TORCH_FUNCTION(relevant_args) if top is self.mode else True
-        finally:
-            torch._C._push_on_torch_function_stack(top)

@@ -261,9 +261,11 @@ class DeviceCheckMode(TorchFunctionMode):
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        warning_places.remove()
-        self.fast_paths.remove()
-        self._gradients.remove()  # the user's autograd graph is left as it was
+        try:
+            self.fast_paths.remove()
+            warning_places.remove()
+        finally:
+            self._gradients.remove()  # the user's autograd graph is left as it was
         stack = []
         while torch._C._len_torch_function_stack() > 0:
             stack.append(torch._C._pop_torch_function_stack())
