@@ -34,10 +34,6 @@ _TRACED_OPS = {"mul": ast.Mult, "add": ast.Add, "sub": ast.Sub, "truediv": ast.D
                "floordiv": ast.FloorDiv, "pow": ast.Pow, "mod": ast.Mod}
 
 
-def _is_tensor(value: Any) -> bool:
-    return issubclass(type(value), torch.Tensor)
-
-
 def compiled_call(exc: BaseException, entries: list[Entry]) -> FailingCall | None:
     """A device mismatch that ``torch.compile`` met while tracing: the user's line from the
     error's ``real_stack`` and its operands' devices from the fake tensors tracing used (read
@@ -156,13 +152,13 @@ def _node_op(node: Any) -> str:
 
 
 def _fake_device(value: Any) -> str | None:
-    if not _is_tensor(value):
+    if not tb.is_tensor(value):
         return None
     fake = fake_device_of(instance_dict(value))
     if fake is not None:
         return str(fake)
     # A wrapper subclass around a fake tensor (the simulated device's, DTensor's): its own device.
-    inner = [v for v in instance_dict(value).values() if _is_tensor(v)]
+    inner = [v for v in instance_dict(value).values() if tb.is_tensor(v)]
     if inner and all(fake_device_of(instance_dict(v)) is not None for v in inner):
         return str(tb.device(value))
     return None

@@ -8,17 +8,12 @@ calling anything (a BatchEncoding's items through its ``data`` dict, never ``__g
 from __future__ import annotations
 
 import ast
-import re
 from typing import Any, Mapping
 
-import torch
-
 from ..model.records import TensorRecord
+from . import tensorbase as tb
+from .names import root_of
 from .values import MISSING, object_at
-
-
-def _root(name: str) -> str:
-    return re.split(r"[.\[(]", name, maxsplit=1)[0]
 
 
 def object_on_line(namespace: Mapping[str, Any], node: ast.AST) -> Any:
@@ -37,20 +32,20 @@ def name_on_line(namespace: Mapping[str, Any], line: str, value: Any, first: str
         tree = ast.parse(line.strip())
     except SyntaxError:
         return None
-    if _root(first) in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}:
+    if root_of(first) in {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}:
         return None
     return next((ast.unparse(n) for n in ast.walk(tree) if object_on_line(namespace, n) is value), None)
 
 
 def renamed(record: TensorRecord, name: str) -> TensorRecord:
     """``record`` under the name the user's line gives it."""
-    return record._replace(name=name, root=_root(name), alias_of=None)
+    return record._replace(name=name, root=root_of(name), alias_of=None)
 
 
 def record_on_line(namespace: Mapping[str, Any], index: Any, node: ast.AST) -> tuple[TensorRecord, Any] | None:
     """(the record of the tensor an expression of the line reads, under that expression's name; the tensor)."""
     value = object_on_line(namespace, node)
-    found = index.lookup(value) if issubclass(type(value), torch.Tensor) else None
+    found = index.lookup(value) if tb.is_tensor(value) else None
     if found is None or found[1]:
         return None
     return renamed(found[0], ast.unparse(node)), value

@@ -105,6 +105,11 @@ def key_text(key: Any) -> str | None:
     return None
 
 
+def root_of(name: str) -> str:
+    """The namespace variable a name starts from (``model`` for ``model.fc[0].weight``)."""
+    return re.split(r"[.\[(]", name, maxsplit=1)[0] if not name.startswith("getattr(") else root_of(name[8:])
+
+
 def attr_name(parent: str, attr: str) -> str:
 
     if attr.isidentifier() and not keyword.iskeyword(attr):

@@ -33,7 +33,7 @@ import torch
 from ..collect import line_names, locations, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Result, Temporary, Traced, first_line
-from ..collect.names import binds_module
+from ..collect.names import binds_module, root_of
 from ..collect.static import type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
@@ -336,7 +336,7 @@ class _Diagnosis:
 
     def _namespace_fix(self, n: _Named, target: str) -> Fix | None:
         record = n.record
-        root = fixes.root_of(record.name)
+        root = root_of(record.name)
         parent = _parent(record.name)
         container = object_at(self.failure.namespace, parent) if parent else MISSING
         if type_is_one_of(container, (list, tuple, dict)):
@@ -473,7 +473,7 @@ class _Diagnosis:
         kind, all_tensors = type_name(type(container)), all(issubclass(type(v), _T) for v in values)
         # A loop over batches that binds the container (for batch in loader) moves what it binds on its
         # first line: every target holding a tensor off the device (for inputs, targets in loader).
-        root = fixes.root_of(name)
+        root = root_of(name)
         loop = origins.loop_line(root, self.cell_file, self.failing_line, self.failure.namespace,
                                  lambda n, v: origins.moved_expression(n, v, target, device_expr)) or (
             fixes.assignment(name, fixes.container_moved(name, device_expr, kind, all_tensors)) if name != root
@@ -488,7 +488,7 @@ class _Diagnosis:
         if leaves:  # an optimizer's state of those tensors follows them, as the next step needs it
             firsts = {found[0].name for found in map(self.index.lookup, values) if found is not None}
             states = self.index.result.of_kind("optimizer_state")
-            holders = sorted({fixes.root_of(r.name) for r in states if r.param in firsts and r.device != target})
+            holders = sorted({root_of(r.name) for r in states if r.param in firsts and r.device != target})
             moved = fixes.combine([moved, *map(fixes.optimizer_state, holders)])
         if name != root and origin is None:  # batch["inputs"] of a nested batch: every tensor under batch
             held = [r.name for r in self._plain_tensors_under(root) if r.device != target]
@@ -578,7 +578,7 @@ class _Diagnosis:
 
     def _module_origin(self, path: str, target: str) -> origins.Origin | None:
         device_expr = origins.device_expression(self.failure.namespace, target)
-        for name in (path, fixes.root_of(path)):
+        for name in (path, root_of(path)):
             if not self._movable(name):
                 continue  # models[2]'s list: .to() on the line that made the list would raise
             origin = origins.namespace_origin(name, self.cell, self.failing_line, [], device_expr, wrap=True)
@@ -627,7 +627,7 @@ class _Diagnosis:
     def _meta_variable_fix(self, n: _Named, target: str) -> Fix:
         """A variable on the meta device holds no data to move: it is made again on ``target``,
         by an edit of the line that makes it when that line is known."""
-        root = fixes.root_of(n.record.name)
+        root = root_of(n.record.name)
         device_expr = origins.device_expression(self.failure.namespace, target)
         origin = origins.namespace_origin(root, self.cell, self.failing_line, [], device_expr)
         if origin is not None and origin.edit is not None:
@@ -645,7 +645,7 @@ class _Diagnosis:
         they would fail next, at its first layer."""
         if not self.whole_moves:
             return []
-        return self._passed_tensors(target, lambda call: fixes.root_of(ast.unparse(call.func)) in self.whole_moves)
+        return self._passed_tensors(target, lambda call: root_of(ast.unparse(call.func)) in self.whole_moves)
 
     def _passed_tensors(self, target: str, wanted: Callable[[ast.Call], bool]) -> list[Fix]:
         """Fixes of the namespace tensors off ``target`` that the user's lines pass to the calls

@@ -353,11 +353,6 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
                       if Counter(tuple(r.shape or ()) for r in result.of_kind("parameter")
                                  if r.owner is not None and is_under(r.name, m.name) and r.alias_of is None) == wanted]
         module = candidates[0].name if len(candidates) == 1 else None
-        likely = f"; it looks like the parameters of an earlier {module}" if module else ""
-        bound = [s for s in result.schedulers if s.optimizer == opt.name]
-        fix = fixes.rebuild_optimizer(opt, module, bound) if module else fixes.Fix(
-            summary=f"create {opt.name} again over the parameters of the model you train",
-            note=f"{opt.name} trains tensors that nothing else in the namespace holds")
         replaced = _replaced_part(result, opt) if module is None else None
         if replaced is not None:
             part, pairs = replaced
@@ -372,6 +367,11 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
                 names=tuple(new for _, new in pairs),
             )
             continue
+        likely = f"; it looks like the parameters of an earlier {module}" if module else ""
+        bound = [s for s in result.schedulers if s.optimizer == opt.name]
+        fix = fixes.rebuild_optimizer(opt, module, bound) if module else fixes.Fix(
+            summary=f"create {opt.name} again over the parameters of the model you train",
+            note=f"{opt.name} trains tensors that nothing else in the namespace holds")
         if module is None:
             # No model of the same shapes in the namespace: the parameters may well live where the
             # walk does not look (a closure, an object it does not open): said, not asserted.

@@ -114,11 +114,6 @@ def _compiles(code: str) -> str | None:
     return code
 
 
-def root_of(name: str) -> str:
-    """The namespace variable a name starts from (``model`` for ``model.fc[0].weight``)."""
-    return re.split(r"[.\[(]", name, maxsplit=1)[0] if not name.startswith("getattr(") else root_of(name[8:])
-
-
 def device_literal(device: str) -> str:
     return literal(device)
 

@@ -27,16 +27,17 @@ _checks: list[Any] = []
 
 def _has_torch_function(relevant_args: Any) -> bool:
     """PyTorch's answer, as if a check's mode that is alone on this thread's stack were not there."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_function_stack() != 1:
+    if torch.compiler.is_compiling() or torch._C._len_torch_function_stack() != 1 or \
+            not any(torch._C._get_function_stack_at(0) is mode for mode in _checks):
         return _HAS_TORCH_FUNCTION(relevant_args)
     top = torch._C._pop_torch_function_stack()
     try:
-        return _HAS_TORCH_FUNCTION(relevant_args) if any(top is mode for mode in _checks) else True
+        return _HAS_TORCH_FUNCTION(relevant_args)
     finally:
         torch._C._push_on_torch_function_stack(top)
 
 
-class FastPathGap:
+class FastPaths:
     """Keeps the fused fast paths on while ``mode`` (a check's) is the only mode."""
 
     def __init__(self, mode: Any):

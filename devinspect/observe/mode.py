@@ -48,7 +48,7 @@ from ..model.fixes import SEVERITY_ORDER, Finding, Fix
 from ..model.records import SourceLine
 from ..model.units import human_bytes
 from . import tracebacks, warning_places
-from .fast_paths import FastPathGap
+from .fast_paths import FastPaths
 from .gradient_copies import GradientCopies
 from .sync_fixes import sync_in_loop
 
@@ -236,7 +236,7 @@ class DeviceCheckMode(TorchFunctionMode):
         self._backward_where: tuple[SourceLine, int | None, str] | None = None
         self._gradients = GradientCopies(self._gradient_copied, self._bookkeeping_failed)
         self.internal_errors = 0  # bookkeeping failures, never shown to the cell
-        self.fast_paths = FastPathGap(self)
+        self.fast_paths = FastPaths(self)
 
     # -- entering and leaving: only ever our own entry on the mode stack ---------------
 

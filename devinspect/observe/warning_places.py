@@ -6,7 +6,7 @@ devinspect's own (``mode.py``, ``device.py``) instead of the user's line, so the
 names the wrong place, and the user's filters (by module, "once per line") and
 ``catch_warnings(record=True)`` see the wrong module and line.
 
-While :func:`installed` is active, a filter at the front of ``warnings.filters`` lets every
+While :func:`install` is in effect (until its :func:`remove`), a filter at the front of ``warnings.filters`` lets every
 warning located in those files reach ``warnings._showwarnmsg``, where it is issued again
 (``warn_explicit``) at the frame a plain run would name, with that frame's module, registry
 and globals: every filter and registry then acts as without devinspect. The filter list is
@@ -21,7 +21,7 @@ import re
 import sys
 import types
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 from ..collect.locations import is_own_file
 from .tracebacks import is_dispatch_plumbing
@@ -113,11 +113,3 @@ def remove() -> None:
     with contextlib.suppress(ValueError):
         warnings.filters.remove(_FILTER)
 
-
-@contextlib.contextmanager
-def installed() -> Iterator[None]:
-    install()
-    try:
-        yield
-    finally:
-        remove()
