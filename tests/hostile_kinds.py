@@ -266,6 +266,46 @@ def tensor_subclass_properties(trip: Trip) -> Any:
     return torch.ones(3).as_subclass(Lying), None
 
 
+def _dispatching_wrapper(kind: str, trip: Trip, answer: bool) -> Any:
+    """A wrapper subclass made as DTensor-like and quantisation wrappers are: its device, layout
+    and sizes are asked of its ``__torch_dispatch__``, which records each call and then answers
+    other values than it was constructed with (or raises)."""
+    class Wrapper(torch.Tensor):
+        @staticmethod
+        def __new__(cls, elem):
+            w = torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device,
+                                                    dispatch_device=True, dispatch_layout=True,
+                                                    dispatch_sizes_strides_policy="sizes")
+            w.elem = elem
+            return w
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            trip(kind, str(func))
+            if not answer:
+                raise RuntimeError(f"{kind}: {func} ran")
+            if func is torch.ops.prim.device.default:
+                return torch.device("meta")
+            if func is torch.ops.prim.layout.default:
+                return torch.strided
+            if func is torch.ops.aten.sym_size.default:
+                return (99,)
+            if func is torch.ops.aten.dim.default:
+                return 1
+            if func in (torch.ops.aten.numel.default, torch.ops.aten.sym_numel.default):
+                return 99
+            raise NotImplementedError(str(func))
+    return Wrapper(torch.ones(2, 3))
+
+
+def dispatching_wrapper(trip: Trip) -> Any:
+    return _dispatching_wrapper("dispatching_wrapper", trip, answer=True), None
+
+
+def raising_wrapper(trip: Trip) -> Any:
+    return _dispatching_wrapper("raising_wrapper", trip, answer=False), None
+
+
 def sparse_tensor(trip: Trip) -> Any:
     return torch.eye(3).to_sparse(), None
 
@@ -423,6 +463,7 @@ KINDS: dict[str, Callable[[Trip], tuple[Any, Any]]] = {
         nested_tensor, meta_tensor, quantized_tensor, module_getattr, replaced_dict, dict_subclass_dict,
         paused_generator, partial_object, raising_everything, parameter_subclass, module_type_object,
         callable_object, dtensor, escaped_vmap_tensor, escaped_grad_tensor, scripted_module, traced_module,
+        dispatching_wrapper, raising_wrapper,
     )
 }
 

@@ -412,3 +412,37 @@ def test_every_reader_in_a_shell_runs_no_user_code_and_makes_no_dict(ip, sim):
         with capture_output():
             ip.run_cell(cell)
     assert CALLS == [] and dicts() == made
+
+
+def test_a_wrapper_that_answers_its_own_metadata_is_read_as_constructed_by_every_reader(ip, sim):
+    """A wrapper subclass whose device, layout and sizes are asked of its __torch_dispatch__
+    (one answers other values than it was made with, one raises): no reader calls it, each
+    row shows what it was constructed with and says so, and neither is an error row."""
+    from hostile_kinds import Tripwire, dispatching_wrapper, raising_wrapper
+    from IPython.utils.capture import capture_output
+
+    from devinspect.collect.tensors import AS_CONSTRUCTED
+
+    trip = Tripwire()
+    answering, _ = dispatching_wrapper(trip)
+    raising, _ = raising_wrapper(trip)
+    ip.user_ns.update(torch=torch, dev=sim, answering=answering, raising=raising, box={"w": answering},
+                      model=torch.nn.Linear(2, 2))
+    trip.armed = True
+    shown = []
+    for cell in ("%devices", "%devices -a", "%devices -f", "%devices answering", "%devices --why answering",
+                 "%devices --why raising", "%gpumem", "y = torch.ones(2, device=dev) + torch.ones(2)",
+                 "%%gpumem\nz = torch.ones(3, device=dev)",
+                 "%%devcheck\ny = torch.ones(2, device=dev) + torch.ones(2)", "r = devinspect_scan()"):
+        ip.user_ns["devinspect_scan"] = devinspect.scan
+        with capture_output() as captured:
+            ip.run_cell(cell)
+        shown.append(captured.stdout + "".join(o.data.get("text/plain", "") for o in captured.outputs))
+    assert trip.hits == []
+    rows = {r.name: r for r in ip.user_ns["r"].records}
+    for name in ("answering", "raising", 'box["w"]'):
+        row = rows.get(name) or rows[next(n for n in rows if n.startswith("box"))]
+        assert (row.kind, row.device, row.shape, row.dtype) == ("tensor", "cpu", (2, 3), "float32")
+        assert row.note == AS_CONSTRUCTED and row.storage_bytes == 24  # its inner tensor's memory
+    assert "could not inspect" not in shown[0] and "as constructed" in shown[0]
+    assert "kept alive by" in shown[5] and "could not inspect" not in shown[5]

@@ -71,7 +71,7 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
     from .scan import find_tensor
 
     start = time.perf_counter()
-    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+    with tb.reading():
         target = find_tensor(namespace, name, exclude=exclude)
         search = _Search(target)
         complete = search.run(_roots(namespace, set(exclude) | PLUMBING))
