@@ -8,6 +8,7 @@ it at once. ``benchmarks/fuzz.py`` runs the long profile and prints the counts.
 from __future__ import annotations
 
 import gc
+import sys
 import re
 import weakref
 from pathlib import Path
@@ -194,7 +195,7 @@ def test_a_failed_move_says_what_is_where(sim, monkeypatch, undo_fails):
     devices = {n: str(p.device) for n, p in model.named_parameters()}
     if undo_fails:
         assert "nothing was changed" not in result.message
-        assert "stay moved" in result.message
+        assert "stay changed" in result.message
         for name, device in devices.items():
             assert (f"model.{name} (on sim:0)" in result.message) == (device == "sim:0")
     else:
@@ -292,3 +293,164 @@ def test_v_keeps_a_simulated_tensor_and_what_the_cell_itself_bound(ip, sim):
     assert "t already holds a SimTensor" in text and ip.user_ns["t"].device.type == "sim"
     result, text = _run(ip, "%%devcheck -v rep\nrep = 'mine'")
     assert ip.user_ns["rep"] == "mine" and "the cell made rep a str, which is kept" in text
+
+
+# -- a fix of several steps is all or nothing -------------------------------------------------
+
+
+@pytest.fixture
+def capped_sim(sim):
+    """The simulated devices with 8 MiB each, uncapped again afterwards."""
+    devinspect.release_traceback()
+    gc.collect()
+    devinspect.testing.enable(memory="8MiB")
+    torch.sim.empty_cache()
+    yield sim
+    devinspect.testing.enable(memory=None)
+
+
+def _places(model, x):
+    return [(id(p), str(p.device)) for p in model.parameters()], (id(x), str(x.device))
+
+
+def test_a_later_step_out_of_memory_undoes_the_earlier_ones(capped_sim):
+    """"move model[2] to sim:0; move x to sim:0": x does not fit, so model[2] goes back too,
+    the same Parameter objects, their memory on the device given back; one message says so."""
+    from devinspect.actions import apply_fix
+    from devinspect.model.fixes import Move, Steps
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))
+    model[:2].to(capped_sim)
+    x = torch.ones(4096, 1024)  # 16 MiB: more than the device holds
+    ns = {"model": model, "x": x}
+    before, allocated = _places(model, x), torch.sim.memory_allocated(0)
+    result = apply_fix(ns, Steps((Move("model[2]", "sim:0"), Move("x", "sim:0"))))
+    assert not result.ok and "OutOfMemoryError" in result.message
+    assert result.message.count("nothing was changed") == 1 and "(done before it:" not in result.message
+    assert result.message.endswith("(nothing was changed: the step done before it was undone)")
+    assert _places(ns["model"], ns["x"]) == before and ns["x"] is x
+    gc.collect()
+    assert torch.sim.memory_allocated(0) == allocated
+
+
+def test_an_undo_that_fails_is_named_with_where_it_stays(sim, monkeypatch):
+    from devinspect.actions import apply_fix
+    from devinspect.model.fixes import Move, Steps
+
+    head, x = torch.nn.Linear(2, 2), torch.ones(3)
+    ns = {"head": head, "x": x}
+    real_swap = torch.utils.swap_tensors
+    swaps = []
+
+    def swap(a, b):
+        swaps.append(a)
+        if len(swaps) > 2:  # head's two forward swaps work; swapping its weight back fails
+            raise RuntimeError("injected: the undo fails")
+        return real_swap(a, b)
+
+    monkeypatch.setattr(torch.utils, "swap_tensors", swap)
+
+    class NoAssign(dict):
+        def __setitem__(self, key, value):
+            if key == "x":
+                raise RuntimeError("injected: x cannot be bound")
+            dict.__setitem__(self, key, value)
+
+    ns = NoAssign(ns)
+    result = apply_fix(ns, Steps((Move("head", "sim:0"), Move("x", "sim:0"))))
+    assert not result.ok and "injected: x cannot be bound" in result.message
+    assert "nothing was changed" not in result.message and "stay changed" in result.message
+    for name, p in head.named_parameters():
+        assert (f"head.{name} (on sim:0)" in result.message) == (p.device.type == "sim")
+    assert result.left and all(label.startswith("head.") for label in result.left)
+    assert ns["x"] is x
+
+
+class _FailsOnce(dict):
+    """An optimizer's per-parameter state whose assignment fails the first time."""
+
+    failures = 1
+
+    def __setitem__(self, key, value):
+        if type(self).failures:
+            type(self).failures -= 1
+            raise RuntimeError("injected: the state store refuses once")
+        dict.__setitem__(self, key, value)
+
+
+def test_moving_optimizer_state_is_all_or_nothing(sim):
+    from devinspect.actions import move_optimizer_state
+
+    model = torch.nn.Linear(128, 256)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 128)).sum().backward()
+    opt.step()
+    model.to(sim)
+    states = list(opt.state.values())
+    # The first parameter's state is plain, the second's store refuses its first assignment.
+    second = _FailsOnce(states[1])
+    opt.state[model.bias] = second
+    first = dict(states[0])
+    gc.collect()
+    allocated = torch.sim.memory_allocated(0)
+    result = move_optimizer_state({"opt": opt}, "opt")
+    assert not result.ok and "refuses once" in result.message and "nothing was changed" in result.message
+    assert {k: id(v) for k, v in opt.state[model.weight].items()} == {k: id(v) for k, v in first.items()}
+    assert all(v.device.type == "cpu" for s in opt.state.values() for v in s.values())
+    gc.collect()
+    assert torch.sim.memory_allocated(0) == allocated  # the 256 KiB of copies are given back
+    # Once the store accepts, the same action moves everything.
+    assert move_optimizer_state({"opt": opt}, "opt").ok
+    assert {v.device.type for s in opt.state.values() for k, v in s.items() if k != "step"} == {"sim"}
+
+
+def test_every_kind_of_step_is_undone_when_a_later_one_fails(sim):
+    """Buffers, containers, optimizer state, a rebuilt optimizer and detached graphs all go
+    back when the last step fails; a released traceback cannot, and the message says so."""
+    from devinspect.actions import apply_fix
+    from devinspect.model.fixes import (
+        Move,
+        MoveContainer,
+        MoveOptimizerState,
+        RebuildOptimizer,
+        RegisterBuffer,
+        ReleaseGraphs,
+        Steps,
+    )
+
+    model = torch.nn.Linear(2, 2)
+    pe = torch.ones(2)
+    model.pe = pe
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    model.to(sim)
+    state_before = {id(v) for s in opt.state.values() for v in s.values()}
+    loss = (model.weight * 2).sum()
+    batch = [torch.ones(2), "label"]
+    x = torch.ones(3)
+
+    class NoX(dict):
+        def __setitem__(self, key, value):
+            if key == "x":
+                raise RuntimeError("injected: x cannot be bound")
+            dict.__setitem__(self, key, value)
+
+    ns = NoX(model=model, opt=opt, loss=loss, batch=batch, x=x)
+    steps = (RegisterBuffer("model", "pe", "sim:0"), MoveContainer("batch", "sim:0"), MoveOptimizerState("opt"),
+             RebuildOptimizer("opt", "model", "torch.optim.AdamW"), ReleaseGraphs(("loss",), False),
+             Move("x", "sim:0"))
+    result = apply_fix(ns, Steps(steps))
+    assert not result.ok and "injected: x cannot be bound" in result.message
+    assert result.message.endswith("(nothing was changed: the 5 steps done before it were undone)")
+    assert model.__dict__["pe"] is pe and "pe" not in model._buffers
+    assert ns["batch"] is batch and ns["opt"] is opt and ns["loss"] is loss and ns["x"] is x
+    assert {id(v) for s in opt.state.values() for v in s.values()} == state_before
+
+    try:
+        raise ValueError("an earlier error")
+    except ValueError:
+        sys.last_traceback = sys.exc_info()[2]
+    result = apply_fix(ns, Steps((ReleaseGraphs(("loss",), True), Move("x", "sim:0"))))
+    assert not result.ok and "nothing was changed" not in result.message
+    assert result.left == ("the last error's traceback (released)",) and ns["loss"] is loss

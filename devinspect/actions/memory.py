@@ -136,6 +136,7 @@ def release_history(
     displayhook: Any = None,
     hidden: MutableMapping[str, Any] | None = None,
     devices: Iterable[str] | None = None,
+    undo: Any = None,
 ) -> ActionResult:
     """Drop the output-history entries and the last traceback that keep tensors alive.
 
@@ -144,7 +145,8 @@ def release_history(
     accelerator). In IPython pass the shell's ``displayhook`` and ``user_ns_hidden``
     (``hidden``): both keep their own references to ``_``, ``__``, ``___`` and
     ``_N``, and IPython updates ``_`` afterwards only when they agree. Reports the
-    bytes that only these entries held.
+    bytes that only these entries held. What it released cannot be put back: with ``undo``
+    (an :class:`~devinspect.actions.undo.UndoLog`), it is logged there as a change that stays.
     """
     from ..collect.scan import scan
     from ..model.records import device_is_accelerator
@@ -179,6 +181,8 @@ def release_history(
     allocated_after = {d.device: d.allocated_bytes for d in ready_devices()}
     changes = [change_text(f"{dev} allocated", n, allocated_after.get(dev))
                for dev, n in allocated_before.items() if allocated_after.get(dev) != n]
+    if undo is not None and cleared:
+        undo.add_final(f"{', '.join(cleared)} (released)")
     message = f"released {', '.join(cleared)}: {human_bytes(freed)} of tensors only they held"
     return ActionResult(True, message + (f" ({'; '.join(changes)})" if changes else ""), freed)
 
