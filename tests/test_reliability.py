@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import re
 import weakref
 from pathlib import Path
@@ -454,3 +455,98 @@ def test_every_kind_of_step_is_undone_when_a_later_one_fails(sim):
     result = apply_fix(ns, Steps((ReleaseGraphs(("loss",), True), Move("x", "sim:0"))))
     assert not result.ok and "nothing was changed" not in result.message
     assert result.left == ("the last error's traceback (released)",) and ns["loss"] is loss
+
+
+# -- a namespace that another thread changes during a scan -------------------------------------
+
+
+class Lockstep:
+    """A thread that changes the namespace each time the reading thread runs a line of
+    devinspect (the reader traces itself and hands over at every line): as if the
+    interpreter switched threads at every step of the read, every time."""
+
+    def __init__(self, change):
+        self.change = change
+        self.go, self.done = threading.Semaphore(0), threading.Semaphore(0)
+        self.stopped = False
+        self.steps = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            self.go.acquire()
+            if self.stopped:
+                return
+            try:
+                self.change(self.steps)
+            finally:
+                self.done.release()
+
+    def _trace(self, frame, event, arg):
+        if not str(frame.f_globals.get("__name__", "")).startswith("devinspect."):
+            return None
+        if event == "line":
+            self.steps += 1
+            self.go.release()
+            self.done.acquire()
+        return self._trace
+
+    def __enter__(self):
+        sys.settrace(self._trace)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(None)
+        self.stopped = True
+        self.go.release()
+        self.thread.join()
+
+
+def test_a_namespace_a_thread_changes_at_every_step_is_read_without_an_error(sim):
+    """The namespace, an object's __dict__, a module's, a list, a dict, a set and an optimizer's
+    state each grow on one step and shrink on the next: every reader takes its view of each as
+    one copy, so none raises, makes an unreadable row, or names a tensor that was never there."""
+    from devinspect.collect.referrers import holders
+    from devinspect.collect.scan import NameIndex
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    holder = type("Holder", (), {})()
+    holder.t = torch.ones(2)
+    ns = {"model": model, "opt": opt, "holder": holder, "box": [torch.ones(1), torch.ones(2)],
+          "table": {"a": torch.ones(1)}, "bag": {1, 2}, "keep": torch.ones(3)}
+
+    def change(step):
+        grow, k = step % 2 == 0, (step // 2) % 5
+        for d in (ns, holder.__dict__, ns["table"], model.__dict__, opt.state[model[0].weight]):
+            if grow:
+                d[f"m{k}"] = torch.ones(1)
+            else:
+                d.pop(f"m{k}", None)
+        if grow:
+            ns["box"].append(torch.ones(1))
+            ns["bag"].add(step)
+            model._modules[f"x{k}"] = torch.nn.Identity()
+        else:
+            ns["box"].pop()
+            ns["bag"].discard(step - 1)
+            model._modules.pop(f"x{k}", None)
+
+    readers = {"scan": lambda: devinspect.scan(ns, include_hidden=True).findings and None,
+               "names": lambda: NameIndex(ns).result, "why": lambda: holders(ns, "keep")}
+    failures = {}
+    with Lockstep(change) as lockstep:
+        for name, read in readers.items():
+            try:
+                result = read()
+            except Exception as exc:  # noqa: BLE001 - what the test counts
+                failures[name] = f"{type(exc).__name__}: {exc}"
+                continue
+            errors = [r.note for r in getattr(result, "records", ()) if r.kind == "error"]
+            if errors:
+                failures[name] = errors
+    assert lockstep.steps > 10_000
+    assert failures == {}

@@ -13,7 +13,7 @@ import dataclasses
 import gc
 import operator
 import sys
-from itertools import compress, islice, repeat
+from itertools import compress, repeat
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ from .names import attr_name, child_name, describe_error, dict_item_name, key_te
 from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE, offloaded_note, offloads_weights
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .script_modules import class_name, script_members, script_object
+from .snapshots import dict_items, sequence_items
 from .stack_reads import traceback_locals
 from .static import (
     ATOM_IDS,
@@ -437,12 +438,12 @@ class Walker:
         self.optimizer_names.setdefault(id(opt), name)
         d = instance_dict(opt)
         groups = d.get("param_groups")
-        groups = list(list.__iter__(groups)) if issubclass(type(groups), list) else []
+        groups = sequence_items(groups, list) if issubclass(type(groups), list) else []
         parameters = orphans = 0
         orphan_shapes, held = [], []  # held: each parameter's name, in group order
         for gi, group in enumerate(groups):
             params = dict(str_items(group)).get("params") if issubclass(type(group), dict) else None
-            for pi, p in enumerate(list.__iter__(params) if issubclass(type(params), list) else ()):
+            for pi, p in enumerate(sequence_items(params, list) if issubclass(type(params), list) else ()):
                 if not issubclass(type(p), _Tensor):
                     continue
                 parameters += 1
@@ -461,11 +462,11 @@ class Walker:
                 self._tensor(p, pname, root, "parameter")
         state = d.get("state")
         if issubclass(type(state), dict):
-            for p, entry in dict.items(state):
+            for p, entry in dict_items(state):
                 pname = self._param_names.get(id(p)) or self._tensor_first.get(id(p)) or "<parameter>"
                 if not issubclass(type(entry), dict):
                     continue
-                for key, value in dict.items(entry):
+                for key, value in dict_items(entry):
                     typed_key = key_text(key) or "<key>"
                     sname = f"{name}.state[{pname}][{typed_key}]"
                     if issubclass(type(value), _Tensor):
@@ -548,9 +549,11 @@ class Walker:
         if self.takes_whole(o, vt, name, owner):
             return
         if issubclass(vt, dict):
-            total = dict.__len__(o)
-            keys = list(islice(dict.keys(o), limit))
-            values = list(islice(dict.values(o), limit))
+            items = dict_items(o, limit + 1)  # one copy: keys and values read at the same moment
+            total = len(items) if len(items) <= limit else max(dict.__len__(o), len(items))
+            del items[limit:]
+            keys = [k for k, _ in items]
+            values = [v for _, v in items]
             if not any(issubclass(type(k), _Tensor) for k in keys) and self._plain_tensors(
                     values, lambda run: [dict_item_name(name, i, keys[i]) for i in run], root,
                     "attribute" if owner is not None else "tensor", owner):
@@ -562,9 +565,9 @@ class Walker:
                     continue
                 self._visit(value, dict_item_name(name, i, key), root, depth + 1, owner)
         else:
+            values = sequence_items(o, vt, limit)  # one copy: a thread may be changing the container
             if issubclass(vt, (list, tuple)):
                 total = list.__len__(o) if issubclass(vt, list) else tuple.__len__(o)
-                iterator = list.__iter__(o) if issubclass(vt, list) else tuple.__iter__(o)
                 fields = static_class_attr(vt, "_fields") if issubclass(vt, tuple) and vt is not tuple else None
                 if not (type(fields) is tuple and tuple.__len__(fields) == total
                         and all(type(f) is str for f in tuple.__iter__(fields))):
@@ -572,14 +575,12 @@ class Walker:
                 prefix = f"{name}["
             elif issubclass(vt, collections.deque):
                 total = collections.deque.__len__(o)
-                iterator = collections.deque.__iter__(o)
                 fields, prefix = None, f"{name}["
             else:
                 total = set.__len__(o) if issubclass(vt, set) else frozenset.__len__(o)
-                iterator = set.__iter__(o) if issubclass(vt, set) else frozenset.__iter__(o)
                 fields, prefix = None, f"list({name})["
+            total = max(total, len(values))
             kind = "attribute" if owner is not None else "tensor"
-            values = list(islice(iterator, limit))
             if self._plain_tensors(values, lambda run: [f"{name}.{fields[i]}" for i in run] if fields is not None
                                    else IndexNames(prefix, run.start, run.stop), root, kind, owner):
                 values = []
