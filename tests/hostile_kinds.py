@@ -389,6 +389,43 @@ def paused_generator(trip: Trip) -> Any:
     return gen(), None
 
 
+def suspended_generator(trip: Trip) -> Any:
+    """A generator paused at a ``yield`` with a tensor among its locals; resuming it records."""
+    def gen():
+        t = torch.ones(3)
+        yield None
+        trip("suspended_generator", "resumed")
+        yield t
+    g = gen()
+    next(g)
+    return g, None
+
+
+def mapping_proxy(trip: Trip) -> Any:
+    """A read-only view of a dict subclass whose methods record themselves: its tensor is read
+    through the dict it shows, with none of them run."""
+    return types.MappingProxyType(_container(dict, "mapping_proxy", trip, {"w": torch.ones(2)})), None
+
+
+def mapping_proxy_of_mapping(trip: Trip) -> Any:
+    """A read-only view of a Mapping that is not a dict: reading it would run the Mapping's code."""
+    import collections.abc
+
+    class Table(collections.abc.Mapping):
+        def __getitem__(self, key):
+            trip("mapping_proxy_of_mapping", "__getitem__")
+            return torch.ones(1)
+
+        def __iter__(self):
+            trip("mapping_proxy_of_mapping", "__iter__")
+            return iter(["w"])
+
+        def __len__(self):
+            trip("mapping_proxy_of_mapping", "__len__")
+            return 1
+    return types.MappingProxyType(Table()), None
+
+
 def partial_object(trip: Trip) -> Any:
     def f(x, y):
         trip("partial_object", "called")
@@ -463,7 +500,7 @@ KINDS: dict[str, Callable[[Trip], tuple[Any, Any]]] = {
         nested_tensor, meta_tensor, quantized_tensor, module_getattr, replaced_dict, dict_subclass_dict,
         paused_generator, partial_object, raising_everything, parameter_subclass, module_type_object,
         callable_object, dtensor, escaped_vmap_tensor, escaped_grad_tensor, scripted_module, traced_module,
-        dispatching_wrapper, raising_wrapper,
+        dispatching_wrapper, raising_wrapper, mapping_proxy, mapping_proxy_of_mapping, suspended_generator,
     )
 }
 

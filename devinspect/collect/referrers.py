@@ -33,6 +33,7 @@ from . import locations
 from . import tensorbase as tb
 from .class_source import user_class_attributes
 from .names import HISTORY_RE, PLUMBING, attr_name, child_name, describe_error, key_text, namespace_items
+from .object_interiors import paused_frame, proxied_dict
 from .script_modules import script_object, script_tensors
 from .snapshots import dict_items, sequence_items
 from .static import (
@@ -154,6 +155,7 @@ class _Search:
         self.reached: list[Any] = []  # objects that refer to the target directly, on a found path
         self.visited: set[int] = set()
         self.keep: list[Any] = []  # objects made while reading (SavedTensor wrappers): their ids stay theirs
+        self.frame_owners: dict[int, Any] = {}  # id(a paused frame's locals) -> its generator or coroutine
         self.too_deep = False  # an object at the depth bound was not followed
         self.cut: list[str] = []  # "looked at the first N of M" for each container cut short
 
@@ -196,6 +198,9 @@ class _Search:
         self.references.append(Reference(path, root, via, note))
         if holder is not None:
             self.reached.append(holder)
+            owner = self.frame_owners.get(id(holder))
+            if owner is not None:  # the generator keeps its paused frame's locals itself as well
+                self.reached.append(owner)
 
     # -- what an object refers to, read without running its code ---------------------------
 
@@ -210,6 +215,11 @@ class _Search:
         if issubclass(vt, types.ModuleType) or vt is PROXY_TYPES[0] or vt is PROXY_TYPES[1] \
                 or is_opaque_package(vt):
             return  # a proxy holds nothing; a module is plumbing
+        if vt is types.MappingProxyType:  # the dict it shows is the holder (its items are typed proxy["key"])
+            inner = proxied_dict(o)
+            if inner is not None:
+                yield inner, path, "", ""
+            return
         # Each container is read from one copy: the search yields as it goes, and a thread may
         # change the container between two of its items.
         if issubclass(vt, dict):
@@ -241,10 +251,12 @@ class _Search:
                 pass
             return
         elif vt is types.GeneratorType or vt is types.CoroutineType or vt is types.AsyncGeneratorType:
-            frame = o.gi_frame if vt is types.GeneratorType else o.cr_frame if vt is types.CoroutineType else o.ag_frame
-            if frame is not None:
-                for key, value in dict_items(locations.frame_locals(frame)):
-                    yield value, f"{path}.gi_frame.f_locals[{key!r}]", "", f"a local of the paused {vt.__name__}"
+            paused = paused_frame(o, vt)  # its locals dict holds them, typed gen.gi_frame.f_locals["t"]
+            if paused is not None:
+                local_vars = locations.frame_locals(paused[1])
+                self.keep.append(local_vars)
+                self.frame_owners[id(local_vars)] = o
+                yield local_vars, f"{path}.{paused[0]}.f_locals", "", f"a local of the paused {vt.__name__}"
             return
         elif vt is functools.partial:
             yield o.func, f"{path}.func", "", ""

@@ -97,6 +97,13 @@ OPAQUE: tuple[type, ...] = (
     # Type hints (functools.wraps copies a function's __annotations__ into a wrapper's dict).
     types.GenericAlias,
     types.UnionType,
+    # C-level descriptors, as a class's __dict__ holds them: they point back at their class.
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.MethodWrapperType,
 )
 
 

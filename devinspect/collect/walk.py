@@ -13,6 +13,7 @@ import dataclasses
 import gc
 import operator
 import sys
+import types
 from itertools import compress, repeat
 from typing import Any
 
@@ -36,6 +37,7 @@ from .class_source import (
 )
 from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, only_parameters, unregistered_attribute
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text, module_tree_paths
+from .object_interiors import foreign_container_note, paused_locals, proxied_dict
 from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE, offloaded_note, offloads_weights
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .script_modules import class_name, script_members, script_object
@@ -485,11 +487,25 @@ class Walker:
             for attr, value in user_class_attributes(o):
                 self._visit(value, attr_name(name, attr), root, depth + 1, owner)
             return
+        if vt is types.MappingProxyType:  # its items are typed proxy["key"], as those of the dict it reads
+            inner = proxied_dict(o)
+            if inner is None:
+                self.truncated.append(Truncation(name, "a mappingproxy over another kind of mapping: not inspected"))
+            else:
+                self._container(inner, type(inner), name, root, depth, owner)
+            return
+        paused = paused_locals(o, vt)
+        if paused is not None:  # a paused generator's or coroutine's locals: gen.gi_frame.f_locals["t"]
+            for i, (key, value) in enumerate(paused[1]):
+                self._visit(value, dict_item_name(f"{name}.{paused[0]}.f_locals", i, key), root, depth + 1, owner)
+            return
         if issubclass(vt, OPAQUE) or is_opaque_package(vt):
             return
         module = type_module(vt).split(".", 1)[0]
         if module in ("numpy", "pandas"):
-            self._foreign_container(o, vt, name, module)
+            note = foreign_container_note(o, vt, module)
+            if note is not None:
+                self.truncated.append(Truncation(name, note))
             return
         if type_module(vt).startswith(SCHEDULER_MODULES):
             self._scheduler(o, vt, name)
@@ -516,28 +532,6 @@ class Walker:
         for attr, value in slot_values(o):
             if id(type(value)) not in ATOM_IDS:
                 self._visit(value, attr_name(name, attr), root, depth + 1, owner)
-
-    def _foreign_container(self, o: Any, vt: type, name: str, module: str) -> None:
-        """numpy and pandas objects hold no tensors unless their cells are Python objects:
-        those are reported as not inspected (their elements are not walked)."""
-        tname = type_name(vt)
-        # Read only through the real classes (a class that merely says it is numpy's runs its own
-        # code on every attribute; a subclass may too): anything else is reported, not read.
-        numpy, pandas = sys.modules.get("numpy"), sys.modules.get("pandas")
-        try:
-            if numpy is not None and vt is numpy.__dict__.get("ndarray"):
-                if o.dtype.kind == "O":
-                    self.truncated.append(Truncation(name, "a numpy array of Python objects: its elements are not inspected"))
-            elif pandas is not None and vt is pandas.__dict__.get("DataFrame"):
-                if any(dt.kind == "O" for dt in o.dtypes):
-                    self.truncated.append(Truncation(name, "a pandas DataFrame with object columns: its cells are not inspected"))
-            elif pandas is not None and vt is pandas.__dict__.get("Series"):
-                if o.dtype.kind == "O":
-                    self.truncated.append(Truncation(name, "a pandas Series of objects: its cells are not inspected"))
-            elif tname in ("ndarray", "DataFrame", "Series"):
-                self.truncated.append(Truncation(name, f"a {tname} of another class than {module}'s: not inspected"))
-        except Exception:  # noqa: BLE001 - one we cannot read is reported as such
-            self.truncated.append(Truncation(name, f"a {tname}: not inspected"))
 
     def takes_whole(self, o: Any, vt: type, name: str, owner: str | None) -> bool:
         """Whether the container was taken in whole, without visiting its items (a walk that
