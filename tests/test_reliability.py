@@ -261,6 +261,23 @@ def test_why_takes_a_name_with_a_space_and_last_says_what_it_cannot_read(ip, sim
     assert "not a device mismatch" not in text and "could not be read back" in text and "%%devcheck" in text
 
 
+def test_why_takes_every_listed_name_bare_or_quoted_as_a_shell_quotes_it(ip):
+    """Each name %devices lists, a key with both quote kinds and one with a space among them,
+    works after --why typed as listed and quoted by shlex.quote (with options after it too)."""
+    import shlex
+
+    ip.run_cell("import torch\nd = {'it\\'s \"q\"': torch.ones(2), 'a b': torch.ones(3), ('t', 1): torch.ones(4)}")
+    names = [r.name for r in ip.run_line_magic("devices", "-o d").records]
+    assert names == ['d["it\'s \\"q\\""]', 'd["a b"]', 'd[("t", 1)]']
+    for name in names:
+        for typed in (name, shlex.quote(name), f"{shlex.quote(name)} -v held"):
+            result, text = _run(ip, f"%devices --why {typed}")
+            assert result.error_in_exec is None and f"{name}  namespace" in text, (typed, text)
+    assert ip.user_ns["held"].name == names[-1]
+    result, text = _run(ip, "%devices --why " + shlex.quote('d["nothing"]'))
+    assert result.error_in_exec is not None and "Traceback" not in text
+
+
 def test_names_as_devices_prints_them_select_their_rows(ip):
     ip.run_cell("import torch\ndk = {torch.ones(1): torch.ones(2)}\nx = torch.ones(3)")
     for cell, name in (("%devices list(dk)[0]", "list(dk)[0]"), ('%devices "x"', "x"), ("%devices 'x'", "x")):
