@@ -567,3 +567,30 @@ def test_a_namespace_a_thread_changes_at_every_step_is_read_without_an_error(sim
                 failures[name] = errors
     assert lockstep.steps > 10_000
     assert failures == {}
+
+
+def test_fixes_with_a_fault_injected_are_never_half_done(sim):
+    """Drawn fixes of several steps, each with one fault (a refused store, a failed swap, an
+    out-of-memory copy, sometimes an undo that fails too): none raises, none is left half done
+    without saying what stays, and "nothing was changed" is said exactly when it is true."""
+    from fuzz_actions import fuzz_fixes
+
+    counts = fuzz_fixes(FAST_PROFILE, sim)
+    assert counts.failed > FAST_PROFILE // 4  # the faults do fire
+    assert (counts.tracebacks, counts.half_done, counts.untruthful) == ([], [], [])
+
+
+def test_a_step_an_earlier_step_made_needless_is_no_failure(sim):
+    from devinspect.actions import apply_fix
+    from devinspect.model.fixes import Move, MoveOptimizerState, Steps
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    ns = {"model": model, "opt": opt}
+    result = apply_fix(ns, Steps((Move("model", "sim:0"), MoveOptimizerState("opt"))))
+    assert result.ok and "already with its parameters" in result.message
+    assert {v.device.type for s in opt.state.values() for k, v in s.items() if k != "step"} == {"sim"}
+    again = apply_fix(ns, Steps((MoveOptimizerState("opt"), MoveOptimizerState("opt"))))
+    assert not again.ok and again.idle and "nothing was changed" not in again.message

@@ -48,8 +48,9 @@ def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, d
     for store, what in ((module._parameters, "a parameter"), (module._modules, "a submodule"),
                         (module._buffers, "already a buffer")):
         if attr in store:
-            return ActionResult(False, f"{name}.{attr} is {what}; nothing to register" if what.startswith("already")
-                                else f"{name} already has {what} called {attr!r}; nothing was changed")
+            if what.startswith("already"):
+                return ActionResult(False, f"{name}.{attr} is {what}; nothing to register", idle=True)
+            return ActionResult(False, f"{name} already has {what} called {attr!r}; nothing was changed")
     plain = module.__dict__.get(attr)
     if not isinstance(plain, torch.Tensor):
         return ActionResult(False, f"{name}.{attr} is not a plain tensor attribute")
@@ -109,7 +110,7 @@ def move_optimizer_state(namespace: MutableMapping[str, Any], name: str, undo: U
     except Exception as exc:  # noqa: BLE001 - nothing has been replaced yet
         return ActionResult(False, f"could not move the state of {name}: {reason(exc)} (nothing was changed)")
     if not planned:
-        return ActionResult(False, f"the state of {name} is already with its parameters")
+        return ActionResult(False, f"the state of {name} is already with its parameters", idle=True)
     log = UndoLog()
     for state, key, old, new in planned:
         try:
@@ -263,16 +264,17 @@ def _steps(namespace: MutableMapping[str, Any], steps: tuple[Any, ...], displayh
     undone (newest first), and the one message says what failed and what, if anything, stays."""
     log = UndoLog()
     done: list[str] = []
-    total = 0
+    changed = total = 0
     for step in steps:
         result = apply_fix(namespace, step, displayhook=displayhook, hidden=hidden, undo=log)
-        if not result.ok:
-            if not done:
+        if not result.ok and not result.idle:  # a step an earlier one made needless is no failure
+            if not changed:
                 return result
-            return failure(detail_of(result), [*result.left, *log.rollback()], undone=len(done),
-                          follow_up=result.follow_up)
+            return failure(detail_of(result), [*result.left, *log.rollback()], undone=changed,
+                           follow_up=result.follow_up)
         done.append(result.message)
+        changed += result.ok
         total += result.nbytes
     if undo is not None:
         undo.extend(log)
-    return ActionResult(True, "; ".join(done), total)
+    return ActionResult(bool(changed), "; ".join(done), total, idle=not changed)

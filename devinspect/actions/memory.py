@@ -48,7 +48,7 @@ def empty_cache() -> ActionResult:
 
     before = ready_devices()
     if not before:
-        return ActionResult(False, f"nothing to release: {_no_allocator_reason()}")
+        return ActionResult(False, f"nothing to release: {_no_allocator_reason()}", idle=True)
     expected = sum(d.releasable_bytes or 0 for d in before)
     from ..collect.memory_readings import accelerator_call
 
@@ -161,7 +161,7 @@ def release_history(
     held = [r for r in scan(namespace, include_hidden=True).records
             if r.hidden and wanted(r.device) and r.root not in assigned]
     if not held:
-        return ActionResult(False, "nothing to release: no history entry or traceback holds such tensors")
+        return ActionResult(False, "nothing to release: no history entry or traceback holds such tensors", idle=True)
     out_keys: set[int] = set()
     unders: set[str] = set()
     traceback_too = False
@@ -237,7 +237,7 @@ error_holders: list[Callable[[], None]] = []
 def release_traceback() -> ActionResult:
     """Release the last error: its traceback's frames (and their tensors) and every reference to it."""
     if getattr(sys, "last_traceback", None) is None and getattr(sys, "last_value", None) is None:
-        return ActionResult(False, "nothing to release: there is no last error")
+        return ActionResult(False, "nothing to release: there is no last error", idle=True)
     clear_last_error()
     return ActionResult(True, "released the last error's traceback (%debug and %tb no longer see it)")
 

@@ -443,7 +443,7 @@ def release_graphs(namespace: MutableMapping[str, Any], names: Iterable[str], tr
         log.add_final("the last error's traceback (released)")
         done.append("cleared the last error's traceback (%debug no longer sees it)")
     if not done:
-        return ActionResult(False, "nothing to release: no variable or traceback holds such a graph")
+        return ActionResult(False, "nothing to release: no variable or traceback holds such a graph", idle=True)
     if undo is not None:
         undo.extend(log)
     return ActionResult(True, "released autograd graphs: " + "; ".join(done))
