@@ -254,7 +254,9 @@ def apply_fix(namespace: MutableMapping[str, Any], action: Any, *, displayhook: 
         if isinstance(action, Steps) and action.actions:
             return _steps(namespace, action.actions, displayhook, hidden, undo)
     except Exception as exc:  # noqa: BLE001 - an action never raises into the user's session
-        return ActionResult(False, f"the fix failed: {reason(exc)}")
+        # Every action catches what it knows how to undo; an error that still gets here may have
+        # come half way, and the message does not claim otherwise.
+        return failure(f"the fix failed: {reason(exc)}", ("whatever the step did before the error",))
     return ActionResult(False, f"not a fix devinspect can apply: {action!r}")
 
 
