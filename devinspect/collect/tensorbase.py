@@ -51,14 +51,27 @@ _CLASSMETHOD_FUNC = classmethod.__dict__["__func__"].__get__
 _STATICMETHOD_FUNC = staticmethod.__dict__["__func__"].__get__
 
 _ops = torch.ops
+
+
+def _overloads(names: tuple[str, ...]) -> frozenset:
+    """The ``aten`` overloads named ``op.overload`` that this torch has."""
+    found = []
+    for name in names:
+        op, overload = name.split(".")
+        try:
+            found.append(getattr(getattr(_ops.aten, op), overload))
+        except AttributeError:  # an op a newer torch added (sym_is_contiguous)
+            continue
+    return frozenset(found)
+
+
 #: The calls PyTorch makes into a subclass for a metadata read where None means "what the
 #: TensorImpl holds" (PyInterpreter falls back to the ``*_default`` getter).
-_HELD = frozenset({
-    _ops.aten.sym_size.default, _ops.aten.size.default, _ops.aten.sym_stride.default, _ops.aten.stride.default,
-    _ops.aten.numel.default, _ops.aten.sym_numel.default, _ops.aten.sym_storage_offset.default,
-    _ops.aten.is_contiguous.default, _ops.aten.is_contiguous.memory_format, _ops.aten.sym_is_contiguous.default,
-    _ops.aten.is_strides_like_format.default, _ops.aten.is_non_overlapping_and_dense.default,
-})
+_HELD = _overloads((
+    "sym_size.default", "size.default", "sym_stride.default", "stride.default", "numel.default",
+    "sym_numel.default", "sym_storage_offset.default", "is_contiguous.default", "is_contiguous.memory_format",
+    "sym_is_contiguous.default", "is_strides_like_format.default", "is_non_overlapping_and_dense.default",
+))
 _DEVICE = _ops.prim.device.default
 _LAYOUT = _ops.prim.layout.default
 _DIM = _ops.aten.dim.default
