@@ -5,12 +5,18 @@
   device mismatch and of an out-of-memory error, the memory tally and the per-rank summary
   (``tests/fuzz_readers.py``). Counted: hostile code that ran, readers that raised, objects
   kept alive once the namespace is dropped. Targets: 0, 0, 0.
+* Fixes: ``--fixes`` seeds, each a fix of two to four steps (moves, container and optimizer
+  state moves, buffer registrations) on a small training namespace with one fault injected
+  (a refused assignment, a failed swap, an out-of-memory copy; sometimes the undo fails too)
+  (``tests/fuzz_actions.py``). Counted: fixes that raised into the session, failed fixes that
+  left something changed without naming it (half done), and messages that say "nothing was
+  changed" when something was (or the reverse). Targets: 0, 0, 0.
 * Programs: ``--programs`` generated cells (``tests/test_invisible.py``'s statements: moves,
   odd tensors, fast-path modules, top-level await, every kind of failure), each run plain and
   under ``%%devcheck`` from the same start. Counted: programs whose outcome differs (error,
   output, value, tensors left, the next plain cell). Target: 0.
 
-Run: ``python benchmarks/fuzz.py [--namespaces 10000] [--programs 3000] [--device meta|sim:0]``
+Run: ``python benchmarks/fuzz.py [--namespaces 10000] [--fixes 2000] [--programs 3000] [--device meta|sim:0]``
 """
 
 from __future__ import annotations
@@ -42,6 +48,23 @@ def namespaces(count: int, device: str) -> int:
         for text, n in collections.Counter(items).most_common(10):
             print(f"    {label}: {n} × {text}")
     return len(total.user_code) + len(total.crashes) + len(total.kept_alive)
+
+
+def fixes(count: int) -> int:
+    from fuzz_actions import fuzz_fixes
+
+    import devinspect.testing
+
+    counts = fuzz_fixes(count, devinspect.testing.enable())
+    print(f"fixes: {counts.fixes} ({counts.failed} failed on their fault)")
+    print(f"  devinspect tracebacks: {len(counts.tracebacks)}")
+    print(f"  half done:             {len(counts.half_done)}")
+    print(f"  untruthful messages:   {len(counts.untruthful)}")
+    for label, items in (("traceback", counts.tracebacks), ("half done", counts.half_done),
+                         ("untruthful", counts.untruthful)):
+        for text, n in collections.Counter(items).most_common(10):
+            print(f"    {label}: {n} × {text}")
+    return len(counts.tracebacks) + len(counts.half_done) + len(counts.untruthful)
 
 
 def programs(count: int) -> int:
@@ -76,6 +99,7 @@ def programs(count: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--namespaces", type=int, default=10_000)
+    parser.add_argument("--fixes", type=int, default=2_000)
     parser.add_argument("--programs", type=int, default=3_000)
     parser.add_argument("--device", default="meta", help="device of the failing call's tensor (meta or sim:0)")
     args = parser.parse_args()
@@ -84,6 +108,7 @@ def main() -> int:
 
         devinspect.testing.enable()
     bad = namespaces(args.namespaces, args.device) if args.namespaces else 0
+    bad += fixes(args.fixes) if args.fixes else 0
     bad += programs(args.programs) if args.programs else 0
     return 1 if bad else 0
 

@@ -266,6 +266,46 @@ def tensor_subclass_properties(trip: Trip) -> Any:
     return torch.ones(3).as_subclass(Lying), None
 
 
+def _dispatching_wrapper(kind: str, trip: Trip, answer: bool) -> Any:
+    """A wrapper subclass made as DTensor-like and quantisation wrappers are: its device, layout
+    and sizes are asked of its ``__torch_dispatch__``, which records each call and then answers
+    other values than it was constructed with (or raises)."""
+    class Wrapper(torch.Tensor):
+        @staticmethod
+        def __new__(cls, elem):
+            w = torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device,
+                                                    dispatch_device=True, dispatch_layout=True,
+                                                    dispatch_sizes_strides_policy="sizes")
+            w.elem = elem
+            return w
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            trip(kind, str(func))
+            if not answer:
+                raise RuntimeError(f"{kind}: {func} ran")
+            if func is torch.ops.prim.device.default:
+                return torch.device("meta")
+            if func is torch.ops.prim.layout.default:
+                return torch.strided
+            if func is torch.ops.aten.sym_size.default:
+                return (99,)
+            if func is torch.ops.aten.dim.default:
+                return 1
+            if func in (torch.ops.aten.numel.default, torch.ops.aten.sym_numel.default):
+                return 99
+            raise NotImplementedError(str(func))
+    return Wrapper(torch.ones(2, 3))
+
+
+def dispatching_wrapper(trip: Trip) -> Any:
+    return _dispatching_wrapper("dispatching_wrapper", trip, answer=True), None
+
+
+def raising_wrapper(trip: Trip) -> Any:
+    return _dispatching_wrapper("raising_wrapper", trip, answer=False), None
+
+
 def sparse_tensor(trip: Trip) -> Any:
     return torch.eye(3).to_sparse(), None
 
@@ -349,6 +389,43 @@ def paused_generator(trip: Trip) -> Any:
     return gen(), None
 
 
+def suspended_generator(trip: Trip) -> Any:
+    """A generator paused at a ``yield`` with a tensor among its locals; resuming it records."""
+    def gen():
+        t = torch.ones(3)
+        yield None
+        trip("suspended_generator", "resumed")
+        yield t
+    g = gen()
+    next(g)
+    return g, None
+
+
+def mapping_proxy(trip: Trip) -> Any:
+    """A read-only view of a dict subclass whose methods record themselves: its tensor is read
+    through the dict it shows, with none of them run."""
+    return types.MappingProxyType(_container(dict, "mapping_proxy", trip, {"w": torch.ones(2)})), None
+
+
+def mapping_proxy_of_mapping(trip: Trip) -> Any:
+    """A read-only view of a Mapping that is not a dict: reading it would run the Mapping's code."""
+    import collections.abc
+
+    class Table(collections.abc.Mapping):
+        def __getitem__(self, key):
+            trip("mapping_proxy_of_mapping", "__getitem__")
+            return torch.ones(1)
+
+        def __iter__(self):
+            trip("mapping_proxy_of_mapping", "__iter__")
+            return iter(["w"])
+
+        def __len__(self):
+            trip("mapping_proxy_of_mapping", "__len__")
+            return 1
+    return types.MappingProxyType(Table()), None
+
+
 def partial_object(trip: Trip) -> Any:
     def f(x, y):
         trip("partial_object", "called")
@@ -423,6 +500,7 @@ KINDS: dict[str, Callable[[Trip], tuple[Any, Any]]] = {
         nested_tensor, meta_tensor, quantized_tensor, module_getattr, replaced_dict, dict_subclass_dict,
         paused_generator, partial_object, raising_everything, parameter_subclass, module_type_object,
         callable_object, dtensor, escaped_vmap_tensor, escaped_grad_tensor, scripted_module, traced_module,
+        dispatching_wrapper, raising_wrapper, mapping_proxy, mapping_proxy_of_mapping, suspended_generator,
     )
 }
 

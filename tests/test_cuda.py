@@ -178,3 +178,22 @@ def test_snapshot_creates_no_context_on_other_gpus():
     assert not has_context(1)
     _cuda_row({})
     assert not has_context(1)
+
+
+def test_a_wrapper_over_a_cuda_tensor_that_answers_its_own_metadata_is_read_as_constructed():
+    """A quantisation-style wrapper (device, layout and sizes asked of its __torch_dispatch__)
+    over a CUDA tensor: the scan reads cuda:0 and its shape from what PyTorch holds, counts the
+    CUDA tensor it keeps, and never calls the wrapper."""
+    from hostile_kinds import Tripwire, dispatching_wrapper
+
+    trip = Tripwire()
+    wrapper, _ = dispatching_wrapper(trip)
+    wrapper.elem = wrapper.elem.to("cuda:0")
+    made = torch.Tensor._make_wrapper_subclass(type(wrapper), (2, 3), dtype=torch.float32, device="cuda:0",
+                                               dispatch_device=True, dispatch_layout=True,
+                                               dispatch_sizes_strides_policy="sizes")
+    made.elem = wrapper.elem
+    trip.armed = True
+    row = devinspect.scan({"w": made}).records[0]
+    assert trip.hits == []
+    assert (row.device, row.shape, row.storage_bytes) == ("cuda:0", (2, 3), 24)

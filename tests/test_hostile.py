@@ -412,3 +412,93 @@ def test_every_reader_in_a_shell_runs_no_user_code_and_makes_no_dict(ip, sim):
         with capture_output():
             ip.run_cell(cell)
     assert CALLS == [] and dicts() == made
+
+
+def test_a_wrapper_that_answers_its_own_metadata_is_read_as_constructed_by_every_reader(ip, sim):
+    """A wrapper subclass whose device, layout and sizes are asked of its __torch_dispatch__
+    (one answers other values than it was made with, one raises): no reader calls it, each
+    row shows what it was constructed with and says so, and neither is an error row."""
+    from hostile_kinds import Tripwire, dispatching_wrapper, raising_wrapper
+    from IPython.utils.capture import capture_output
+
+    from devinspect.collect.tensors import AS_CONSTRUCTED
+
+    trip = Tripwire()
+    answering, _ = dispatching_wrapper(trip)
+    raising, _ = raising_wrapper(trip)
+    ip.user_ns.update(torch=torch, dev=sim, answering=answering, raising=raising, box={"w": answering},
+                      model=torch.nn.Linear(2, 2))
+    trip.armed = True
+    shown = []
+    for cell in ("%devices", "%devices -a", "%devices -f", "%devices answering", "%devices --why answering",
+                 "%devices --why raising", "%gpumem", "y = torch.ones(2, device=dev) + torch.ones(2)",
+                 "%%gpumem\nz = torch.ones(3, device=dev)",
+                 "%%devcheck\ny = torch.ones(2, device=dev) + torch.ones(2)", "r = devinspect_scan()"):
+        ip.user_ns["devinspect_scan"] = devinspect.scan
+        with capture_output() as captured:
+            ip.run_cell(cell)
+        shown.append(captured.stdout + "".join(o.data.get("text/plain", "") for o in captured.outputs))
+    assert trip.hits == []
+    rows = {r.name: r for r in ip.user_ns["r"].records}
+    for name in ("answering", "raising", 'box["w"]'):
+        row = rows.get(name) or rows[next(n for n in rows if n.startswith("box"))]
+        assert (row.kind, row.device, row.shape, row.dtype) == ("tensor", "cpu", (2, 3), "float32")
+        assert row.note == AS_CONSTRUCTED and row.storage_bytes == 24  # its inner tensor's memory
+    assert "could not inspect" not in shown[0] and "as constructed" in shown[0]
+    assert "kept alive by" in shown[5] and "could not inspect" not in shown[5]
+
+
+def test_a_tensor_in_a_mappingproxy_or_a_paused_generator_is_listed_by_the_name_users_type(ip, sim):
+    """Both are read without running anything: the dict a mappingproxy shows, the locals of a
+    generator or coroutine paused at a yield or an await. Each row's name, typed back, is the
+    tensor; --why names its holder; a generator that has not started, has finished or is
+    running has no locals to list, and a proxy over a Mapping of the user's is said to be unread."""
+    import types
+
+    from hostile_kinds import Tripwire, mapping_proxy_of_mapping, suspended_generator
+    from IPython.utils.capture import capture_output
+
+    trip = Tripwire()
+    paused, _ = suspended_generator(trip)
+    other_mapping, _ = mapping_proxy_of_mapping(trip)
+
+    async def waiting():
+        u = torch.ones(5)
+        await types.coroutine(lambda: (yield))()
+        return u
+
+    coro = waiting()
+    coro.send(None)
+
+    def finished():
+        v = torch.ones(6)
+        yield v
+
+    done = finished()
+    list(done)
+    ip.user_ns.update(torch=torch, proxy=types.MappingProxyType({"w": torch.ones(2, device=sim)}), paused=paused,
+                      coro=coro, fresh=finished(), done=done, other=other_mapping)
+    trip.armed = True
+    result = devinspect.scan(ip.user_ns, roots=["proxy", "paused", "coro", "fresh", "done", "other"])
+    names = [r.name for r in result.records]
+    assert names == ['proxy["w"]', 'paused.gi_frame.f_locals["t"]', 'coro.cr_frame.f_locals["u"]']
+    for name in names:
+        assert eval(name, ip.user_ns) is devinspect.collect.scan.find_tensor(ip.user_ns, name)
+    assert [t.reason for t in result.truncated] == ["a mappingproxy over another kind of mapping: not inspected"]
+    with capture_output() as shown:
+        ip.run_cell("%devices -f")
+        ip.run_cell('%devices --why paused.gi_frame.f_locals["t"]')
+        ip.run_cell('%devices --why proxy["w"]')
+    text = shown.stdout + "".join(o.data.get("text/plain", "") for o in shown.outputs)
+    assert "sim:0 8 B (1)" in text  # -f counts the proxy's tensor among the device's
+    assert 'paused.gi_frame.f_locals["t"]  namespace; a local of the paused generator' in text
+    assert 'proxy["w"]  namespace' in text and "no name reaches" not in text
+    assert trip.hits == []
+    coro.close()
+
+    def scanning_itself():
+        mine = torch.ones(7)  # noqa: F841 - the running generator's own local
+        yield devinspect.scan({"me": running})
+
+    running = scanning_itself()
+    assert [r.name for r in next(running).records] == []  # its frame is running: not read

@@ -26,9 +26,11 @@ from .cells import edit_cell
 from .memory import empty_cache, release_history
 from .move import move, release_graphs
 from .result import ActionResult, NamePath, find_named, held_bytes, human, parse_device, reason
+from .undo import UndoLog, detail_of, failure
 
 
-def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, device: str | None) -> ActionResult:
+def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, device: str | None,
+                    undo: UndoLog | None = None) -> ActionResult:
     """Turn the plain tensor attribute ``name.attr`` into a non-persistent buffer on ``device``.
 
     Checked first: the attribute must be a tensor in the module's own ``__dict__``,
@@ -46,8 +48,9 @@ def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, d
     for store, what in ((module._parameters, "a parameter"), (module._modules, "a submodule"),
                         (module._buffers, "already a buffer")):
         if attr in store:
-            return ActionResult(False, f"{name}.{attr} is {what}; nothing to register" if what.startswith("already")
-                                else f"{name} already has {what} called {attr!r}; nothing was changed")
+            if what.startswith("already"):
+                return ActionResult(False, f"{name}.{attr} is {what}; nothing to register", idle=True)
+            return ActionResult(False, f"{name} already has {what} called {attr!r}; nothing was changed")
     plain = module.__dict__.get(attr)
     if not isinstance(plain, torch.Tensor):
         return ActionResult(False, f"{name}.{attr} is not a plain tensor attribute")
@@ -74,18 +77,25 @@ def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, d
         module.__dict__[attr] = plain
         return ActionResult(False, f"could not register {name}.{attr}: {reason(exc)} (nothing was changed)")
     where = f" on {target}" if target is not None else ""
+    if undo is not None:
+        def unregister() -> None:
+            del module._buffers[attr]
+            module.__dict__[attr] = plain
+
+        undo.add(f"{name}.{attr} (a buffer{where})", unregister)
     return ActionResult(True, f'{name}.register_buffer("{attr}", …, persistent=False){where}: .to() moves it from now on '
                               f"({human(held_bytes(plain))})", held_bytes(plain))
 
 
-def move_optimizer_state(namespace: MutableMapping[str, Any], name: str) -> ActionResult:
-    """Move each state tensor of the optimizer to its own parameter's device (not Adam's CPU step)."""
+def move_optimizer_state(namespace: MutableMapping[str, Any], name: str, undo: UndoLog | None = None) -> ActionResult:
+    """Move each state tensor of the optimizer to its own parameter's device (not Adam's CPU step):
+    every one or none (a state store that refuses one gets back those set before it)."""
     opt, failed = find_named(namespace, name)
     if failed is not None:
         return failed
     if not isinstance(opt, torch.optim.Optimizer):
         return ActionResult(False, f"{name} is a {type(opt).__name__}, not an optimizer")
-    planned: list[tuple[dict, Any, torch.Tensor]] = []
+    planned: list[tuple[dict, Any, torch.Tensor, torch.Tensor]] = []
     moved = 0
     try:
         for p, state in opt.state.items():
@@ -95,20 +105,29 @@ def move_optimizer_state(namespace: MutableMapping[str, Any], name: str) -> Acti
                 if (isinstance(value, torch.Tensor) and value.device != p.device
                         and not fixes.stays_on_host(tuple(value.shape), str(value.device))):
                     with torch.no_grad():
-                        planned.append((state, key, value.to(p.device)))
+                        planned.append((state, key, value, value.to(p.device)))
                     moved += held_bytes(value)
     except Exception as exc:  # noqa: BLE001 - nothing has been replaced yet
         return ActionResult(False, f"could not move the state of {name}: {reason(exc)} (nothing was changed)")
     if not planned:
-        return ActionResult(False, f"the state of {name} is already with its parameters")
-    for state, key, value in planned:
-        state[key] = value
+        return ActionResult(False, f"the state of {name} is already with its parameters", idle=True)
+    log = UndoLog()
+    for state, key, old, new in planned:
+        try:
+            state[key] = new
+        except Exception as exc:  # noqa: BLE001 - the copies made so far are dropped with this frame
+            return failure(f"could not move the state of {name}: {reason(exc)}", log.rollback())
+        log.add(f"{name}.state[…][{key!r}] (on {new.device})",
+                lambda state=state, key=key, old=old: state.__setitem__(key, old))
+    if undo is not None:
+        undo.extend(log)
     return ActionResult(True, f"moved {len(planned)} state tensors of {name}, each to its parameter's device "
                               f"({human(moved)})", moved)
 
 
 def rebuild_optimizer(namespace: MutableMapping[str, Any], name: str, module_name: str, class_path: str,
-                      kwargs: Iterable[tuple[str, str]] = (), schedulers: Iterable[Any] = ()) -> ActionResult:
+                      kwargs: Iterable[tuple[str, str]] = (), schedulers: Iterable[Any] = (),
+                      undo: UndoLog | None = None) -> ActionResult:
     """Replace the optimizer ``name`` with a new one of ``class_path`` over ``module_name``'s
     parameters, and each scheduler of ``schedulers`` (``RebuildScheduler``) with one driving it.
     Everything is made first; names are rebound only when all of it worked."""
@@ -130,14 +149,17 @@ def rebuild_optimizer(namespace: MutableMapping[str, Any], name: str, module_nam
             made.append((sched.name, _scheduler(namespace, sched, new)))
     except Exception as exc:  # noqa: BLE001 - nothing has been rebound yet
         return ActionResult(False, f"could not create {name} again: {reason(exc)} (nothing was changed)")
-    old = [(n, NamePath(n).get(namespace)) for n, _ in made]
-    try:
-        for n, value in made:
-            NamePath(n).set(namespace, value)
-    except Exception as exc:  # noqa: BLE001 - put back what was rebound
-        for n, value in old:
-            NamePath(n).set(namespace, value)
-        return ActionResult(False, f"could not assign {name}: {reason(exc)} (nothing was changed)")
+    log = UndoLog()
+    for n, value in made:
+        path = NamePath(n)
+        try:
+            old = path.get(namespace)
+            path.set(namespace, value)
+        except Exception as exc:  # noqa: BLE001 - put back what was rebound
+            return failure(f"could not assign {n}: {reason(exc)}", log.rollback())
+        log.add(f"{n} (made again)", lambda path=path, old=old: path.set(namespace, old))
+    if undo is not None:
+        undo.extend(log)
     count = sum(1 for _ in module.parameters())
     also = f"; {', '.join(n for n, _ in made[1:])} made again for it" if len(made) > 1 else ""
     return ActionResult(True, f"{name} = {class_path}({module_name}.parameters()…): a new optimizer over "
@@ -164,7 +186,8 @@ def _scheduler(namespace: MutableMapping[str, Any], sched: Any, optimizer: Any) 
     return cls(optimizer, **values)
 
 
-def move_container(namespace: MutableMapping[str, Any], name: str, device: str) -> ActionResult:
+def move_container(namespace: MutableMapping[str, Any], name: str, device: str,
+                   undo: UndoLog | None = None) -> ActionResult:
     """Move the tensors of the list, tuple or dict ``name`` to ``device``: a new container of the
     same type (anything in it that is not a tensor kept as it is) replaces the old one once
     every tensor has been copied; otherwise nothing changes."""
@@ -189,58 +212,71 @@ def move_container(namespace: MutableMapping[str, Any], name: str, device: str) 
     except Exception as exc:  # noqa: BLE001 - nothing has been replaced yet
         return ActionResult(False, f"could not move {name} to {target}: {reason(exc)} (nothing was changed)")
     new: Any = dict(moved) if kind is dict else kind(value for _, value in moved)
+    path = NamePath(name)
     try:
-        NamePath(name).set(namespace, new)
+        path.set(namespace, new)
     except Exception as exc:  # noqa: BLE001 - the old container is still in place
         return ActionResult(False, f"could not assign {name}: {reason(exc)} (nothing was changed)")
+    if undo is not None:
+        undo.add(f"{name} (its tensors on {target})", lambda: path.set(namespace, container))
     count = sum(1 for _, v in moved if isinstance(v, torch.Tensor))
     return ActionResult(True, f"moved the {count} tensors of {name} to {target}, keeping the {kind.__name__} "
                               f"({human(nbytes)})", nbytes)
 
 
 def apply_fix(namespace: MutableMapping[str, Any], action: Any, *, displayhook: Any = None,
-              hidden: MutableMapping[str, Any] | None = None) -> ActionResult:
+              hidden: MutableMapping[str, Any] | None = None, undo: UndoLog | None = None) -> ActionResult:
     """Carry out a fix's typed action (:class:`~devinspect.model.fixes.Move`, ``RegisterBuffer`` …).
 
     Anything else (a malformed or unknown action) returns ``ok=False`` and changes nothing.
+    With ``undo``, an action that succeeds logs there how to put back what it changed.
     """
     try:
         if isinstance(action, Move) and isinstance(action.name, str) and isinstance(action.device, str):
-            return move(namespace, action.name, action.device)
+            return move(namespace, action.name, action.device, undo)
         if isinstance(action, MoveContainer) and isinstance(action.name, str) and isinstance(action.device, str):
-            return move_container(namespace, action.name, action.device)
+            return move_container(namespace, action.name, action.device, undo)
         if isinstance(action, EditCell) and isinstance(action.edit, SourceEdit):
-            return edit_cell(action.edit)
+            return edit_cell(action.edit, undo)
         if isinstance(action, RegisterBuffer) and isinstance(action.module, str):
-            return register_buffer(namespace, action.module, action.attr, action.device or None)
+            return register_buffer(namespace, action.module, action.attr, action.device or None, undo)
         if isinstance(action, MoveOptimizerState) and isinstance(action.optimizer, str):
-            return move_optimizer_state(namespace, action.optimizer)
+            return move_optimizer_state(namespace, action.optimizer, undo)
         if isinstance(action, RebuildOptimizer) and isinstance(action.optimizer, str):
             return rebuild_optimizer(namespace, action.optimizer, action.module, action.class_path, action.kwargs,
-                                     action.schedulers)
+                                     action.schedulers, undo)
         if isinstance(action, ReleaseGraphs):
-            return release_graphs(namespace, action.names, action.traceback)
+            return release_graphs(namespace, action.names, action.traceback, undo)
         if isinstance(action, ReleaseHistory):
-            return release_history(namespace, displayhook, hidden)
+            return release_history(namespace, displayhook, hidden, undo=undo)
         if isinstance(action, EmptyCache):
-            return empty_cache()
+            return empty_cache()  # gives the allocator's unused cache back: no object of the user's changes
         if isinstance(action, Steps) and action.actions:
-            return _steps(namespace, action.actions, displayhook, hidden)
+            return _steps(namespace, action.actions, displayhook, hidden, undo)
     except Exception as exc:  # noqa: BLE001 - an action never raises into the user's session
-        return ActionResult(False, f"the fix failed: {reason(exc)}")
+        # Every action catches what it knows how to undo; an error that still gets here may have
+        # come half way, and the message does not claim otherwise.
+        return failure(f"the fix failed: {reason(exc)}", ("whatever the step did before the error",))
     return ActionResult(False, f"not a fix devinspect can apply: {action!r}")
 
 
 def _steps(namespace: MutableMapping[str, Any], steps: tuple[Any, ...], displayhook: Any,
-           hidden: MutableMapping[str, Any] | None) -> ActionResult:
-    """Several actions in order; stops at the first that fails and says what was done before it."""
+           hidden: MutableMapping[str, Any] | None, undo: UndoLog | None) -> ActionResult:
+    """Several actions in order, all or nothing: when one fails, every step done before it is
+    undone (newest first), and the one message says what failed and what, if anything, stays."""
+    log = UndoLog()
     done: list[str] = []
-    total = 0
+    changed = total = 0
     for step in steps:
-        result = apply_fix(namespace, step, displayhook=displayhook, hidden=hidden)
-        if not result.ok:
-            before = f" (done before it: {'; '.join(done)})" if done else ""
-            return ActionResult(False, result.message + before, total, result.follow_up)
+        result = apply_fix(namespace, step, displayhook=displayhook, hidden=hidden, undo=log)
+        if not result.ok and not result.idle:  # a step an earlier one made needless is no failure
+            if not changed:
+                return result
+            return failure(detail_of(result), [*result.left, *log.rollback()], undone=changed,
+                           follow_up=result.follow_up)
         done.append(result.message)
+        changed += result.ok
         total += result.nbytes
-    return ActionResult(True, "; ".join(done), total)
+    if undo is not None:
+        undo.extend(log)
+    return ActionResult(bool(changed), "; ".join(done), total, idle=not changed)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..model.fixes import SourceEdit
 from .result import ActionResult
+from .undo import UndoLog
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,9 @@ def apply_lines(text: str, edits: list[SourceEdit]) -> str | None:
     return "\n".join(lines)
 
 
-def edit_cell(edit: SourceEdit) -> ActionResult:
-    """Record ``edit`` of a cell: the next run of that cell's text runs the edited text."""
+def edit_cell(edit: SourceEdit, undo: UndoLog | None = None) -> ActionResult:
+    """Record ``edit`` of a cell: the next run of that cell's text runs the edited text (with
+    ``undo``, how to forget it again is logged there)."""
     if edit.where.cell is None:
         return ActionResult(False, f"{edit.where.where} is not a notebook cell; make the edit there (nothing was changed)")
     original = "".join(linecache.getlines(edit.where.file)).rstrip()
@@ -53,7 +55,16 @@ def edit_cell(edit: SourceEdit) -> ActionResult:
     if edited is None:
         return ActionResult(False, f"line {edit.where.line} of Cell In[{edit.where.cell}] is not {edit.old!r} any more "
                                    "(nothing was changed)")
+    previous = _pending.get(original)
     _pending[original] = PendingEdit(original, edited, edit.where.cell)
+    if undo is not None:
+        def forget() -> None:
+            if previous is None:
+                _pending.pop(original, None)
+            else:
+                _pending[original] = previous
+
+        undo.add(f"the edit of Cell In[{edit.where.cell}] (pending)", forget)
     return ActionResult(True, f"Cell In[{edit.where.cell}], line {edit.where.line} becomes: {edit.new.strip()} — "
                               "it runs so when the cell runs again (Re-run cell)")
 

@@ -48,7 +48,7 @@ def empty_cache() -> ActionResult:
 
     before = ready_devices()
     if not before:
-        return ActionResult(False, f"nothing to release: {_no_allocator_reason()}")
+        return ActionResult(False, f"nothing to release: {_no_allocator_reason()}", idle=True)
     expected = sum(d.releasable_bytes or 0 for d in before)
     from ..collect.memory_readings import accelerator_call
 
@@ -136,6 +136,7 @@ def release_history(
     displayhook: Any = None,
     hidden: MutableMapping[str, Any] | None = None,
     devices: Iterable[str] | None = None,
+    undo: Any = None,
 ) -> ActionResult:
     """Drop the output-history entries and the last traceback that keep tensors alive.
 
@@ -144,7 +145,8 @@ def release_history(
     accelerator). In IPython pass the shell's ``displayhook`` and ``user_ns_hidden``
     (``hidden``): both keep their own references to ``_``, ``__``, ``___`` and
     ``_N``, and IPython updates ``_`` afterwards only when they agree. Reports the
-    bytes that only these entries held.
+    bytes that only these entries held. What it released cannot be put back: with ``undo``
+    (an :class:`~devinspect.actions.undo.UndoLog`), it is logged there as a change that stays.
     """
     from ..collect.scan import scan
     from ..model.records import device_is_accelerator
@@ -159,7 +161,7 @@ def release_history(
     held = [r for r in scan(namespace, include_hidden=True).records
             if r.hidden and wanted(r.device) and r.root not in assigned]
     if not held:
-        return ActionResult(False, "nothing to release: no history entry or traceback holds such tensors")
+        return ActionResult(False, "nothing to release: no history entry or traceback holds such tensors", idle=True)
     out_keys: set[int] = set()
     unders: set[str] = set()
     traceback_too = False
@@ -179,6 +181,8 @@ def release_history(
     allocated_after = {d.device: d.allocated_bytes for d in ready_devices()}
     changes = [change_text(f"{dev} allocated", n, allocated_after.get(dev))
                for dev, n in allocated_before.items() if allocated_after.get(dev) != n]
+    if undo is not None and cleared:
+        undo.add_final(f"{', '.join(cleared)} (released)")
     message = f"released {', '.join(cleared)}: {human_bytes(freed)} of tensors only they held"
     return ActionResult(True, message + (f" ({'; '.join(changes)})" if changes else ""), freed)
 
@@ -233,7 +237,7 @@ error_holders: list[Callable[[], None]] = []
 def release_traceback() -> ActionResult:
     """Release the last error: its traceback's frames (and their tensors) and every reference to it."""
     if getattr(sys, "last_traceback", None) is None and getattr(sys, "last_value", None) is None:
-        return ActionResult(False, "nothing to release: there is no last error")
+        return ActionResult(False, "nothing to release: there is no last error", idle=True)
     clear_last_error()
     return ActionResult(True, "released the last error's traceback (%debug and %tb no longer see it)")
 

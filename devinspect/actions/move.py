@@ -4,7 +4,7 @@ graphs that keep PyTorch from moving parameters."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterable, MutableMapping
+from typing import Any, Iterable, MutableMapping
 
 import torch
 
@@ -16,9 +16,10 @@ from ..diagnose import fixes
 from ..model.fixes import ReleaseGraphs
 from .memory import clear_last_error
 from .result import ActionResult, CannotMove, NamePath, find_named, held_bytes, human, parse_device, reason
+from .undo import UndoLog, detail_of, failure
 
 
-def move(namespace: MutableMapping[str, Any], name: str, device: str) -> ActionResult:
+def move(namespace: MutableMapping[str, Any], name: str, device: str, undo: UndoLog | None = None) -> ActionResult:
     """Move the tensor or module called ``name`` to ``device``: completely, or not at all.
 
     A module keeps its Parameter objects and their gradients (so an optimizer that
@@ -27,7 +28,8 @@ def move(namespace: MutableMapping[str, Any], name: str, device: str) -> ActionR
     parameter. A tensor is reassigned (``x = x.to(device)``); a leaf that requires
     grad, or a Parameter, keeps its identity instead. If any tensor cannot move (out
     of memory, a meta tensor, a parameter an autograd graph saved), everything moved
-    so far goes back and the result names the tensor and the reason.
+    so far goes back and the result names the tensor and the reason. With ``undo``, a move
+    that succeeds logs there how to put everything back (a later step of a fix may fail).
     """
     value, failed = find_named(namespace, name)
     if failed is not None:
@@ -35,11 +37,16 @@ def move(namespace: MutableMapping[str, Any], name: str, device: str) -> ActionR
     target, failed = parse_device(device)
     if failed is not None:
         return failed
+    mover = Mover(namespace, target)
     if isinstance(value, torch.nn.Module):
-        return Mover(namespace, target).module(name, value)
-    if isinstance(value, torch.Tensor):
-        return Mover(namespace, target).tensor(name, value)
-    return ActionResult(False, f"{name} is a {type(value).__name__}, not a tensor or module")
+        result = mover.module(name, value)
+    elif isinstance(value, torch.Tensor):
+        result = mover.tensor(name, value)
+    else:
+        return ActionResult(False, f"{name} is a {type(value).__name__}, not a tensor or module")
+    if result.ok and undo is not None:
+        undo.extend(mover.undo)
+    return result
 
 
 class Mover:
@@ -49,8 +56,8 @@ class Mover:
         self.namespace = namespace
         self.target = target
         self.swap_flag = bool(torch.__future__.get_swap_module_params_on_conversion())
-        #: (what it restores, how): run newest first when a move fails half way.
-        self.undo: list[tuple[str, Callable[[], None]]] = []
+        #: What each committed change restores: run newest first when a move fails half way.
+        self.undo = UndoLog()
         self.moved_bytes = 0
 
     # -- modules ----------------------------------------------------------------
@@ -81,13 +88,13 @@ class Mover:
             for sub, attr in recomputed:
                 current = sub.__dict__.get(attr)
                 if isinstance(current, torch.Tensor) and current.grad_fn is not None:
-                    self.undo.append((f"{type(sub).__name__}.{attr}",
-                                      lambda sub=sub, attr=attr, current=current: sub.__dict__.__setitem__(attr, current)))
+                    self.undo.add(f"{type(sub).__name__}.{attr} (detached)",
+                                  lambda sub=sub, attr=attr, current=current: sub.__dict__.__setitem__(attr, current))
                     sub.__dict__[attr] = current.detach()
             held = self._held([(n, p) for n, p in params.values()])
             if held is not None:
-                stuck = self._rollback()
-                return held if not stuck else self._half_done(f"could not move {name}", held.message, stuck)
+                stuck = self.undo.rollback()
+                return held if not stuck else failure(f"could not move {name}: {detail_of(held)}", stuck)
         try:
             planned_params = [(n, p, self._copy(n, p), self._copy(f"{n}.grad", p.grad) if p.grad is not None else None)
                               for n, p in params.values()]
@@ -105,8 +112,8 @@ class Mover:
             for sub, key, n, new in planned_buffers:
                 old = sub._buffers[key]
                 sub._buffers[key] = new  # logged once done: a refused assignment has nothing to undo
-                self.undo.append((f"{n} (on {new.device})",
-                                  lambda sub=sub, key=key, old=old: sub._buffers.__setitem__(key, old)))
+                self.undo.add(f"{n} (on {new.device})",
+                              lambda sub=sub, key=key, old=old: sub._buffers.__setitem__(key, old))
             states = self._commit_state(planned_state)
         except Exception as exc:  # noqa: BLE001 - anything half done is undone
             return self._undone(f"could not move {name} to {self.target}", reason(exc))
@@ -136,11 +143,13 @@ class Mover:
             try:
                 new = self._copy(name, t)
             except CannotMove as exc:
-                return ActionResult(False, f"could not move {name} to {self.target}: {exc} (nothing was changed)")
+                return failure(f"could not move {name} to {self.target}: {exc}")
+            path = NamePath(name)
             try:
-                NamePath(name).set(self.namespace, new)
+                path.set(self.namespace, new)
             except Exception as exc:  # noqa: BLE001 - the variable still holds the old tensor
-                return ActionResult(False, f"could not assign {name}: {reason(exc)} (nothing was changed)")
+                return failure(f"could not assign {name}: {reason(exc)}")
+            self.undo.add(f"{name} (on {new.device})", lambda: path.set(self.namespace, t))
             return ActionResult(True, f"{name} = {name}.to({str(self.target)!r}) ({human(self.moved_bytes)})",
                                 self.moved_bytes)
         if not self._all_in_place([t]):
@@ -158,7 +167,7 @@ class Mover:
             new_grad = self._copy(f"{name}.grad", t.grad) if t.grad is not None else None
             planned_state = self._plan_optimizer_state({id(t)})
         except CannotMove as exc:
-            return ActionResult(False, f"could not move {name} to {self.target}: {exc} (nothing was changed)")
+            return failure(f"could not move {name} to {self.target}: {exc}")
         try:
             self._commit_parameter(name, t, new, new_grad)
             states = self._commit_state(planned_state)
@@ -251,7 +260,7 @@ class Mover:
                     old_grad.data = old_grad_data
                     p.grad = old_grad
 
-            self.undo.append((f"{name} (on {new.device})", undo))
+            self.undo.add(f"{name} (on {new.device})", undo)
             p.data = new
             if old_grad is not None and new_grad is not None:
                 old_grad.data = new_grad  # the gradient object stays the same too
@@ -274,7 +283,7 @@ class Mover:
             if grad is not None:
                 p.grad = grad
 
-        self.undo.append((f"{name} (on {new.device})", undo_swap))
+        self.undo.add(f"{name} (on {new.device})", undo_swap)
         if new_grad is not None:
             p.grad = new_grad
 
@@ -294,32 +303,13 @@ class Mover:
     def _commit_state(self, planned: list[tuple[dict, Any, torch.Tensor, torch.Tensor]]) -> int:
         for state, key, old, new in planned:
             state[key] = new
-            self.undo.append((f"optimizer state {key!r} (on {new.device})",
-                              lambda state=state, key=key, old=old: state.__setitem__(key, old)))
+            self.undo.add(f"optimizer state {key!r} (on {new.device})",
+                          lambda state=state, key=key, old=old: state.__setitem__(key, old))
         return len(planned)
-
-    def _rollback(self) -> list[str]:
-        """Undo every committed step, newest first; what could not be undone (it stays as moved)."""
-        stuck = []
-        while self.undo:
-            label, step = self.undo.pop()
-            try:
-                step()
-            except Exception:  # noqa: BLE001 - undo the rest; say which step stayed
-                stuck.append(label)
-        return stuck
 
     def _undone(self, what: str, why: str) -> ActionResult:
         """A failed move, undone: "nothing was changed" only when every undo step ran."""
-        stuck = self._rollback()
-        if not stuck:
-            return ActionResult(False, f"{what}: {why} (nothing was changed)")
-        return self._half_done(what, why, stuck)
-
-    @staticmethod
-    def _half_done(what: str, why: str, stuck: list[str]) -> ActionResult:
-        return ActionResult(False, f"{what}: {why}; undoing it failed as well, so these stay moved: "
-                                   f"{', '.join(reversed(stuck))} (everything else is as before)")
+        return failure(f"{what}: {why}", self.undo.rollback())
 
 
 def _named_modules(module: torch.nn.Module, name: str) -> list[tuple[str, torch.nn.Module]]:
@@ -431,20 +421,29 @@ def _frame_holds_tensors(frame: Any) -> bool:
     return False
 
 
-def release_graphs(namespace: MutableMapping[str, Any], names: Iterable[str], traceback_too: bool) -> ActionResult:
-    """Detach the tensors ``names`` (values kept, graphs dropped) and clear the last traceback's frames."""
+def release_graphs(namespace: MutableMapping[str, Any], names: Iterable[str], traceback_too: bool,
+                   undo: UndoLog | None = None) -> ActionResult:
+    """Detach the tensors ``names`` (values kept, graphs dropped) and clear the last traceback's
+    frames: every detach or none (the names detached before one that fails are bound again).
+    With ``undo``, the detaches are logged there, and the cleared traceback as a change that stays."""
     done = []
+    log = UndoLog()
     for name in names:
-        value, failed = find_named(namespace, name)
-        if failed is None and isinstance(value, torch.Tensor) and value.grad_fn is not None:
+        value, not_found = find_named(namespace, name)
+        if not_found is None and isinstance(value, torch.Tensor) and value.grad_fn is not None:
+            path = NamePath(name)
             try:
-                NamePath(name).set(namespace, value.detach())
-                done.append(f"{name} = {name}.detach()")
+                path.set(namespace, value.detach())
             except Exception as exc:  # noqa: BLE001
-                return ActionResult(False, f"could not detach {name}: {reason(exc)}")
+                return failure(f"could not detach {name}: {reason(exc)}", log.rollback())
+            log.add(f"{name} (detached)", lambda path=path, value=value: path.set(namespace, value))
+            done.append(f"{name} = {name}.detach()")
     if traceback_too and getattr(sys, "last_traceback", None) is not None:
         clear_last_error()
+        log.add_final("the last error's traceback (released)")
         done.append("cleared the last error's traceback (%debug no longer sees it)")
     if not done:
-        return ActionResult(False, "nothing to release: no variable or traceback holds such a graph")
+        return ActionResult(False, "nothing to release: no variable or traceback holds such a graph", idle=True)
+    if undo is not None:
+        undo.extend(log)
     return ActionResult(True, "released autograd graphs: " + "; ".join(done))

@@ -9,7 +9,7 @@ import torch
 
 from ..model.ranks import DTensorPlacement
 from .names import namespace_items
-from .static import instance_dict, slot_values, static_class_attr
+from .static import instance_dict, slot_values, static_class_attr, str_items
 
 
 def dtensor_placements(namespace: Mapping[str, Any], roots: set[str] | None, exclude: Iterable[str] = (),
@@ -24,11 +24,11 @@ def dtensor_placements(namespace: Mapping[str, Any], roots: set[str] | None, exc
             return
         seen.add(id(module))
         d = instance_dict(module)
-        for attr, value in (d.get("_parameters") or {}).items():
+        for attr, value in str_items(d.get("_parameters")):
             placement = placement_of(f"{prefix}.{attr}", value)
             if placement is not None:
                 found.append(placement)
-        for attr, child in (d.get("_modules") or {}).items():
+        for attr, child in str_items(d.get("_modules")):
             if isinstance(child, torch.nn.Module):
                 visit(f"{prefix}.{attr}", child, depth + 1)
 

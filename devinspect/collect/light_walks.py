@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from . import tensorbase as tb
+from .snapshots import dict_values, sequence_items
 from .walk import ScanOptions, Walker
 
 _Tensor = torch.Tensor
@@ -38,12 +39,15 @@ class _WholeContainerWalker(Walker):
         return any(any(map(operator.is_, items, itertools.repeat(t))) for items in self._whole_items)
 
     def takes_whole(self, o: Any, vt: type, name: str, owner: str | None) -> bool:
-        if vt is list or vt is tuple:
+        # A list's or dict's items are copied: a thread may change it while the walk goes on.
+        if vt is tuple:
             items = o
+        elif vt is list:
+            items = sequence_items(o, list)
         elif vt is dict:
             if any(map(operator.is_, map(type, dict.keys(o)), itertools.repeat(_Tensor))):
                 return False  # a tensor key is named by its position: the full step names it
-            items = dict.values(o)
+            items = dict_values(o)
         else:
             return False
         if len(items) == 0 or len(items) > self.options.max_items:

@@ -11,11 +11,11 @@ import json
 import keyword
 import re
 import sys
-import types
 from typing import Any, Iterator, Mapping
 
 import torch
 
+from .snapshots import dict_items, mapping_items
 from .static import instance_dict, plain_str, str_items, type_name
 
 #: IPython's output-history names: ``_``, ``__``, ``___``, ``_12``, ``Out``, ``_oh``.
@@ -34,12 +34,7 @@ def namespace_items(namespace: Mapping[str, Any]) -> list[tuple[str, Any]]:
     its own ``items()``, since the caller handed it over as the namespace. Keys that
     are not strings are left out: no variable can be typed by them.
     """
-    if issubclass(type(namespace), dict):
-        pairs = list(dict.items(namespace))
-    elif type(namespace) is types.MappingProxyType:
-        pairs = list(namespace.items())
-    else:
-        pairs = list(namespace.items())
+    pairs = dict_items(namespace) if issubclass(type(namespace), dict) else mapping_items(namespace)
     out = []
     for key, value in pairs:
         name = plain_str(key)

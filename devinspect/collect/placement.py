@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from . import tensorbase as tb
+from .snapshots import dict_items
 from .static import instance_dict
 
 #: Buffers PyTorch keeps on the host by design, by the module class that holds them: they
@@ -54,7 +55,7 @@ def off_map(name: str, device_map: Any, owner_devices: dict[str, set[str]]) -> t
     if not issubclass(type(device_map), dict):
         return ()
     off = []
-    for key, where in dict.items(device_map):
+    for key, where in dict_items(device_map):
         if type(key) is not str:
             continue
         if type(where) is int:

@@ -33,7 +33,9 @@ from . import locations
 from . import tensorbase as tb
 from .class_source import user_class_attributes
 from .names import HISTORY_RE, PLUMBING, attr_name, child_name, describe_error, key_text, namespace_items
+from .object_interiors import paused_frame, proxied_dict
 from .script_modules import script_object, script_tensors
+from .snapshots import dict_items, sequence_items
 from .static import (
     ATOM_IDS,
     PROXY_TYPES,
@@ -71,7 +73,7 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
     from .scan import find_tensor
 
     start = time.perf_counter()
-    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+    with tb.reading():
         target = find_tensor(namespace, name, exclude=exclude)
         search = _Search(target)
         complete = search.run(_roots(namespace, set(exclude) | PLUMBING))
@@ -129,7 +131,7 @@ def _roots(namespace: Mapping[str, Any], excluded: set[str]) -> Iterator[tuple[A
         if frame.f_locals is not frame.f_globals and not locations.is_tool_file(code.co_filename):
             where = locations.source_line(code.co_filename, tb_.tb_lineno, code.co_name).label
             local_vars = locations.frame_locals(frame)
-            for key, value in list(dict.items(local_vars)):
+            for key, value in dict_items(local_vars):
                 if type(key) is str and key != "__tracebackhide__":
                     # A path the user can type (with sys imported): a bare local name would be a NameError.
                     path = f"sys.last_traceback{'.tb_next' * depth}.tb_frame.f_locals[{key!r}]"
@@ -153,6 +155,7 @@ class _Search:
         self.reached: list[Any] = []  # objects that refer to the target directly, on a found path
         self.visited: set[int] = set()
         self.keep: list[Any] = []  # objects made while reading (SavedTensor wrappers): their ids stay theirs
+        self.frame_owners: dict[int, Any] = {}  # id(a paused frame's locals) -> its generator or coroutine
         self.too_deep = False  # an object at the depth bound was not followed
         self.cut: list[str] = []  # "looked at the first N of M" for each container cut short
 
@@ -195,6 +198,9 @@ class _Search:
         self.references.append(Reference(path, root, via, note))
         if holder is not None:
             self.reached.append(holder)
+            owner = self.frame_owners.get(id(holder))
+            if owner is not None:  # the generator keeps its paused frame's locals itself as well
+                self.reached.append(owner)
 
     # -- what an object refers to, read without running its code ---------------------------
 
@@ -209,25 +215,27 @@ class _Search:
         if issubclass(vt, types.ModuleType) or vt is PROXY_TYPES[0] or vt is PROXY_TYPES[1] \
                 or is_opaque_package(vt):
             return  # a proxy holds nothing; a module is plumbing
+        if vt is types.MappingProxyType:  # the dict it shows is the holder (its items are typed proxy["key"])
+            inner = proxied_dict(o)
+            if inner is not None:
+                yield inner, path, "", ""
+            return
+        # Each container is read from one copy: the search yields as it goes, and a thread may
+        # change the container between two of its items.
         if issubclass(vt, dict):
             self._note_cut(path, dict.__len__(o))
-            for i, (key, value) in enumerate(dict.items(o)):
-                if i >= MAX_ITEMS:
-                    break
+            for key, value in dict_items(o, MAX_ITEMS):
                 text = key_text(key)
                 if issubclass(type(key), _T):
                     yield key, f"{path} (a key)", "", ""
                 yield value, f"{path}[{text if text is not None else '…'}]", "", ""
         elif issubclass(vt, (list, tuple)):
-            kind = list if issubclass(vt, list) else tuple
-            self._note_cut(path, kind.__len__(o))
-            for i in range(min(kind.__len__(o), MAX_ITEMS)):
-                yield kind.__getitem__(o, i), f"{path}[{i}]", "", ""
+            self._note_cut(path, list.__len__(o) if issubclass(vt, list) else tuple.__len__(o))
+            for i, item in enumerate(sequence_items(o, vt, MAX_ITEMS)):
+                yield item, f"{path}[{i}]", "", ""
         elif issubclass(vt, (set, frozenset)):
             self._note_cut(path, set.__len__(o) if issubclass(vt, set) else frozenset.__len__(o))
-            for i, item in enumerate(set.__iter__(o) if issubclass(vt, set) else frozenset.__iter__(o)):
-                if i >= MAX_ITEMS:
-                    break
+            for item in sequence_items(o, vt, MAX_ITEMS):
                 yield item, f"{path} (an element)", "", ""
         elif vt is types.FunctionType:
             yield from _function_children(o, path)
@@ -243,10 +251,12 @@ class _Search:
                 pass
             return
         elif vt is types.GeneratorType or vt is types.CoroutineType or vt is types.AsyncGeneratorType:
-            frame = o.gi_frame if vt is types.GeneratorType else o.cr_frame if vt is types.CoroutineType else o.ag_frame
-            if frame is not None:
-                for key, value in list(dict.items(locations.frame_locals(frame))):
-                    yield value, f"{path}.gi_frame.f_locals[{key!r}]", "", f"a local of the paused {vt.__name__}"
+            paused = paused_frame(o, vt)  # its locals dict holds them, typed gen.gi_frame.f_locals["t"]
+            if paused is not None:
+                local_vars = locations.frame_locals(paused[1])
+                self.keep.append(local_vars)
+                self.frame_owners[id(local_vars)] = o
+                yield local_vars, f"{path}.{paused[0]}.f_locals", "", f"a local of the paused {vt.__name__}"
             return
         elif vt is functools.partial:
             yield o.func, f"{path}.func", "", ""
@@ -276,7 +286,7 @@ class _Search:
         for group in ("_parameters", "_buffers", "_modules"):
             members = d.get(group)
             if type(members) is dict:
-                for key, value in members.items():
+                for key, value in dict_items(members):
                     if value is not None and type(key) is str:
                         yield value, child_name(path, key, type(m)), "", ""
         for attr, value in d.items():
@@ -331,7 +341,7 @@ def _function_children(f: Any, path: str) -> Iterator[tuple[Any, str, str, str]]
         yield cell, f"{path}.__closure__[{i}]", "closure", f"the variable {name!r} that {f.__qualname__} closes over"
     for i, value in enumerate(f.__defaults__ or ()):
         yield value, f"{path}.__defaults__[{i}]", "", "a default argument"
-    for key, value in (f.__kwdefaults__ or {}).items():
+    for key, value in dict_items(f.__kwdefaults__ or {}):
         yield value, f"{path}.__kwdefaults__[{key!r}]", "", "a default argument"
     for attr, value in instance_dict(f).items():
         yield value, attr_name(path, attr), "", ""

@@ -21,6 +21,7 @@ import torch
 from ..model.fixes import Finding
 from ..model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, Selection
+from . import tensorbase as tb
 from .light_walks import HolderWalker, ReachWalker
 from .names import (
     HISTORY_RE,
@@ -175,9 +176,9 @@ def _root_rank(item: tuple[str, Any]) -> int:
 
 def _walk(walker: Walker, items: list[tuple[str, Any]], restricted: bool, user: list[tuple[str, Any]],
           history: list[tuple[str, Any]], all_objects: bool) -> None:
-    # No torch function (subclass or mode) and no Python dispatch (the user's dispatch
-    # modes, a wrapper subclass's __torch_dispatch__) sees any read the walk makes.
-    with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+    # No torch function (subclass or mode), no dispatch mode of the user's and no subclass's
+    # __torch_dispatch__ sees any read the walk makes (a wrapper is read as constructed).
+    with tb.reading():
         if restricted:
             # Name parameters after the namespace's modules even when only an
             # optimizer is asked for: opt.state[model.fc.weight], not param_groups[0].
@@ -289,7 +290,7 @@ class NameIndex:
         collector_was_on = gc.isenabled()
         gc.disable()
         try:
-            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            with tb.reading():
                 for name, value in roots:
                     walker.root(name, value)
                     walker.flush_deferred()
@@ -323,7 +324,7 @@ class NameIndex:
             self._reach = ReachWalker(ScanOptions())
             self._run(self._reach, self._rest)
         try:
-            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            with tb.reading():
                 return self._reach.may_name(t)
         except Exception:  # noqa: BLE001 - when in doubt, the whole walk decides
             return True
@@ -388,7 +389,7 @@ class NameIndex:
         is_view = False
         if name is None:
             try:
-                with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+                with tb.reading():
                     key = tensor_facts(t)[5]
             except Exception:
                 key = None

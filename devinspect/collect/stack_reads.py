@@ -13,6 +13,7 @@ import torch
 
 from . import locations
 from . import tensorbase as tb
+from .snapshots import dict_items
 from .static import instance_dict, str_items, type_name
 
 _T = torch.Tensor
@@ -34,7 +35,7 @@ def traceback_locals(tb: Any, max_frames: int = 64) -> Iterator[tuple[str, str, 
         frame = tb.tb_frame
         seen += 1
         if frame.f_locals is not frame.f_globals and not locations.is_tool_file(frame.f_code.co_filename):
-            for key, value in list(dict.items(locations.frame_locals(frame))):
+            for key, value in dict_items(locations.frame_locals(frame)):
                 if type(key) is str and key != "__tracebackhide__":
                     yield frame.f_code.co_name, key, value
         tb = tb.tb_next
@@ -78,7 +79,7 @@ def local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] |
     local_vars = locations.frame_locals(frame)
     if local_vars is frame.f_globals:
         return None
-    for key, value in dict.items(local_vars):
+    for key, value in dict_items(local_vars):
         if value is t and key != "self" and type(key) is str:
             return key, "local"
     owner = dict.get(local_vars, "self")
@@ -90,7 +91,7 @@ def local_name(frame: Any, t: Any, modules: dict[int, str]) -> tuple[str, str] |
             for key, value in str_items(d.get(group)):
                 if value is t:
                     return f"{prefix}.{key}", source
-        for key, value in dict.items(d):
+        for key, value in d.items():  # a copy
             if value is t and type(key) is str:
                 return f"{prefix}.{key}", "attribute"
     return None
@@ -109,8 +110,8 @@ def keyword_hook_gap(stack: Any, misplaced: list[tuple[str | None, str | None, A
             hooks = d.get("_forward_pre_hooks")  # an OrderedDict, read through dict's own methods
             with_kwargs = d.get("_forward_pre_hooks_with_kwargs")
             kwargs_aware = set(dict.keys(with_kwargs)) if issubclass(type(with_kwargs), dict) else set()
-            plain = [h for k, h in (dict.items(hooks) if issubclass(type(hooks), dict) else ()) if k not in kwargs_aware]
-            keywords = {k for k, v in dict.items(local_vars) if type(k) is str}
+            plain = [h for k, h in (dict_items(hooks) if issubclass(type(hooks), dict) else ()) if k not in kwargs_aware]
+            keywords = {k for k, v in dict_items(local_vars) if type(k) is str}
             missed = [(name, value) for name, local, value in misplaced if name in keywords or local in keywords]
             passed = [name for name, value in missed if f"{_param_of(local_vars, value)}=" in call_line]
             if plain and passed:
@@ -126,7 +127,7 @@ def keyword_hook_gap(stack: Any, misplaced: list[tuple[str | None, str | None, A
 
 
 def _param_of(local_vars: dict, value: Any) -> str:
-    return next((k for k, v in dict.items(local_vars) if v is value and type(k) is str), "")
+    return next((k for k, v in dict_items(local_vars) if v is value and type(k) is str), "")
 
 
 def optimizer_step_running(stack: Any) -> bool:

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import torch
 
+from .snapshots import dict_items, mapping_items
+
 # type's own descriptors: reading a class through them never runs a metaclass's code.
 _TYPE_MRO = type.__dict__["__mro__"].__get__
 
@@ -95,6 +97,13 @@ OPAQUE: tuple[type, ...] = (
     # Type hints (functools.wraps copies a function's __annotations__ into a wrapper's dict).
     types.GenericAlias,
     types.UnionType,
+    # C-level descriptors, as a class's __dict__ holds them: they point back at their class.
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.MethodWrapperType,
 )
 
 
@@ -141,7 +150,7 @@ def plain_class_dict(klass: type) -> dict[str, Any]:
     """A class's own dict with only exact-``str`` keys: a fresh copy each time, so nothing here
     keeps a class (or what its attributes reach) alive after the user drops it. A class's
     ``__dict__`` is a mappingproxy over an exact dict: its ``items`` run no user code."""
-    return {k: v for k, v in _TYPE_DICT(klass).items() if type(k) is str}
+    return {k: v for k, v in mapping_items(_TYPE_DICT(klass)) if type(k) is str}
 
 
 def plain_str(key: Any) -> str | None:
@@ -160,7 +169,7 @@ def instance_dict(o: Any) -> dict[str, Any]:
     if d is None:
         return {}
     out = {}
-    for key, value in dict.items(d):
+    for key, value in dict_items(d):
         if type(key) is str:
             out[key] = value
         elif issubclass(type(key), str):
@@ -253,7 +262,7 @@ def str_items(d: Any) -> list[tuple[str, Any]]:
     if d is None or not issubclass(type(d), dict):
         return []
     out = []
-    for key, value in dict.items(d):
+    for key, value in dict_items(d):
         text = plain_str(key)
         if text is not None:
             out.append((text, value))
@@ -263,7 +272,7 @@ def str_items(d: Any) -> list[tuple[str, Any]]:
 def any_items(d: Any) -> list[tuple[Any, Any]]:
     if d is None or not issubclass(type(d), dict):
         return []
-    return list(dict.items(d))
+    return dict_items(d)
 
 
 def type_is_one_of(value: object, classes: tuple[type, ...]) -> bool:

@@ -13,9 +13,11 @@ from typing import Any
 import torch
 
 from . import tensorbase as tb
-from .static import instance_dict, slot_values, static_class_attr, type_name
+from .static import instance_dict, slot_values, static_class_attr, type_module, type_name
 
 _Tensor = torch.Tensor
+_TB = torch._C.TensorBase
+_storage_data_ptr = torch._C.StorageBase.data_ptr
 _Parameter = torch.nn.Parameter
 _strided = torch.strided
 _Lazy = torch.nn.parameter.UninitializedTensorMixin
@@ -76,7 +78,24 @@ def tensor_facts(t: Any) -> tuple:
     return _unusual_tensor_facts(t, cls)
 
 
+#: The note on a tensor whose class answers metadata reads from its ``__torch_dispatch__``.
+AS_CONSTRUCTED = "as constructed: its __torch_dispatch__ may report another device or shape"
+
+
 def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
+    if tb.dispatches_to_python(t) and not tb.is_devinspects_own(cls):
+        # Its device, layout or sizes may be answered by the class's __torch_dispatch__: read as
+        # constructed instead (no code of the subclass runs), and said so when that happened.
+        with tb.reading() as reader:
+            facts = _held_tensor_facts(t, cls)
+        # PyTorch's own wrappers (jagged nested tensors, FakeTensor) construct what they report.
+        if reader.answered and facts[7] is None and not type_module(cls).startswith("torch."):
+            facts = (*facts[:7], AS_CONSTRUCTED)
+        return facts
+    return _held_tensor_facts(t, cls)
+
+
+def _held_tensor_facts(t: Any, cls: type) -> tuple:
     if issubclass(cls, _Lazy):
         device = device_name(tb.device(t))
         return (device, dtype_name(tb.dtype(t)), None, None, None, None, "strided", "lazy: not initialised yet, size unknown")
@@ -88,25 +107,21 @@ def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
         return (device, dtype, shape_of(t), None, 0, None, "strided", "fake tensor: holds no memory")
     layout = tb.layout(t)
     if static_class_attr(cls, "__tensor_flatten__") is not None:
-        # A wrapper subclass (DTensor, nested jagged, devinspect's simulated device):
-        # its memory is in the inner tensors it keeps as attributes, read statically.
-        parts = inner_tensors(t)
-        sizes = [tensor_facts(p) for p in parts]
-        storage = sum(s[4] for s in sizes if s[4] is not None) if sizes else None
-        logical = sum(s[3] for s in sizes if s[3] is not None) if sizes else None
-        key = sizes[0][5] if sizes else None
-        return (device, dtype, shape_of(t), logical, storage, key, layout_name(layout), None)
+        # A traceable wrapper subclass (DTensor, nested jagged, devinspect's simulated device).
+        return _wrapper_facts(t, device, dtype, layout)
     if tb.is_meta(t):
         return ("meta", dtype, shape_of(t), None, 0, None, layout_name(layout), "meta: holds no memory")
-    if layout is not _strided:
-        # Reading the parts of a sparse tensor dispatches ops: the user's dispatch modes must not see them.
+    if layout is not _strided and not tb.dispatches_to_python(t):
+        # Reading the parts of a sparse tensor dispatches ops: the user's dispatch modes must not see
+        # them (nor a subclass's __getattribute__: TensorBase's own methods). A subclass with its own
+        # __torch_dispatch__ would be asked for them: its parts are not read.
         with torch._C._DisableTorchDispatch():
             if layout is torch.sparse_coo:
-                parts = [t._indices(), t._values()]
+                parts = [_TB._indices(t), _TB._values(t)]
             elif layout in (torch.sparse_csr, torch.sparse_bsr):
-                parts = [t.crow_indices(), t.col_indices(), t.values()]
+                parts = [_TB.crow_indices(t), _TB.col_indices(t), _TB.values(t)]
             elif layout in (torch.sparse_csc, torch.sparse_bsc):
-                parts = [t.ccol_indices(), t.row_indices(), t.values()]
+                parts = [_TB.ccol_indices(t), _TB.row_indices(t), _TB.values(t)]
             else:
                 parts = None
         if parts is not None:
@@ -125,8 +140,30 @@ def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
         storage = tb.storage(t)
         return (device, dtype, shape_of(t), storage.nbytes(), storage.nbytes(), storage._cdata, "strided", "nested tensor")
     storage = tb.storage(t)
+    if not _holds_memory(storage):
+        # Any other wrapper subclass: its storage only stands for its size.
+        return _wrapper_facts(t, device, dtype, layout)
     note = "quantized" if tb.is_quantized(t) else None
     return (device, dtype, shape_of(t), tb.nbytes(t), storage.nbytes(), storage._cdata, layout_name(layout), note)
+
+
+def _wrapper_facts(t: Any, device: str, dtype: str, layout: Any) -> tuple:
+    """A wrapper subclass's facts: its memory is in the inner tensors it keeps as attributes,
+    read statically (never through ``__tensor_flatten__``)."""
+    sizes = [tensor_facts(p) for p in inner_tensors(t)]
+    storage = sum(s[4] for s in sizes if s[4] is not None) if sizes else None
+    logical = sum(s[3] for s in sizes if s[3] is not None) if sizes else None
+    key = sizes[0][5] if sizes else None
+    return (device, dtype, shape_of(t), logical, storage, key, layout_name(layout), None)
+
+
+def _holds_memory(storage: Any) -> bool:
+    """Whether a storage has memory of its own (a wrapper subclass's storage stands for a size
+    only: PyTorch refuses to give its data pointer)."""
+    try:
+        return _storage_data_ptr(storage) != 0 or not storage.nbytes()
+    except RuntimeError:
+        return False
 
 
 def inner_tensors(t: Any) -> list:

@@ -13,7 +13,8 @@ import dataclasses
 import gc
 import operator
 import sys
-from itertools import compress, islice, repeat
+import types
+from itertools import compress, repeat
 from typing import Any
 
 import torch
@@ -36,9 +37,11 @@ from .class_source import (
 )
 from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, only_parameters, unregistered_attribute
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text, module_tree_paths
+from .object_interiors import foreign_container_note, paused_locals, proxied_dict
 from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE, offloaded_note, offloads_weights
 from .rebuild import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from .script_modules import class_name, script_members, script_object
+from .snapshots import dict_items, sequence_items
 from .stack_reads import traceback_locals
 from .static import (
     ATOM_IDS,
@@ -437,12 +440,12 @@ class Walker:
         self.optimizer_names.setdefault(id(opt), name)
         d = instance_dict(opt)
         groups = d.get("param_groups")
-        groups = list(list.__iter__(groups)) if issubclass(type(groups), list) else []
+        groups = sequence_items(groups, list) if issubclass(type(groups), list) else []
         parameters = orphans = 0
         orphan_shapes, held = [], []  # held: each parameter's name, in group order
         for gi, group in enumerate(groups):
             params = dict(str_items(group)).get("params") if issubclass(type(group), dict) else None
-            for pi, p in enumerate(list.__iter__(params) if issubclass(type(params), list) else ()):
+            for pi, p in enumerate(sequence_items(params, list) if issubclass(type(params), list) else ()):
                 if not issubclass(type(p), _Tensor):
                     continue
                 parameters += 1
@@ -461,11 +464,11 @@ class Walker:
                 self._tensor(p, pname, root, "parameter")
         state = d.get("state")
         if issubclass(type(state), dict):
-            for p, entry in dict.items(state):
+            for p, entry in dict_items(state):
                 pname = self._param_names.get(id(p)) or self._tensor_first.get(id(p)) or "<parameter>"
                 if not issubclass(type(entry), dict):
                     continue
-                for key, value in dict.items(entry):
+                for key, value in dict_items(entry):
                     typed_key = key_text(key) or "<key>"
                     sname = f"{name}.state[{pname}][{typed_key}]"
                     if issubclass(type(value), _Tensor):
@@ -484,11 +487,25 @@ class Walker:
             for attr, value in user_class_attributes(o):
                 self._visit(value, attr_name(name, attr), root, depth + 1, owner)
             return
+        if vt is types.MappingProxyType:  # its items are typed proxy["key"], as those of the dict it reads
+            inner = proxied_dict(o)
+            if inner is None:
+                self.truncated.append(Truncation(name, "a mappingproxy over another kind of mapping: not inspected"))
+            else:
+                self._container(inner, type(inner), name, root, depth, owner)
+            return
+        paused = paused_locals(o, vt)
+        if paused is not None:  # a paused generator's or coroutine's locals: gen.gi_frame.f_locals["t"]
+            for i, (key, value) in enumerate(paused[1]):
+                self._visit(value, dict_item_name(f"{name}.{paused[0]}.f_locals", i, key), root, depth + 1, owner)
+            return
         if issubclass(vt, OPAQUE) or is_opaque_package(vt):
             return
         module = type_module(vt).split(".", 1)[0]
         if module in ("numpy", "pandas"):
-            self._foreign_container(o, vt, name, module)
+            note = foreign_container_note(o, vt, module)
+            if note is not None:
+                self.truncated.append(Truncation(name, note))
             return
         if type_module(vt).startswith(SCHEDULER_MODULES):
             self._scheduler(o, vt, name)
@@ -516,28 +533,6 @@ class Walker:
             if id(type(value)) not in ATOM_IDS:
                 self._visit(value, attr_name(name, attr), root, depth + 1, owner)
 
-    def _foreign_container(self, o: Any, vt: type, name: str, module: str) -> None:
-        """numpy and pandas objects hold no tensors unless their cells are Python objects:
-        those are reported as not inspected (their elements are not walked)."""
-        tname = type_name(vt)
-        # Read only through the real classes (a class that merely says it is numpy's runs its own
-        # code on every attribute; a subclass may too): anything else is reported, not read.
-        numpy, pandas = sys.modules.get("numpy"), sys.modules.get("pandas")
-        try:
-            if numpy is not None and vt is numpy.__dict__.get("ndarray"):
-                if o.dtype.kind == "O":
-                    self.truncated.append(Truncation(name, "a numpy array of Python objects: its elements are not inspected"))
-            elif pandas is not None and vt is pandas.__dict__.get("DataFrame"):
-                if any(dt.kind == "O" for dt in o.dtypes):
-                    self.truncated.append(Truncation(name, "a pandas DataFrame with object columns: its cells are not inspected"))
-            elif pandas is not None and vt is pandas.__dict__.get("Series"):
-                if o.dtype.kind == "O":
-                    self.truncated.append(Truncation(name, "a pandas Series of objects: its cells are not inspected"))
-            elif tname in ("ndarray", "DataFrame", "Series"):
-                self.truncated.append(Truncation(name, f"a {tname} of another class than {module}'s: not inspected"))
-        except Exception:  # noqa: BLE001 - one we cannot read is reported as such
-            self.truncated.append(Truncation(name, f"a {tname}: not inspected"))
-
     def takes_whole(self, o: Any, vt: type, name: str, owner: str | None) -> bool:
         """Whether the container was taken in whole, without visiting its items (a walk that
         only notes plain tensors may)."""
@@ -548,9 +543,11 @@ class Walker:
         if self.takes_whole(o, vt, name, owner):
             return
         if issubclass(vt, dict):
-            total = dict.__len__(o)
-            keys = list(islice(dict.keys(o), limit))
-            values = list(islice(dict.values(o), limit))
+            items = dict_items(o, limit + 1)  # one copy: keys and values read at the same moment
+            total = len(items) if len(items) <= limit else max(dict.__len__(o), len(items))
+            del items[limit:]
+            keys = [k for k, _ in items]
+            values = [v for _, v in items]
             if not any(issubclass(type(k), _Tensor) for k in keys) and self._plain_tensors(
                     values, lambda run: [dict_item_name(name, i, keys[i]) for i in run], root,
                     "attribute" if owner is not None else "tensor", owner):
@@ -562,9 +559,9 @@ class Walker:
                     continue
                 self._visit(value, dict_item_name(name, i, key), root, depth + 1, owner)
         else:
+            values = sequence_items(o, vt, limit)  # one copy: a thread may be changing the container
             if issubclass(vt, (list, tuple)):
                 total = list.__len__(o) if issubclass(vt, list) else tuple.__len__(o)
-                iterator = list.__iter__(o) if issubclass(vt, list) else tuple.__iter__(o)
                 fields = static_class_attr(vt, "_fields") if issubclass(vt, tuple) and vt is not tuple else None
                 if not (type(fields) is tuple and tuple.__len__(fields) == total
                         and all(type(f) is str for f in tuple.__iter__(fields))):
@@ -572,14 +569,12 @@ class Walker:
                 prefix = f"{name}["
             elif issubclass(vt, collections.deque):
                 total = collections.deque.__len__(o)
-                iterator = collections.deque.__iter__(o)
                 fields, prefix = None, f"{name}["
             else:
                 total = set.__len__(o) if issubclass(vt, set) else frozenset.__len__(o)
-                iterator = set.__iter__(o) if issubclass(vt, set) else frozenset.__iter__(o)
                 fields, prefix = None, f"list({name})["
+            total = max(total, len(values))
             kind = "attribute" if owner is not None else "tensor"
-            values = list(islice(iterator, limit))
             if self._plain_tensors(values, lambda run: [f"{name}.{fields[i]}" for i in run] if fields is not None
                                    else IndexNames(prefix, run.start, run.stop), root, kind, owner):
                 values = []

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 import torch
 
 from ..collect import locations
+from ..collect import tensorbase as tb
 from ..collect.compiled_call import compiled_call
 from ..collect.failing_call import (
     Temporary,
@@ -63,7 +64,7 @@ def explanation_of(exc: BaseException, namespace: Mapping[str, Any], *, exclude:
     if isinstance(exc, torch.OutOfMemoryError):
         from .out_of_memory import out_of_memory
 
-        with torch._C.DisableTorchFunction():
+        with tb.reading():
             return Explanation(error, out_of_memory=out_of_memory(exc, namespace, exclude=exclude))
     mismatch = explain_mismatch(exc, namespace)
     if mismatch is not None:
@@ -84,7 +85,7 @@ def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any]) -> Mismat
     entries = list(traceback_entries(exc.__traceback__))
     if not entries:
         return None
-    with torch._C.DisableTorchFunction():
+    with tb.reading():
         call = failing_call(entries, exc)
         traced = None
         if call is None:

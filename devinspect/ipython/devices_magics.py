@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -65,13 +66,18 @@ class DevicesMagics(DevInspectMagics):
             %devices --why h               # what keeps h (and its memory) alive
             %devices --ranks               # every rank of a distributed job
         """
-        args = self._parse(self.devices, line)
+        try:
+            args = self._parse(self.devices, line)
+        except UsageError:
+            args = self._posix_args(line)  # a --why name quoted as a POSIX shell quotes it
+            if args is None:
+                raise
         if args.ranks:
             if args.names or args.device or args.kind or args.why or args.findings or args.all_objects:
                 raise UsageError("%devices: --ranks shows whole ranks; it takes no names or other selection")
             return show_ranks(self.shell, "%devices", args, "devices", self._ipython_names())
         if args.why is not None:
-            return self._why(args)
+            return self._why(args, line)
         if args.max_rows is not None and args.max_rows < 0:
             raise UsageError(f"%devices: -n takes a number of rows, 0 or more (0 shows all), not {args.max_rows}")
         from ..diagnose.findings import scan
@@ -111,32 +117,58 @@ class DevicesMagics(DevInspectMagics):
             namespace[args.variable] = view
         return self._show(view, args.output, scan_view)
 
-    def _why(self, args: Any) -> Any:
+    def _posix_args(self, line: str) -> Any:
+        """The arguments as a POSIX shell splits ``line`` (``shlex.quote``'s quoting of a name
+        that holds both quote kinds), when that gives a --why and parses; else None."""
+        if "--why" not in line:
+            return None
+        try:
+            args = self.devices.parser.parse_args(shlex.split(line))
+        except (ValueError, UsageError, SystemExit):
+            return None
+        return args if args.why is not None else None
+
+    def _why_names(self, args: Any, line: str) -> list[str]:
+        """What --why may name: the name as IPython splits the line (as %devices lists it,
+        typed bare or in one pair of quotes), then as a POSIX shell unquotes it."""
+        names = []
+        if args.names and not (args.device or args.kind) and _balanced(" ".join([args.why, *args.names])) \
+                and not _balanced(args.why):
+            args.why, args.names = " ".join([args.why, *args.names]), []  # d[("t", 1)]: split at its space
+        if not (args.names or args.device or args.kind):
+            name = args.why.strip()
+            if len(name) > 1 and name[0] == name[-1] and name[0] in "'\"":
+                name = name[1:-1]  # %devices --why 'Out[3]'
+            names.append(name)
+        posix = self._posix_args(line)
+        if posix is not None and not (posix.names or posix.device or posix.kind) and posix.why not in names:
+            names.append(posix.why)
+        return names
+
+    def _why(self, args: Any, line: str) -> Any:
         """``%devices --why NAME``: the reference paths that keep that tensor alive."""
         from IPython.display import display
 
         from ..collect.referrers import holders
 
         variable_name("%devices", args.variable, self.shell)
-        if args.names and not (args.device or args.kind) and _balanced(" ".join([args.why, *args.names])) \
-                and not _balanced(args.why):
-            args.why, args.names = " ".join([args.why, *args.names]), []  # d[("t", 1)]: split at its space
-        if args.names or args.device or args.kind:
+        candidates = self._why_names(args, line)
+        if not candidates:
             raise UsageError("%devices: --why takes one name and no other selection")
         namespace = self.shell.user_ns
-        name = args.why.strip()
-        if len(name) > 1 and name[0] == name[-1] and name[0] in "'\"":
-            name = name[1:-1]  # %devices --why 'Out[3]'
         shell = self.shell
-        try:
-            found = holders(namespace, name, exclude=self._ipython_names(),
-                            plumbing=(shell.user_ns_hidden, shell.displayhook, getattr(shell.displayhook, "__dict__", None)))
-        except LookupError as exc:
-            missing = str(exc)  # raised below, outside the handler (see scan_view)
-        else:
-            missing = None
-        if missing is not None:
-            raise UsageError(f"%devices --why: {with_suggestion(missing, [name], namespace)}")
+        found = missing = None
+        for name in candidates:
+            try:
+                found = holders(namespace, name, exclude=self._ipython_names(),
+                                plumbing=(shell.user_ns_hidden, shell.displayhook,
+                                          getattr(shell.displayhook, "__dict__", None)))
+            except LookupError as exc:
+                missing = missing or (name, str(exc))  # raised below, outside the handler (see scan_view)
+            else:
+                break
+        if found is None:
+            raise UsageError(f"%devices --why: {with_suggestion(missing[1], [missing[0]], namespace)}")
         if args.variable:
             namespace[args.variable] = found
         if args.output and caller_displays_result(calling_frame()):
