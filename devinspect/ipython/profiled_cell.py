@@ -41,8 +41,8 @@ class ProfiledCell(CheckedCell):
         from ..collect.failing_call import first_line
         from ..diagnose.line_memory import build_profile
 
-        self.mode.__exit__(None, None, None)
         try:
+            self.mode.__exit__(None, None, None)
             self.report = build_profile(
                 self.mode.recording, _source_text, lambda: named_allocations(self.shell.user_ns, self.device, self.exclude),
                 error=first_line(error) if error is not None else None)

@@ -1,0 +1,171 @@
+"""%%gpumem's own cost on CUDA's path, measured on the CPU: a recorded CUDA trace replayed.
+
+What %%gpumem does on CUDA is its own Python work: a tag per line event while the cell runs
+(``torch._C._cuda_setMemoryMetadata``), then one read of the memory history and its replay
+with the line events. This benchmark runs exactly that code with a stand-in for CUDA's
+memory functions (``tests/cuda_standin.py``), on a loop of 2,000 tiny allocations (each a
+CPU ``torch.empty(16)``) that replays, allocation by allocation, a recorded CUDA trace of
+that loop: each call appends its entries (alloc, the previous one's free_requested and
+free_completed) to the stand-in's history, stamped with the thread's metadata and the time,
+as CUDA's allocator does when its history is on.
+
+Three ways, interleaved, through a real IPython shell, CPU time of this process
+(``time.process_time``), median of ``--repeat`` rounds:
+
+* plain: the history off (the stand-in records nothing);
+* history alone: the history on, as ``torch.cuda.memory._record_memory_history`` leaves it
+  (the issue's "CUDA's memory history alone costs 1.00-1.01x");
+* %%gpumem: ``%%gpumem -f tiny_allocations`` on the stand-in's "cuda:0".
+
+The ratio %%gpumem / history alone is devinspect's own share. A CPU ``torch.empty`` costs
+about 1 µs, a CUDA one several, so the ratio to plain here is an upper bound of what the
+same code costs on a GPU (``benchmarks/gpumem_lines.py --device cuda`` measures that).
+What the stand-in cannot show is the C++ side: CUDA's conversion of the trace into Python
+dicts in ``_snapshot()`` (the stand-in's dicts are built as it records).
+
+``--trace FILE`` replays a trace captured on a GPU (``benchmarks/gpu_check.py`` writes
+``cuda_tiny_trace.json``); without it, the trace is the one CUDA records for this loop
+(512-byte blocks in one 2 MiB segment), written out here.
+
+Run: ``python benchmarks/gpumem_cuda_replay.py [--repeat 7] [--trace FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+N = 2000
+TARGET = 1.5
+
+
+def recorded_loop(n: int = N) -> list[list[dict]]:
+    """Per allocation of the loop, the entries CUDA records with it: the first brings its
+    segment; each later one frees the block before (the loop variable is rebound)."""
+    base = 0x7F0000000000
+    groups = [[{"action": "segment_alloc", "addr": base, "size": 2 << 20, "stream": 0},
+               {"action": "alloc", "addr": base, "size": 512, "stream": 0}]]
+    for i in range(1, n):
+        address = base + 512 * (i % 2)
+        groups.append([{"action": "alloc", "addr": address, "size": 512, "stream": 0},
+                       {"action": "free_requested", "addr": base + 512 * ((i - 1) % 2), "size": 512, "stream": 0},
+                       {"action": "free_completed", "addr": base + 512 * ((i - 1) % 2), "size": 512, "stream": 0}])
+    return groups
+
+
+def captured_loop(path: str) -> list[list[dict]]:
+    """A trace captured on a GPU, cut into one group per ``alloc`` (with the events after it)."""
+    entries = json.loads(Path(path).read_text())["entries"]
+    groups: list[list[dict]] = []
+    for entry in entries:
+        if entry.get("action") == "alloc" or not groups:
+            groups.append([])
+        groups[-1].append({k: v for k, v in entry.items() if k not in ("user_metadata", "time_us", "frames")})
+    return groups
+
+
+def make_standin(groups: list[list[dict]]):
+    from cuda_standin import CudaMemoryStandIn
+
+    class ReplayingStandIn(CudaMemoryStandIn):
+        """The stand-in, its allocator the recorded loop: ``allocate()`` replays the next call's entries."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.groups, self.next = groups, 0
+
+        def allocate(self, numel: int) -> torch.Tensor:
+            t = torch.empty(numel)
+            if self.recording:
+                group = self.groups[self.next % len(self.groups)]
+                self.next += 1
+                metadata = getattr(self.local, "metadata", "")
+                now = time.time_ns() // 1000
+                for entry in group:
+                    if entry["action"] not in self.skip:
+                        recorded = dict(entry, time_us=now)
+                        if metadata:
+                            recorded["user_metadata"] = metadata
+                        self.trace.append(recorded)
+            return t
+
+        def memory_stats(self, device=None):
+            self.calls["memory_stats"] += 1
+            return {"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0}
+
+    return ReplayingStandIn()
+
+
+SETUP = """
+def tiny_allocations(n={n}):
+    for _ in range(n):
+        t = allocate(16)
+    return t
+"""
+
+
+def cpu_time(shell, cell: str) -> float:
+    with contextlib.redirect_stdout(io.StringIO()):
+        start = time.process_time()
+        result = shell.run_cell(cell)
+        elapsed = time.process_time() - start
+    if not result.success:
+        raise SystemExit(f"the benchmark cell failed: {result.error_in_exec!r}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--trace", help="a trace captured on a GPU (JSON with 'entries')")
+    args = parser.parse_args()
+
+    import pytest
+    from IPython.testing.globalipapp import get_ipython
+
+    import devinspect
+    import devinspect.ipython.profiled_cell as profiled_cell
+
+    groups = captured_loop(args.trace) if args.trace else recorded_loop()
+    standin = make_standin(groups)
+    patch = pytest.MonkeyPatch()
+    standin.install_functions(patch)
+    patch.setattr(profiled_cell, "profiled_device", lambda text: torch.device("cuda", 0))
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "devinspect")
+    shell.user_ns["allocate"] = standin.allocate
+    shell.user_ns["history"] = standin.record_memory_history
+    shell.run_cell(SETUP.format(n=N))
+    cells = {"plain": "t = tiny_allocations()",
+             "history alone": "history('all', context=None, stacks='python')\nt = tiny_allocations()\nhistory(None)",
+             "%%gpumem": "%%gpumem -f tiny_allocations\nt = tiny_allocations()"}
+    for cell in cells.values():
+        cpu_time(shell, cell)
+    times: dict[str, list[float]] = {k: [] for k in cells}
+    for _ in range(args.repeat):
+        for label, cell in cells.items():
+            times[label].append(cpu_time(shell, cell))
+    plain, history, profiled = (statistics.median(times[k]) for k in cells)
+    source = args.trace or "the loop's trace as CUDA records it"
+    print(f"torch {torch.__version__}, devinspect {devinspect.__version__}, Python {sys.version.split()[0]}; "
+          f"{N:,} tiny allocations replayed from {source}; {args.repeat} interleaved rounds, median CPU time "
+          "(time.process_time)")
+    print(f"{'plain':>10}{'history alone':>16}{'%%gpumem':>11}{'vs plain':>10}{'vs history':>12}"
+          f"{'per allocation':>17}   target")
+    print(f"{plain * 1e3:>7.1f} ms{history * 1e3:>13.1f} ms{profiled * 1e3:>8.1f} ms{profiled / plain:>9.2f}x"
+          f"{profiled / history:>11.2f}x{(profiled - history) / N * 1e6:>13.2f} µs   <= {TARGET}x plain on a GPU")
+    patch.undo()
+
+
+if __name__ == "__main__":
+    main()
