@@ -106,7 +106,7 @@ def test_a_static_html_export_shows_the_tables_without_a_kernel_or_network():
     cells = ["%load_ext devinspect",
              "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
              "model = torch.nn.Linear(4, 2).to(dev)\nsome_inputs = torch.randn(3, 4)",
-             "%devices", "%gpumem"]
+             "%devices", "%gpumem", "%%gpumem\nbig = torch.ones(1 << 18, device=dev)"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     execute(nb)
     assert "application/vnd.jupyter.widget-state+json" in nb.metadata.get("widgets", {})
@@ -115,4 +115,6 @@ def test_a_static_html_export_shows_the_tables_without_a_kernel_or_network():
     devices = body[body.index("some_inputs"):]
     assert "<table" in body and "model.weight" in body and "some_inputs" in devices
     assert "<meter" in body and "where the memory is" in body  # %gpumem's static figures
-    assert body.count('class="devinspect-static"') == 2
+    assert body.count('class="devinspect-static"') == 3
+    profiled = body[body.index("%%gpumem on sim:0"):]
+    assert 'alt="memory by line"' in profiled and "data:image/png;base64," in profiled  # %%gpumem's plot

@@ -110,7 +110,8 @@ class LineMemoryRecorder:
             key = (code.co_filename, code.co_name, number)
             totals = self.recording.lines.get(key)
             if totals is None:
-                totals = self.recording.lines[key] = LineTotals(allocated_before=allocated, reserved_before=reserved)
+                totals = self.recording.lines[key] = LineTotals(allocated_before=allocated, reserved_before=reserved,
+                                                                caller=running[0] if running else None)
             known = by_number[number] = (key, totals)
         top[1], top[2] = known
         top[3] = top[4] = allocated
