@@ -191,3 +191,43 @@ def test_snapshot_creates_no_context_on_other_gpus():
     assert not has_context(1)
     _cuda_row({})
     assert not has_context(1)
+
+
+# -- out of memory on the real allocator ----------------------------------------------------
+
+GiB = 1 << 30
+
+
+def test_a_request_larger_than_the_gpu_is_said_first(ip):
+    from conftest import run
+
+    run(ip, "import torch\ntorch.zeros(1, device='cuda:0')")
+    total = torch.cuda.mem_get_info(0)[1]
+    result, text, _, _ = run(ip, f"big = torch.empty({total + 10 * GiB}, dtype=torch.uint8, device='cuda:0')")
+    assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
+    m = devinspect.explain(namespace=ip.user_ns).out_of_memory
+    assert m.device == "cuda:0" and m.exceeds_capacity and m.advice
+    assert "no release can make it fit — what would: a smaller batch" in text
+    devinspect.release_traceback()
+
+
+def test_a_local_of_an_earlier_error_is_named_and_its_release_makes_the_request_fit(ip):
+    from conftest import run
+
+    run(ip, "import torch\n"
+            "def f():\n"
+            "    hidden = torch.empty(4 << 30, dtype=torch.uint8, device='cuda:0')\n"
+            "    raise ValueError('bad shape')\n")
+    assert type(run(ip, "f()")[0].error_in_exec) is ValueError
+    asked = torch.cuda.mem_get_info(0)[0] + 2 * GiB  # more than is free, less than free with hidden's 4 GiB
+    result, text, _, _ = run(ip, f"x = torch.empty({asked}, dtype=torch.uint8, device='cuda:0')")
+    assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
+    assert "hidden in f" in text and "[the traceback of the ValueError from Cell In[" in text
+    release = devinspect.explain(namespace=ip.user_ns).out_of_memory.fixes[0]
+    assert release.summary.startswith("release the traceback of the ValueError") and release.summary.endswith("it fits")
+    before = torch.cuda.memory_allocated(0)
+    assert run(ip, release.code)[0].success and before - torch.cuda.memory_allocated(0) == 4 * GiB
+    assert run(ip, f"x = torch.empty({asked}, dtype=torch.uint8, device='cuda:0')")[0].success
+    run(ip, "del x")
+    devinspect.release_traceback()
+    torch.cuda.empty_cache()
