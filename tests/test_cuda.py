@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from conftest import run
 
 import devinspect
 
@@ -63,8 +64,6 @@ def test_optimizer_state_left_on_cpu_and_unpinned_loader():
 
 
 def test_history_holds_gpu_memory(ip):
-    from conftest import run
-
     run(ip, "import torch\ntorch.zeros(1024, device='cuda')")
     _, text, _, _ = run(ip, "%devices")
     assert "held only by IPython's output history" in text
@@ -199,8 +198,6 @@ GiB = 1 << 30
 
 
 def test_a_request_larger_than_the_gpu_is_said_first(ip):
-    from conftest import run
-
     run(ip, "import torch\ntorch.zeros(1, device='cuda:0')")
     total = torch.cuda.mem_get_info(0)[1]
     result, text, _, _ = run(ip, f"big = torch.empty({total + 10 * GiB}, dtype=torch.uint8, device='cuda:0')")
@@ -212,8 +209,6 @@ def test_a_request_larger_than_the_gpu_is_said_first(ip):
 
 
 def test_a_local_of_an_earlier_error_is_named_and_its_release_makes_the_request_fit(ip):
-    from conftest import run
-
     run(ip, "import torch\n"
             "def f():\n"
             "    hidden = torch.empty(4 << 30, dtype=torch.uint8, device='cuda:0')\n"
@@ -231,3 +226,36 @@ def test_a_local_of_an_earlier_error_is_named_and_its_release_makes_the_request_
     run(ip, "del x")
     devinspect.release_traceback()
     torch.cuda.empty_cache()
+
+
+# -- %%gpumem: CUDA's history, tagged by line -------------------------------------------------
+
+
+def test_gpumem_a_cell_known_to_the_byte_and_the_history_left_as_it_was(ip):
+    ip.user_ns.update(torch=torch)
+    torch.zeros(1, device="cuda:0")
+    body = ("a = torch.empty(4 << 20, dtype=torch.uint8, device='cuda:0')\n"
+            "b = torch.empty(8 << 20, dtype=torch.uint8, device='cuda:0')\n"
+            "c = torch.empty(1000, dtype=torch.uint8, device='cuda:0')\n"
+            "del b")
+    result, _, _, _ = run(ip, f"%%gpumem -v prof\n{body}")
+    prof = ip.user_ns.pop("prof")
+    assert result.success and prof.events_source == "CUDA's memory history"
+    assert [(m.line, m.change) for m in prof.lines] == [(2, 4 * MiB), (3, 8 * MiB), (4, 1024), (5, -8 * MiB)]
+    assert prof.peak.allocated - prof.allocated_start == 13 * MiB + 1024 and prof.peak.line == "line 4"
+    assert prof.line(2).alive == (("a", 4 * MiB),) and prof.line(4).alive == (("c", 1024),)
+    assert prof.allocated_end == torch.cuda.memory_allocated(0)
+    assert not torch._C._cuda_isHistoryEnabled()
+    assert getattr(torch._C, "_cuda_getMemoryMetadata", lambda: "")() == ""
+    run(ip, "del a, c")
+
+
+def test_gpumem_backward_allocations_of_autograds_thread_count_on_the_backward_line(ip):
+    ip.user_ns.update(torch=torch)
+    run(ip, "net = torch.nn.Linear(256, 2048).to('cuda:0')\nx = torch.randn(512, 256, device='cuda:0')")
+    result, _, _, _ = run(ip, "%%gpumem -v prof\nloss = net(x).square().mean()\nloss.backward()")
+    prof = ip.user_ns.pop("prof")
+    assert result.success
+    grads = dict(prof.line(3).alive)
+    assert grads["net.weight.grad"] == 2048 * 256 * 4 and grads["net.bias.grad"] == 2048 * 4
+    run(ip, "del net, x, loss")

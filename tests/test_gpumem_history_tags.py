@@ -1,6 +1,7 @@
-"""%%gpumem on CUDA, through a stand-in for CUDA's memory API (tests/cuda_standin.py) over the
-simulated device's allocator: the profile CUDA's history gives equals the one the allocator's
-own events give, and what it costs per line does not grow with the lines run."""
+"""%%gpumem's path for CUDA's tagged memory history, through a stand-in for CUDA's memory API
+(tests/cuda_standin.py) over the simulated device's allocator: the profile the history gives
+equals the one the allocator's own events give, and what it costs per line does not grow
+with the lines run. (The same on a real GPU: the %%gpumem cases of tests/test_cuda.py.)"""
 
 from __future__ import annotations
 
@@ -20,15 +21,15 @@ MIB = 1 << 20
 
 
 @pytest.fixture
-def cuda(ip, sim, monkeypatch):
+def standin(ip, sim, monkeypatch):
     """The stand-in in CUDA's place; %%gpumem profiles "cuda:0" (whose allocations are sim:0's)."""
     ip.user_ns.update(torch=torch, dev=sim)
-    standin = CudaMemoryStandIn().install(monkeypatch)
+    api = CudaMemoryStandIn().install(monkeypatch)
     names = profiled_cell.named_allocations
     monkeypatch.setattr(profiled_cell, "named_allocations",
                         lambda namespace, device, exclude=(): names(namespace, sim, exclude))
-    yield standin
-    standin.remove()
+    yield api
+    api.remove()
 
 
 def profile(ip, body: str, device: str, monkeypatch) -> LineMemoryProfile:
@@ -51,7 +52,7 @@ def comparable(prof: LineMemoryProfile) -> tuple:
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_cuda_history_gives_the_profile_the_allocator_events_give(ip, cuda, monkeypatch, seed):
+def test_the_tagged_history_gives_the_profile_the_allocator_events_give(ip, standin, monkeypatch, seed):
     body, _, _, _, live = generated_cell(seed)
     clear = "\n".join(f"{n} = None" for n in live) or "pass"
     run(ip, clear)
@@ -71,28 +72,28 @@ LOOP = """def step(n):
 """
 
 
-def test_cuda_history_is_read_once_whatever_the_number_of_lines(ip, cuda, monkeypatch):
+def test_the_history_is_read_once_whatever_the_number_of_lines(ip, standin, monkeypatch):
     run(ip, LOOP)
     calls = []
     for n in (5, 50):
         run(ip, "out = t = None")
-        cuda.calls.clear()
+        standin.calls.clear()
         prof = profile(ip, f"out = step({n})\nfor i in range({n}):\n    t = torch.empty(512, device=dev)", "cuda:0",
                        monkeypatch)
         assert prof.line(2).change == n * 4096 and prof.line(4).runs == n
-        calls.append(dict(cuda.calls))
+        calls.append(dict(standin.calls))
         # Per line: one tag and nothing read; the allocator once at each end, the history once.
-        assert cuda.calls["_snapshot"] == 1 and cuda.calls["memory_stats"] == 2
-        assert cuda.calls["memory_allocated"] == cuda.calls["memory_reserved"] == 0
-        assert cuda.calls["_record_memory_history"] == 2 and not cuda.recording
+        assert standin.calls["_snapshot"] == 1 and standin.calls["memory_stats"] == 2
+        assert standin.calls["memory_allocated"] == standin.calls["memory_reserved"] == 0
+        assert standin.calls["_record_memory_history"] == 2 and not standin.recording
         lines_run = sum(m.runs or 0 for m in prof.lines)
-        assert cuda.calls["_cuda_setMemoryMetadata"] <= 2 * lines_run + 2
-        assert cuda.get_metadata() == ""  # the thread's metadata is as it was
+        assert standin.calls["_cuda_setMemoryMetadata"] <= 2 * lines_run + 2
+        assert standin.get_metadata() == ""  # the thread's metadata is as it was
     assert {k: v for k, v in calls[0].items() if k != "_cuda_setMemoryMetadata"} == \
            {k: v for k, v in calls[1].items() if k != "_cuda_setMemoryMetadata"}
 
 
-def test_lines_heard_one_by_one_are_replayed_in_order_with_the_allocations(sim, cuda):
+def test_lines_heard_one_by_one_are_replayed_in_order_with_the_allocations(sim, standin):
     # As sys.monitoring tells a function's lines (Python 3.12+): the listener hears each one;
     # the function's lines and the cell's are each allocation's, from the tags alone.
     def cell():
@@ -139,7 +140,7 @@ def test_lines_heard_one_by_one_are_replayed_in_order_with_the_allocations(sim, 
            [("cell", 1), *[("function", 10)] * 6, ("cell", 1)]
 
 
-def test_another_threads_allocations_count_on_the_line_running_then(ip, cuda, monkeypatch):
+def test_another_threads_allocations_count_on_the_line_running_then(ip, standin, monkeypatch):
     # CUDA's metadata is per thread: autograd's backward thread allocates untagged.
     ip.user_ns["threading"] = threading
     body = ("box = []\n"
@@ -151,53 +152,18 @@ def test_another_threads_allocations_count_on_the_line_running_then(ip, cuda, mo
     assert prof.line(4).alive == (("box[0]", 1 << 20),)
 
 
-def test_a_recording_of_the_users_own_is_read_never_written_into(ip, cuda, monkeypatch):
-    cuda.record_memory_history(enabled="all", context="all", stacks="python")
+def test_a_recording_of_the_users_own_is_read_never_written_into(ip, standin, monkeypatch):
+    standin.record_memory_history(enabled="all", context="all", stacks="python")
     run(ip, "mine = torch.empty(1 << 16, dtype=torch.uint8, device=dev)")
-    cuda.calls.clear()
+    standin.calls.clear()
     prof = profile(ip, "x = torch.empty(1 << 20, dtype=torch.uint8, device=dev)\ny = 1", "cuda:0", monkeypatch)
     assert prof.line(2).change == 1 << 20 and prof.line(2).alive == (("x", 1 << 20),)
-    assert cuda.recording and cuda.calls["_cuda_setMemoryMetadata"] == 0  # still on, and untagged
-    assert not any("user_metadata" in e for e in cuda.trace)
-    assert cuda.calls["memory_allocated"] > 0  # so the counters are read at each line instead
-    cuda.record_memory_history(enabled=None)
-    cuda.set_metadata("my run")  # metadata of the user's: left alone too
-    cuda.calls.clear()
+    assert standin.recording and standin.calls["_cuda_setMemoryMetadata"] == 0  # still on, and untagged
+    assert not any("user_metadata" in e for e in standin.trace)
+    assert standin.calls["memory_allocated"] > 0  # so the counters are read at each line instead
+    standin.record_memory_history(enabled=None)
+    standin.set_metadata("my run")  # metadata of the user's: left alone too
+    standin.calls.clear()
     profile(ip, "z = torch.empty(1 << 16, dtype=torch.uint8, device=dev)", "cuda:0", monkeypatch)
-    assert cuda.get_metadata() == "my run" and cuda.calls["_cuda_setMemoryMetadata"] == 0
-    cuda.set_metadata("")
-
-
-# -- on a real GPU ---------------------------------------------------------------------------
-
-
-@pytest.mark.cuda
-def test_on_a_gpu_a_cell_known_to_the_byte_and_the_history_left_as_it_was(ip):
-    ip.user_ns.update(torch=torch)
-    torch.zeros(1, device="cuda:0")
-    body = ("a = torch.empty(4 << 20, dtype=torch.uint8, device='cuda:0')\n"
-            "b = torch.empty(8 << 20, dtype=torch.uint8, device='cuda:0')\n"
-            "c = torch.empty(1000, dtype=torch.uint8, device='cuda:0')\n"
-            "del b")
-    result, _, _, _ = run(ip, f"%%gpumem -v prof\n{body}")
-    prof = ip.user_ns.pop("prof")
-    assert result.success and prof.events_source == "CUDA's memory history"
-    assert [(m.line, m.change) for m in prof.lines] == [(2, 4 * MIB), (3, 8 * MIB), (4, 1024), (5, -8 * MIB)]
-    assert prof.peak.allocated - prof.allocated_start == 13 * MIB + 1024 and prof.peak.line == "line 4"
-    assert prof.line(2).alive == (("a", 4 * MIB),) and prof.line(4).alive == (("c", 1024),)
-    assert prof.allocated_end == torch.cuda.memory_allocated(0)
-    assert not torch._C._cuda_isHistoryEnabled()
-    assert getattr(torch._C, "_cuda_getMemoryMetadata", lambda: "")() == ""
-    run(ip, "del a, c")
-
-
-@pytest.mark.cuda
-def test_on_a_gpu_backward_allocations_of_autograds_thread_count_on_the_backward_line(ip):
-    ip.user_ns.update(torch=torch)
-    run(ip, "net = torch.nn.Linear(256, 2048).to('cuda:0')\nx = torch.randn(512, 256, device='cuda:0')")
-    result, _, _, _ = run(ip, "%%gpumem -v prof\nloss = net(x).square().mean()\nloss.backward()")
-    prof = ip.user_ns.pop("prof")
-    assert result.success
-    grads = dict(prof.line(3).alive)
-    assert grads["net.weight.grad"] == 2048 * 256 * 4 and grads["net.bias.grad"] == 2048 * 4
-    run(ip, "del net, x, loss")
+    assert standin.get_metadata() == "my run" and standin.calls["_cuda_setMemoryMetadata"] == 0
+    standin.set_metadata("")
