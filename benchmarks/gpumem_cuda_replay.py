@@ -23,9 +23,9 @@ same code costs on a GPU (``benchmarks/gpumem_lines.py --device cuda`` measures 
 What the stand-in cannot show is the C++ side: CUDA's conversion of the trace into Python
 dicts in ``_snapshot()`` (the stand-in's dicts are built as it records).
 
-``--trace FILE`` replays a trace captured on a GPU (``benchmarks/gpu_check.py`` writes
-``cuda_tiny_trace.json``); without it, the trace is the one CUDA records for this loop
-(512-byte blocks in one 2 MiB segment), written out here.
+The trace is ``tests/fixtures/cuda_tiny_trace.json`` (``--trace FILE`` for another): a
+recorded loop of tiny allocations, replayed in turn until the 2,000 are made.
+``benchmarks/gpu_check.py`` captures it on a GPU (``cuda_tiny_trace.json`` in its report).
 
 Run: ``python benchmarks/gpumem_cuda_replay.py [--repeat 7] [--trace FILE]``
 """
@@ -47,25 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 N = 2000
 TARGET = 1.5
+TRACE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "cuda_tiny_trace.json"
 
 
-def recorded_loop(n: int = N) -> list[list[dict]]:
-    """Per allocation of the loop, the entries CUDA records with it: the first brings its
-    segment; each later one frees the block before (the loop variable is rebound)."""
-    base = 0x7F0000000000
-    groups = [[{"action": "segment_alloc", "addr": base, "size": 2 << 20, "stream": 0},
-               {"action": "alloc", "addr": base, "size": 512, "stream": 0}]]
-    for i in range(1, n):
-        address = base + 512 * (i % 2)
-        groups.append([{"action": "alloc", "addr": address, "size": 512, "stream": 0},
-                       {"action": "free_requested", "addr": base + 512 * ((i - 1) % 2), "size": 512, "stream": 0},
-                       {"action": "free_completed", "addr": base + 512 * ((i - 1) % 2), "size": 512, "stream": 0}])
-    return groups
-
-
-def captured_loop(path: str) -> list[list[dict]]:
-    """A trace captured on a GPU, cut into one group per ``alloc`` (with the events after it)."""
-    entries = json.loads(Path(path).read_text())["entries"]
+def recorded_loop(path: Path) -> list[list[dict]]:
+    """A trace CUDA recorded, cut into one group per ``alloc`` (with the events after it)."""
+    entries = json.loads(path.read_text())["entries"]
     groups: list[list[dict]] = []
     for entry in entries:
         if entry.get("action") == "alloc" or not groups:
@@ -87,7 +74,8 @@ def make_standin(groups: list[list[dict]]):
         def allocate(self, numel: int) -> torch.Tensor:
             t = torch.empty(numel)
             if self.recording:
-                group = self.groups[self.next % len(self.groups)]
+                # The recorded loop in turn; its first allocation (with the segment) once per run.
+                group = self.groups[(self.next - 1) % max(len(self.groups) - 1, 1) + 1 if self.next else 0]
                 self.next += 1
                 metadata = getattr(self.local, "metadata", "")
                 now = time.time_ns() // 1000
@@ -98,6 +86,10 @@ def make_standin(groups: list[list[dict]]):
                             recorded["user_metadata"] = metadata
                         self.trace.append(recorded)
             return t
+
+        def record_memory_history(self, enabled="all", *args, **kwargs):
+            self.next = 0  # each recording replays the loop from its start
+            super().record_memory_history(enabled, *args, **kwargs)
 
         def memory_stats(self, device=None):
             self.calls["memory_stats"] += 1
@@ -127,7 +119,8 @@ def cpu_time(shell, cell: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--trace", help="a trace captured on a GPU (JSON with 'entries')")
+    parser.add_argument("--trace", type=Path, default=TRACE,
+                        help="a trace CUDA recorded (JSON with 'entries'; default: the test fixture)")
     args = parser.parse_args()
 
     import pytest
@@ -136,7 +129,7 @@ def main() -> None:
     import devinspect
     import devinspect.ipython.profiled_cell as profiled_cell
 
-    groups = captured_loop(args.trace) if args.trace else recorded_loop()
+    groups = recorded_loop(args.trace)
     standin = make_standin(groups)
     patch = pytest.MonkeyPatch()
     standin.install_functions(patch)
@@ -156,9 +149,10 @@ def main() -> None:
         for label, cell in cells.items():
             times[label].append(cpu_time(shell, cell))
     plain, history, profiled = (statistics.median(times[k]) for k in cells)
-    source = args.trace or "the loop's trace as CUDA records it"
+    source = json.loads(args.trace.read_text())["provenance"].split(":")[0]
     print(f"torch {torch.__version__}, devinspect {devinspect.__version__}, Python {sys.version.split()[0]}; "
-          f"{N:,} tiny allocations replayed from {source}; {args.repeat} interleaved rounds, median CPU time "
+          f"{N:,} tiny allocations replayed from {args.trace.name} ({source}); {args.repeat} interleaved rounds, "
+          "median CPU time "
           "(time.process_time)")
     print(f"{'plain':>10}{'history alone':>16}{'%%gpumem':>11}{'vs plain':>10}{'vs history':>12}"
           f"{'per allocation':>17}   target")

@@ -4,6 +4,7 @@ memory, and what keeps a tensor alive (%devices --why)."""
 from __future__ import annotations
 
 import gc
+import json
 import re
 import sys
 from pathlib import Path
@@ -439,6 +440,32 @@ def test_cuda_and_other_backends_messages_are_read():
     xpu = ("XPU out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.11 GiB total capacity; 12.30 GiB already "
            "allocated; 13.20 GiB reserved in total by PyTorch)")
     assert failed_device(xpu) == "xpu:0" and figures_in(xpu).reserved_bytes == int(13.2 * (1 << 30))
+
+
+RECORDED_OOM = sorted((Path(__file__).parent / "fixtures").glob("oom_*.json"))
+
+
+@pytest.mark.parametrize("fixture", RECORDED_OOM, ids=[p.stem for p in RECORDED_OOM])
+def test_recorded_out_of_memory_cases_read_as_they_were_explained(fixture):
+    # Written by benchmarks/gpu_check.py: oom_cuda.json on a GPU's allocator, oom_sim.json in its
+    # dry run. The messages are read here as they were there, and what was said holds.
+    from devinspect.diagnose.out_of_memory import failed_device, figures_in, requested_in
+
+    data = json.loads(fixture.read_text())
+    assert "captured by benchmarks/gpu_check.py" in data["provenance"]
+    cases = {c["name"]: c for c in data["cases"]}
+    for case in cases.values():
+        assert failed_device(case["message"]) == data["device"]
+        # The message writes the capacity rounded ("79.18 GiB"): the device's own figure, near enough.
+        assert abs(figures_in(case["message"]).total_bytes - data["capacity_bytes"]) <= data["capacity_bytes"] // 1000
+    larger = cases["larger than the device"]
+    assert requested_in(larger["message"]) > figures_in(larger["message"]).total_bytes
+    assert "no release can make it fit — what would: a smaller batch" in larger["headline"]
+    kept = cases["a local kept by an earlier error"]
+    figures = figures_in(kept["message"])
+    assert figures.free_bytes < requested_in(kept["message"]) <= figures.total_bytes
+    assert "hidden in f" in kept["explanation"] and kept["headline"].count("it fits") == 1
+    assert all(data["checks"].values()), data["checks"]
 
 
 # -- who holds a tensor -------------------------------------------------------------------------

@@ -5,7 +5,9 @@ with the lines run. (The same on a real GPU: the %%gpumem cases of tests/test_cu
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -167,3 +169,41 @@ def test_a_recording_of_the_users_own_is_read_never_written_into(ip, standin, mo
     profile(ip, "z = torch.empty(1 << 16, dtype=torch.uint8, device=dev)", "cuda:0", monkeypatch)
     assert standin.get_metadata() == "my run" and standin.calls["_cuda_setMemoryMetadata"] == 0
     standin.set_metadata("")
+
+
+TRACE = Path(__file__).parent / "fixtures" / "cuda_tiny_trace.json"
+
+
+def test_a_history_cuda_recorded_replays_onto_the_line_that_made_it(sim, monkeypatch):
+    # tests/fixtures/cuda_tiny_trace.json: CUDA's entries for a loop of tiny allocations, in the
+    # form CUDA gives them (captured by benchmarks/gpu_check.py). Replayed as %%gpumem would
+    # have heard the loop: the loop's line, then the entries CUDA recorded while it ran.
+    data = json.loads(TRACE.read_text())
+    assert "NOT CAPTURED ON A GPU" in data["provenance"] or "captured on a real GPU" in data["provenance"]
+    groups: list[list[dict]] = []
+    for entry in data["entries"]:
+        if entry["action"] == "alloc" or not groups:
+            groups.append([])
+        groups[-1].append(entry)
+    api = CudaMemoryStandIn()
+    api.install_functions(monkeypatch)
+
+    def loop():
+        pass
+
+    code = loop.__code__
+    recorder = LineMemoryRecorder(torch.device("cuda", 0), frozenset({code}))
+    with recorder:
+        hear = recorder.listener
+        hear.enter(code, 0)
+        for group in groups:
+            hear.line(code, 4)
+            api.trace.extend(dict(entry, user_metadata=api.get_metadata()) for entry in group)
+        hear.leave(code, 0, None)
+    line = recorder.recording.lines[(code.co_filename, "loop", 4)]
+    counted = {"alloc": 1, "free_requested": -1}
+    assert line.runs == len(groups) and line.change == sum(counted.get(e["action"], 0) * e["size"]
+                                                           for e in data["entries"])
+    made = [e for e in recorder.recording.events if e[0] == "alloc"]
+    assert len(made) == sum(e["action"] == "alloc" for e in data["entries"]) == data["count"]
+    assert {e[3] for e in recorder.recording.events} == {((code.co_filename, "loop", 4),)}

@@ -88,7 +88,7 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
     now = MemoryFigures(*(getattr(d, f, None) if d is not None else None for f in (
         "allocated_bytes", "reserved_bytes", "driver_free_bytes", "driver_total_bytes")))
     at_failure = figures_in(message)
-    requested = _size(_REQUESTED, message)
+    requested = requested_in(message)
     exceeds = requested is not None and at_failure.total_bytes is not None and requested > at_failure.total_bytes
     # The last error's frames are the failed step's own when it is this error: running the step
     # again makes their tensors again, so they do not count towards the request fitting.
@@ -210,6 +210,11 @@ def figures_in(message: str) -> MemoryFigures:
         found["reserved_bytes"] = found["allocated_bytes"] + unallocated
     allocated = written["allocated_bytes"]
     return MemoryFigures(**found, rounding_bytes=_rounding(allocated[1]) if allocated else 0)
+
+
+def requested_in(message: str) -> int | None:
+    """The bytes an out-of-memory message says were asked for ("Tried to allocate 20.00 MiB")."""
+    return _size(_REQUESTED, message)
 
 
 def failed_device(message: str) -> str | None:
