@@ -4,8 +4,8 @@ What %%gpumem does on CUDA is its own Python work: a tag per line event while th
 (``torch._C._cuda_setMemoryMetadata``), then one read of the memory history and its replay
 with the line events. This benchmark runs exactly that code with a stand-in for CUDA's
 memory functions (``tests/cuda_standin.py``), on a loop of 2,000 tiny allocations (each a
-CPU ``torch.empty(16)``) that replays, allocation by allocation, a recorded CUDA trace of
-that loop: each call appends its entries (alloc, the previous one's free_requested and
+CPU ``torch.empty(16)``, the loop in the cell itself so that every Python follows its
+lines) that replays, allocation by allocation, a recorded CUDA trace of that loop: each call appends its entries (alloc, the previous one's free_requested and
 free_completed) to the stand-in's history, stamped with the thread's metadata and the time,
 as CUDA's allocator does when its history is on.
 
@@ -15,7 +15,10 @@ Three ways, interleaved, through a real IPython shell, CPU time of this process
 * plain: the history off (the stand-in records nothing);
 * history alone: the history on, as ``torch.cuda.memory._record_memory_history`` leaves it
   (the issue's "CUDA's memory history alone costs 1.00-1.01x");
-* %%gpumem: ``%%gpumem -f tiny_allocations`` on the stand-in's "cuda:0".
+* %%gpumem: ``%%gpumem`` on the stand-in's "cuda:0" (``--counters``: on the path that reads
+  the allocator's counters at each line, a ``memory_stats()`` dictionary as large as
+  CUDA's each time, which %%gpumem takes where the history is the user's own, and took
+  on CUDA before its history was tagged).
 
 The ratio %%gpumem / history alone is devinspect's own share. A CPU ``torch.empty`` costs
 about 1 µs, a CUDA one several, so the ratio to plain here is an upper bound of what the
@@ -48,6 +51,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 N = 2000
 TARGET = 1.5
 TRACE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "cuda_tiny_trace.json"
+TORCH_MEMORY_STATS = torch.cuda.memory.memory_stats
+
+
+def nested_stats() -> dict:
+    """The allocator's statistics as ``torch._C._cuda_memoryStats`` gives them, keys of the H100's."""
+    flat = json.loads((TRACE.parent / "gpumem_cuda.json").read_text())["readings"]["cuda"]["devices"][0]["memory_stats"]
+    out: dict = {}
+    for key in flat:
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = 0
+    return out
+
+
+def made_afresh(d: dict) -> dict:
+    return {k: made_afresh(v) if type(v) is dict else v for k, v in d.items()}
 
 
 def recorded_loop(path: Path) -> list[list[dict]]:
@@ -92,18 +113,22 @@ def make_standin(groups: list[list[dict]]):
             super().record_memory_history(enabled, *args, **kwargs)
 
         def memory_stats(self, device=None):
+            # torch's own: the allocator's nested dictionary (as large as the H100's, from the
+            # %gpumem fixture) made afresh, flattened and sorted, as each call does on CUDA.
             self.calls["memory_stats"] += 1
-            return {"allocated_bytes.all.current": 0, "reserved_bytes.all.current": 0}
+            return TORCH_MEMORY_STATS(device)
+
+        def memory_allocated(self, device=None):
+            return self.memory_stats(device)["allocated_bytes.all.current"]
+
+        def memory_reserved(self, device=None):
+            return self.memory_stats(device)["reserved_bytes.all.current"]
 
     return ReplayingStandIn()
 
 
-SETUP = """
-def tiny_allocations(n={n}):
-    for _ in range(n):
-        t = allocate(16)
-    return t
-"""
+#: The loop is the cell's own: its lines are followed on every Python (markers before 3.12).
+LOOP = f"for _ in range({N}):\n    t = allocate(16)"
 
 
 def cpu_time(shell, cell: str) -> float:
@@ -119,6 +144,8 @@ def cpu_time(shell, cell: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--counters", action="store_true",
+                        help="%%gpumem on its counters path (the allocator read at each line), for comparison")
     parser.add_argument("--trace", type=Path, default=TRACE,
                         help="a trace CUDA recorded (JSON with 'entries'; default: the test fixture)")
     args = parser.parse_args()
@@ -134,14 +161,20 @@ def main() -> None:
     patch = pytest.MonkeyPatch()
     standin.install_functions(patch)
     patch.setattr(profiled_cell, "profiled_device", lambda text: torch.device("cuda", 0))
+    template = nested_stats()
+    patch.setattr(torch.cuda.memory, "memory_stats_as_nested_dict", lambda device=None: made_afresh(template))
     shell = get_ipython()
     shell.run_line_magic("load_ext", "devinspect")
     shell.user_ns["allocate"] = standin.allocate
     shell.user_ns["history"] = standin.record_memory_history
-    shell.run_cell(SETUP.format(n=N))
-    cells = {"plain": "t = tiny_allocations()",
-             "history alone": "history('all', context=None, stacks='python')\nt = tiny_allocations()\nhistory(None)",
-             "%%gpumem": "%%gpumem -f tiny_allocations\nt = tiny_allocations()"}
+    cells = {"plain": LOOP,
+             "history alone": f"history('all', context=None, stacks='python')\n{LOOP}\nhistory(None)",
+             "%%gpumem": f"%%gpumem\n{LOOP}"}
+    if args.counters:
+        # The thread carries metadata of the user's: %%gpumem leaves it alone and reads the
+        # allocator's counters at each line instead (its only way on CUDA before the tags).
+        cells["%%gpumem"] = f"tag('mine')\nget_ipython().run_cell_magic('gpumem', '', {LOOP!r})\ntag('')"
+        shell.user_ns["tag"] = standin.set_metadata
     for cell in cells.values():
         cpu_time(shell, cell)
     times: dict[str, list[float]] = {k: [] for k in cells}
@@ -151,7 +184,8 @@ def main() -> None:
     plain, history, profiled = (statistics.median(times[k]) for k in cells)
     source = json.loads(args.trace.read_text())["provenance"].split(":")[0]
     print(f"torch {torch.__version__}, devinspect {devinspect.__version__}, Python {sys.version.split()[0]}; "
-          f"{N:,} tiny allocations replayed from {args.trace.name} ({source}); {args.repeat} interleaved rounds, "
+          f"{N:,} tiny allocations replayed from {args.trace.name} ({source}); %%gpumem on its "
+          f"{'counters' if args.counters else 'tagged-history'} path; {args.repeat} interleaved rounds, "
           "median CPU time "
           "(time.process_time)")
     print(f"{'plain':>10}{'history alone':>16}{'%%gpumem':>11}{'vs plain':>10}{'vs history':>12}"
