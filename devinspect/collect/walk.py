@@ -179,11 +179,9 @@ class Walker:
             self._visit(value, f"sys.last_traceback:{function}.{key}", "sys.last_traceback", 1, None)
 
     def unnamed(self) -> None:
-        """Tensors alive in the process that no name reaches (garbage-collector walk); a local of
-        an error that is over is named after it (see :mod:`.error_frames`)."""
+        """Tensors alive that no name reaches (garbage-collector walk); a finished error's local is named after it."""
         count = 0
-        # Memory already named: every record's storage (runs of plain tensors are not looked up one by one).
-        named = set(self.records.storage_ids())
+        named = set(self.records.storage_ids())  # memory already named (runs of plain tensors too)
         named.update(self._storage_first)
         objects = gc.get_objects()
         try:
@@ -197,8 +195,10 @@ class Walker:
                     key = facts[5]
                     if key is not None and key in named:
                         continue
-                    name = of_errors.get(id(o)) or f"<unnamed {count + 1}>"
-                    count += name.startswith("<unnamed ")
+                    name = of_errors.get(id(o))
+                    if name is None:
+                        count += 1
+                        name = f"<unnamed {count}>"
                     self._tensor(o, name, "<unnamed>", "unnamed", facts=facts)
                     if key is not None:
                         named.add(key)
