@@ -34,12 +34,12 @@ def standin(ip, sim, monkeypatch):
     api.remove()
 
 
-def profile(ip, body: str, device: str, monkeypatch) -> LineMemoryProfile:
+def profile(ip, body: str, device: str, monkeypatch, flags: str = "") -> LineMemoryProfile:
     """``body`` under %%gpumem on ``device`` ("sim:0", or "cuda:0": the stand-in), from an empty cache."""
     torch.sim.empty_cache()
     chosen = torch.device(device)
     monkeypatch.setattr(profiled_cell, "profiled_device", lambda text: chosen)
-    result, _, _, _ = run(ip, f"%%gpumem -v prof\n{body}")
+    result, _, _, _ = run(ip, f"%%gpumem -v prof {flags}\n{body}")
     assert result.success, body
     return ip.user_ns.pop("prof")
 
@@ -93,6 +93,17 @@ def test_the_history_is_read_once_whatever_the_number_of_lines(ip, standin, monk
         assert standin.get_metadata() == ""  # the thread's metadata is as it was
     assert {k: v for k, v in calls[0].items() if k != "_cuda_setMemoryMetadata"} == \
            {k: v for k, v in calls[1].items() if k != "_cuda_setMemoryMetadata"}
+
+
+def test_a_named_functions_lines_agree_with_the_allocator_events(ip, standin, monkeypatch):
+    # Where Python follows no function line by line (before 3.12), its lines come from the
+    # Python stack CUDA records with each event, as the simulated device's come from the stack.
+    run(ip, LOOP)
+    told = profile(ip, "out = step(3)\nlast = torch.empty(512, device=dev)", "sim:0", monkeypatch, "-f step")
+    run(ip, "out = last = None")
+    tagged = profile(ip, "out = step(3)\nlast = torch.empty(512, device=dev)", "cuda:0", monkeypatch, "-f step")
+    assert comparable(tagged) == comparable(told)
+    assert {"step, line 4", "step, line 5"} <= {m.label for m in tagged.lines if m.function == "step"}
 
 
 def test_lines_heard_one_by_one_are_replayed_in_order_with_the_allocations(sim, standin):
