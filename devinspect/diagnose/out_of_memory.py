@@ -130,7 +130,8 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
             code=_importing(namespace, "torch") + f"torch.{kind}.empty_cache()", action=EmptyCache(),
             note="other processes can use what it returns; PyTorch itself would reuse the cache anyway",
         ), 0, d.releasable_bytes or 0))
-    fixes.sort(key=lambda f: (-f[1], -f[2]))  # the one that frees the most for the request first
+    # The one that frees the most for the request first; empty_cache (nothing for it) last.
+    fixes.sort(key=lambda f: (-f[1], type(f[0].action) is EmptyCache, -f[2]))
     towards_all = sum(f[1] for f in fixes)
     return OutOfMemory(
         device=device, requested_bytes=requested, at_failure=at_failure, now=now,

@@ -164,9 +164,6 @@ class TaggedCudaHistory(_EventCounts):
     """CUDA's memory history, each event tagged with the number of line events before it, read
     and replayed once at the end (see the module's docstring)."""
 
-    #: What a line event does to the log: the recorder's method it is replayed into.
-    ENTER, LINE, LEAVE = 0, 1, 2
-
     @staticmethod
     def usable() -> bool:
         """Whether the tags can be set and the history is free: not recording already (the
@@ -182,7 +179,9 @@ class TaggedCudaHistory(_EventCounts):
     def __init__(self, device: torch.device, recorder: Any):
         super().__init__(recorder)
         self.index = device.index if device.index is not None else torch.cuda.current_device()
-        self.log: list[tuple[int, Any, int]] = []
+        #: The line events in order: (0 enter, 1 line or 2 leave, the code, its line number,
+        #: time.time_ns()); the allocator tags each event with how many came before it.
+        self.log: list[tuple[int, Any, int, int]] = []
         self.tag = torch._C._cuda_setMemoryMetadata
         #: A marked cell's functions are not followed line by line: their lines come from the
         #: Python stack CUDA records with each event (so it records one).
