@@ -55,22 +55,34 @@ class _Replay:
         #: index of each alloc -> index of its free (len(events) when never freed)
         self.freed_at: dict[int, int] = {}
         live: dict[int, int] = {}  # address -> index of the alloc now holding it
+        # Added up per stack first: the events of one line run share their stack's tuple, so a
+        # loop of many small allocations costs a few dictionary steps each, whatever its depth.
+        stacks: dict[int, tuple[LineKey, ...]] = {}
+        changes: dict[int, int] = {}
+        peaks: dict[int, int] = {}
+        totals = self.totals
         for i, (action, address, size, lines) in enumerate(self.events):
-            signed = size if action == "alloc" else -size
-            for key in lines:
-                self.line_changes[key] = self.line_changes.get(key, 0) + signed
+            stack = id(lines)
+            if stack not in stacks:
+                stacks[stack] = lines
             if action == "alloc":
                 running += size
                 live[address] = i
-                for key in lines:
-                    if running > self.line_peaks.get(key, -1):
-                        self.line_peaks[key] = running
+                changes[stack] = changes.get(stack, 0) + size
+                if running > peaks.get(stack, -1):
+                    peaks[stack] = running
             else:
                 running -= size
+                changes[stack] = changes.get(stack, 0) - size
                 made = live.pop(address, None)
                 if made is not None:
                     self.freed_at[made] = i
-            self.totals.append(running)
+            totals.append(running)
+        for stack, lines in stacks.items():
+            for key in lines:
+                self.line_changes[key] = self.line_changes.get(key, 0) + changes.get(stack, 0)
+                if stack in peaks and peaks[stack] > self.line_peaks.get(key, -1):
+                    self.line_peaks[key] = peaks[stack]
         for i in live.values():
             self.freed_at[i] = len(self.events)
         self.alive_at_end = {self.events[i][1]: i for i in live.values()}
