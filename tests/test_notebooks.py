@@ -61,7 +61,8 @@ def test_quickstart_teaches_the_three_magics_and_runs_top_to_bottom():
     assert re.search(r"%%gpumem on (sim|cuda):0", profiled) and re.search(r"^line 2 .* x 2\.0 MiB", profiled, re.M)
     # The function's lines, its three runs added up (where Python has no sys.monitoring, a function's
     # lines are known from their allocations: no runs or before/after, the same change).
-    assert re.search(r"^train_step, line 4 +(3|—) .* \+54\.0 MiB", profiled, re.M)
+    # Under the line that called it (↳), as it ran.
+    assert re.search(r"^↳ train_step, line 4 +(3|—) .* \+54\.0 MiB", profiled, re.M)
     assert "Peak " in profiled and "on train_step, line 6." in profiled and "Without the largest temporary" in profiled
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
                for o in by_source["%%gpumem -f train_step"].outputs)
