@@ -37,9 +37,10 @@ __all__ = ["scan", "find", "check", "explain", "release_history", "release_trace
 
 
 def release_history() -> Any:
-    """Drop IPython's output-history entries (``Out``, ``_``, ``__``, ``___``, ``_N``) and the last
-    traceback that keep accelerator tensors alive, clearing every copy IPython keeps, never a
-    value you assigned. Returns an :class:`~devinspect.actions.ActionResult` (bytes released)."""
+    """Drop IPython's output-history entries (``Out``, ``_``, ``__``, ``___``, ``_N``), the last
+    traceback, and the frames of earlier errors no name reaches, that keep accelerator tensors
+    alive, clearing every copy IPython keeps, never a value you assigned. Returns an
+    :class:`~devinspect.actions.ActionResult` (bytes released)."""
     from .ipython.extension import release_history_here
 
     return release_history_here()

@@ -4,6 +4,8 @@ memory, and what keeps a tensor alive (%devices --why)."""
 from __future__ import annotations
 
 import gc
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from nbclient.exceptions import CellExecutionError
 
 import devinspect
 from devinspect import testing
+from devinspect.model.units import human_bytes
 
 SETUP = """import torch
 from torch import nn
@@ -342,19 +345,83 @@ def test_release_history_frees_what_the_explanation_says(ip, capped):
     assert run(ip, "out = step(keep[:1])")[0].error_in_exec is not None  # still too big, as it should be
 
 
-def test_out_of_memory_from_plain_python_and_its_printed_fixes(capped):
+def test_out_of_memory_from_plain_python_with_nothing_to_release(capped):
     keep = torch.ones(4, 1024, 1024, device=capped)
     try:
-        torch.empty(64, 1024, 1024, device=capped)
+        torch.empty(13, 1024, 1024, device=capped)  # 52 MiB: less than the device, more than is free
     except torch.OutOfMemoryError as exc:
         explanation = devinspect.explain(exc, {"keep": keep})
     m = explanation.out_of_memory
-    assert explanation.kind == "out of memory" and m.device == "sim:0" and m.requested_bytes == 256 << 20
+    assert explanation.kind == "out of memory" and m.device == "sim:0" and m.requested_bytes == 52 << 20
     assert m.at_failure.total_bytes == 64 << 20 and m.now.allocated_bytes == torch.sim.memory_allocated(0)
-    assert m.largest[0].name == "keep" and m.largest[0].holder == "namespace"
-    # Nothing held by history here; the namespace has no torch, so the fix imports it.
-    assert [f.code for f in m.fixes] == ["import torch\ntorch.sim.empty_cache()"]
-    exec(m.fixes[0].code, {"keep": keep})  # runs as printed
+    assert m.largest[0].name == "keep" and m.largest[0].holder == "namespace" and not m.exceeds_capacity
+    # Nothing holds memory that can be given back (the allocator returned its cache before it
+    # failed): no fix that frees 0 B, and what would make it fit instead.
+    assert m.fixes == () and m.advice
+    text = repr(explanation)
+    assert "nothing here can be released; what would make it fit: a smaller batch" in text
+    from devinspect.render.explain_text import headline
+
+    assert "— what would: a smaller batch, lower precision" in headline(explanation)
+
+
+def test_a_request_larger_than_the_device_says_so_before_any_release(ip, capped):
+    # 1 GiB on a 64 MiB device (89 GiB on a 79.2 GiB H100): the headline is that the request
+    # alone is more than the device holds, then what would make it fit; no release leads.
+    run(ip, OOM_SETUP)
+    result, text, html, _ = run(ip, "big = torch.empty(256, 1024, 1024, device=dev)")
+    assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
+    headline = ("devinspect: out of memory on sim:0: tried to allocate 1.0 GiB, more than sim:0 holds in all "
+                "(64.0 MiB): no release can make it fit — what would: a smaller batch, lower precision, recomputed "
+                "activations, sharding across devices, offloading to the host, a device with more memory "
+                "(explained below the traceback ↓)")
+    assert headline in text
+    m = devinspect.explain(namespace=ip.user_ns).out_of_memory
+    assert m.exceeds_capacity and m.requested_bytes == 1 << 30
+    assert all("the request still does not fit" in f.summary for f in m.fixes if f.action is not None
+               and type(f.action).__name__ == "ReleaseHistory")
+    assert "more than sim:0 holds in all" in html and "what would make it fit: a smaller batch" in html
+
+
+EARLIER_ERROR = """import torch
+from devinspect import testing
+dev = testing.device()
+def f():
+    hidden = torch.empty(8, 1024, 1024, device=dev)  # 32 MiB, a local of f
+    raise ValueError("bad shape")
+"""
+
+
+def test_a_tensor_held_by_an_earlier_errors_traceback_is_named_and_released(ip, capped):
+    # f raised a cell before: its traceback lives on (IPython's frame in it holds the cell's
+    # result, which holds the error) and keeps f's 32 MiB local, which no name reaches.
+    run(ip, EARLIER_ERROR)
+    first, _, _, _ = run(ip, "f()")
+    assert type(first.error_in_exec) is ValueError
+    result, text, _, _ = run(ip, "x = torch.empty(12, 1024, 1024, device=dev)")  # 48 MiB; 32 free
+    assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
+    lines = text.splitlines()
+    largest = lines.index("  largest live tensors on sim:0:")
+    assert lines[largest + 1].split()[:5] == ["hidden", "in", "f", "32.0", "MiB"]
+    assert "[the traceback of the ValueError from Cell In[" in lines[largest + 1]
+    # The fix that frees the most leads, and it says whether the request then fits.
+    m = devinspect.explain(namespace=ip.user_ns).out_of_memory
+    release = m.fixes[0]
+    assert release.summary.startswith("release the traceback of the ValueError from Cell In[")
+    then = human_bytes(m.at_failure.free_bytes + (32 << 20))  # free when it failed, and what the fix frees
+    assert f"frees 32.0 MiB on sim:0; then {then} would be free for the 48.0 MiB asked: it fits" in release.summary
+    assert f"— fix: {release.summary} (explained below" in text  # the headline above the traceback
+    # %devices --all lists it by that name, and --why takes the name as listed.
+    listed = ip.run_line_magic("devices", "--all -o")
+    name = next(r.name for r in listed.records if r.name.endswith(">:f.hidden"))
+    assert re.fullmatch(r"<ValueError from Cell In\[\d+\], line 1>:f\.hidden", name)
+    assert ip.run_line_magic("devices", f"--why '{name}' -o").nbytes == 32 << 20
+    before = torch.sim.memory_allocated(0)
+    done, said, _, _ = run(ip, release.code)  # as printed
+    assert done.error_in_exec is None and before - torch.sim.memory_allocated(0) == 32 << 20
+    assert "the traceback of the ValueError from Cell In[" in said and "32.0 MiB" in said
+    assert run(ip, "x = torch.empty(12, 1024, 1024, device=dev)")[0].success  # now it fits
+    run(ip, "del x")
 
 
 def test_cuda_and_other_backends_messages_are_read():
@@ -373,6 +440,32 @@ def test_cuda_and_other_backends_messages_are_read():
     xpu = ("XPU out of memory. Tried to allocate 2.00 GiB (GPU 0; 15.11 GiB total capacity; 12.30 GiB already "
            "allocated; 13.20 GiB reserved in total by PyTorch)")
     assert failed_device(xpu) == "xpu:0" and figures_in(xpu).reserved_bytes == int(13.2 * (1 << 30))
+
+
+RECORDED_OOM = sorted((Path(__file__).parent / "fixtures").glob("oom_*.json"))
+
+
+@pytest.mark.parametrize("fixture", RECORDED_OOM, ids=[p.stem for p in RECORDED_OOM])
+def test_recorded_out_of_memory_cases_read_as_they_were_explained(fixture):
+    # Written by benchmarks/gpu_check.py: oom_cuda.json on a GPU's allocator, oom_sim.json in its
+    # dry run. The messages are read here as they were there, and what was said holds.
+    from devinspect.diagnose.out_of_memory import failed_device, figures_in, requested_in
+
+    data = json.loads(fixture.read_text())
+    assert "captured by benchmarks/gpu_check.py" in data["provenance"]
+    cases = {c["name"]: c for c in data["cases"]}
+    for case in cases.values():
+        assert failed_device(case["message"]) == data["device"]
+        # The message writes the capacity rounded ("79.18 GiB"): the device's own figure, near enough.
+        assert abs(figures_in(case["message"]).total_bytes - data["capacity_bytes"]) <= data["capacity_bytes"] // 1000
+    larger = cases["larger than the device"]
+    assert requested_in(larger["message"]) > figures_in(larger["message"]).total_bytes
+    assert "no release can make it fit — what would: a smaller batch" in larger["headline"]
+    kept = cases["a local kept by an earlier error"]
+    figures = figures_in(kept["message"])
+    assert figures.free_bytes < requested_in(kept["message"]) <= figures.total_bytes
+    assert "hidden in f" in kept["explanation"] and kept["headline"].count("it fits") == 1
+    assert all(data["checks"].values()), data["checks"]
 
 
 # -- who holds a tensor -------------------------------------------------------------------------

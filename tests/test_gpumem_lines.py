@@ -94,6 +94,40 @@ def test_generated_cells_give_each_line_its_bytes(ip, dev, seed):
     assert alive == live, body
 
 
+def test_the_temporaries_of_a_line_have_one_size_wherever_they_are_named(ip, dev):
+    prof, _, text = profiled(ip, "x = [torch.empty(1 << 20, dtype=torch.uint8, device=dev) for _ in range(3)]\n"
+                                 "y = torch.empty(2 << 20, dtype=torch.uint8, device=dev)\n"
+                                 "del x")
+    start = prof.allocated_start
+    assert dict(prof.peak.held)["temporary on line 2"] == 3 * MIB
+    assert prof.peak.largest_temporary == ("temporary on line 2", 3 * MIB)  # the three of them, as listed
+    assert prof.peak.without_largest_temporary - start == 2 * MIB
+    assert "Live then: temporary on line 2 3.0 MiB" in text and "(temporary on line 2, 3.0 MiB)" in text
+
+
+STEP = """def step(n):
+    a = torch.empty(n, dtype=torch.uint8, device=dev)
+    b = torch.empty(2 * n, dtype=torch.uint8, device=dev)
+    return a
+"""
+
+
+def test_a_functions_lines_come_under_the_line_that_called_them_as_they_ran(ip, dev):
+    from devinspect.render.memory_plot import as_they_ended
+
+    ip.run_cell(STEP)
+    prof, _, text = profiled(ip, "first = torch.empty(1 << 10, dtype=torch.uint8, device=dev)\n"
+                                 "kept = [step(1 << 16) for _ in range(2)]\n"
+                                 "last = torch.empty(1 << 12, dtype=torch.uint8, device=dev)", "-f step -v prof")
+    # step's return line allocates nothing: where Python has no sys.monitoring it is not heard.
+    shown = [(m.label, m.depth) for m in prof.lines if m.label != "step, line 4"]
+    assert shown == [("line 2", 0), ("line 3", 0), ("step, line 2", 1), ("step, line 3", 1), ("line 4", 0)]
+    assert "↳ step, line 2" in text
+    # The plot reads as a timeline: a function's lines end before the line that ran them.
+    ended = [m.label for m in as_they_ended(prof.lines) if m.label != "step, line 4"]
+    assert ended == ["line 2", "step, line 2", "step, line 3", "line 3", "line 4"]
+
+
 def test_a_loop_adds_its_runs_up(ip, dev):
     prof, _, _ = profiled(ip, "keep = []\nfor i in range(5):\n"
                               "    keep.append(torch.empty(1 << 20, dtype=torch.uint8, device=dev))\n"
@@ -240,7 +274,9 @@ def test_in_a_kernel_the_widget_follows_its_static_copy(ip, dev):
     finally:
         del ip.kernel
     bundles = [o.data for o in captured.outputs]
-    assert any("devinspect-static" in b.get("text/html", "") for b in bundles)
+    static = next(b["text/html"] for b in bundles if "devinspect-static" in b.get("text/html", ""))
+    # The static copy (what nbconvert and a notebook opened without a kernel show) has the plot too.
+    assert 'alt="memory by line"' in static and "max-width:100%" in static
     assert any("application/vnd.jupyter.widget-view+json" in b for b in bundles)
 
 

@@ -96,6 +96,30 @@ def test_recorded_reconciliation_adds_up_from_tensors_to_total(recorded, scenari
     assert {r.source for r in rows} == {"measured", "derived"}
 
 
+def test_the_total_shown_is_the_drivers_and_what_the_driver_keeps_is_its_own_row(recorded):
+    # NVML's total (85,520,809,984 B on the H100) is the device's memory; CUDA's total
+    # (mem_get_info, the "total capacity" of an out-of-memory message) is 480 MiB less: what
+    # the driver keeps. The reconciliation ends at NVML's total, with the difference as a row.
+    readings, tallies = recorded
+    nvml = readings["nvml"]["devices"][0]
+    cuda_total = readings["cuda"]["devices"][0]["mem_get_info"][1]
+    d = build(readings, tallies).device("cuda:0")
+    rows = {r.label: r for r in d.reconciliation}
+    assert rows["total"].value_bytes == d.driver_total_bytes == nvml["total"] > cuda_total == d.capacity_bytes
+    kept = rows["reserved by the driver"]
+    assert kept.value_bytes == nvml["total"] - cuda_total == 480 * MiB and kept.source == "measured"
+    assert_adds_up(d.reconciliation)
+    # NVML before its v2 memory API counts that memory as used: the row is then the difference.
+    old = copy.deepcopy(readings)
+    del old["nvml"]["devices"][0]["reserved"]
+    old["nvml"]["devices"][0]["used"] = nvml["total"] - nvml["free"]
+    d = build(old, tallies).device("cuda:0")
+    rows = {r.label: r for r in d.reconciliation}
+    assert rows["reserved by the driver"].value_bytes == 480 * MiB and rows["reserved by the driver"].source == "derived"
+    assert rows["used (driver)"].value_bytes == nvml["used"]
+    assert_adds_up(d.reconciliation)
+
+
 def test_recorded_rendering_text_and_html(recorded):
     readings, tallies = recorded
     snap = build(readings, tallies)

@@ -61,7 +61,8 @@ def test_quickstart_teaches_the_three_magics_and_runs_top_to_bottom():
     assert re.search(r"%%gpumem on (sim|cuda):0", profiled) and re.search(r"^line 2 .* x 2\.0 MiB", profiled, re.M)
     # The function's lines, its three runs added up (where Python has no sys.monitoring, a function's
     # lines are known from their allocations: no runs or before/after, the same change).
-    assert re.search(r"^train_step, line 4 +(3|—) .* \+54\.0 MiB", profiled, re.M)
+    # Under the line that called it (↳), as it ran.
+    assert re.search(r"^↳ train_step, line 4 +(3|—) .* \+54\.0 MiB", profiled, re.M)
     assert "Peak " in profiled and "on train_step, line 6." in profiled and "Without the largest temporary" in profiled
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
                for o in by_source["%%gpumem -f train_step"].outputs)
@@ -106,7 +107,7 @@ def test_a_static_html_export_shows_the_tables_without_a_kernel_or_network():
     cells = ["%load_ext devinspect",
              "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
              "model = torch.nn.Linear(4, 2).to(dev)\nsome_inputs = torch.randn(3, 4)",
-             "%devices", "%gpumem"]
+             "%devices", "%gpumem", "%%gpumem\nbig = torch.ones(1 << 18, device=dev)"]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     execute(nb)
     assert "application/vnd.jupyter.widget-state+json" in nb.metadata.get("widgets", {})
@@ -115,4 +116,6 @@ def test_a_static_html_export_shows_the_tables_without_a_kernel_or_network():
     devices = body[body.index("some_inputs"):]
     assert "<table" in body and "model.weight" in body and "some_inputs" in devices
     assert "<meter" in body and "where the memory is" in body  # %gpumem's static figures
-    assert body.count('class="devinspect-static"') == 2
+    assert body.count('class="devinspect-static"') == 3
+    profiled = body[body.index("%%gpumem on sim:0"):]
+    assert 'alt="memory by line"' in profiled and "data:image/png;base64," in profiled  # %%gpumem's plot

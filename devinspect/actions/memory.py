@@ -138,16 +138,19 @@ def release_history(
     devices: Iterable[str] | None = None,
     undo: Any = None,
 ) -> ActionResult:
-    """Drop the output-history entries and the last traceback that keep tensors alive.
+    """Drop the output-history entries and the tracebacks that keep tensors alive.
 
-    Clears ``Out[N]``/``_N``, ``_``, ``__``, ``___`` entries and ``sys.last_traceback``
-    (with ``sys.last_value``) when they hold tensors on ``devices`` (default: any
-    accelerator). In IPython pass the shell's ``displayhook`` and ``user_ns_hidden``
-    (``hidden``): both keep their own references to ``_``, ``__``, ``___`` and
-    ``_N``, and IPython updates ``_`` afterwards only when they agree. Reports the
-    bytes that only these entries held. What it released cannot be put back: with ``undo``
-    (an :class:`~devinspect.actions.undo.UndoLog`), it is logged there as a change that stays.
+    Clears ``Out[N]``/``_N``, ``_``, ``__``, ``___`` entries, ``sys.last_traceback``
+    (with ``sys.last_value``), and the frames of earlier errors that no name reaches but
+    whose tracebacks live on (``<ValueError from Cell In[3], line 1>:f.hidden``), when
+    they hold tensors on ``devices`` (default: any accelerator). In IPython pass the
+    shell's ``displayhook`` and ``user_ns_hidden`` (``hidden``): both keep their own
+    references to ``_``, ``__``, ``___`` and ``_N``, and IPython updates ``_``
+    afterwards only when they agree. Reports the bytes that only these entries held.
+    What it released cannot be put back: with ``undo`` (an
+    :class:`~devinspect.actions.undo.UndoLog`), it is logged there as a change that stays.
     """
+    from ..collect.error_frames import error_of
     from ..collect.scan import scan
     from ..model.records import device_is_accelerator
     from ..model.units import human_bytes
@@ -158,16 +161,19 @@ def release_history(
         return any(device == d or device.split(":")[0] == d for d in devices)
 
     assigned = _assigned_unders(namespace, displayhook, hidden)
-    held = [r for r in scan(namespace, include_hidden=True).records
-            if r.hidden and wanted(r.device) and r.root not in assigned]
+    held = [r for r in scan(namespace, include_hidden=True, all_objects=True).records
+            if (r.hidden or error_of(r.name)) and wanted(r.device) and r.root not in assigned]
     if not held:
         return ActionResult(False, "nothing to release: no history entry or traceback holds such tensors", idle=True)
     out_keys: set[int] = set()
     unders: set[str] = set()
+    errors: set[str] = set()
     traceback_too = False
     for r in held:
         if r.root == "sys.last_traceback":
             traceback_too = True
+        elif (error := error_of(r.name)) is not None:
+            errors.add(error)
         elif (m := _OUT_KEY.match(r.name)) or (m := _NUMBERED.match(r.root)):
             out_keys.add(int(m.group(1)))
         elif r.root in ("_", "__", "___"):
@@ -175,9 +181,13 @@ def release_history(
     freed = sum(r.counted_bytes for r in held)
     allocated_before = {d.device: d.allocated_bytes for d in ready_devices()}
     cleared = _clear_history(namespace, displayhook, hidden if hidden is not None else {}, out_keys, unders)
+    if errors:
+        cleared.extend(_clear_finished_errors(namespace, errors))
     if traceback_too:
         clear_last_error()
         cleared.append("sys.last_traceback (%debug and %tb no longer see the last error)")
+    elif errors:
+        gc.collect()  # the errors' tracebacks sit in reference cycles: freed now, not at the next pass
     allocated_after = {d.device: d.allocated_bytes for d in ready_devices()}
     changes = [change_text(f"{dev} allocated", n, allocated_after.get(dev))
                for dev, n in allocated_before.items() if allocated_after.get(dev) != n]
@@ -185,6 +195,19 @@ def release_history(
         undo.add_final(f"{', '.join(cleared)} (released)")
     message = f"released {', '.join(cleared)}: {human_bytes(freed)} of tensors only they held"
     return ActionResult(True, message + (f" ({'; '.join(changes)})" if changes else ""), freed)
+
+
+def _clear_finished_errors(namespace: Mapping[str, Any], labels: set[str]) -> list[str]:
+    """Clear the frames of the errors ``labels`` names (``<ValueError from Cell In[3], line 1>``)
+    that are over and that no name reaches: their locals go, the errors keep their messages."""
+    from ..collect.scan import finished_errors_no_name_reaches
+
+    cleared = []
+    for error, label in finished_errors_no_name_reaches(namespace):
+        if label in labels:
+            clear_frames(BaseException.__dict__["__traceback__"].__get__(error))
+            cleared.append(f"the traceback of the {label[1:-1]}")
+    return sorted(set(cleared))
 
 
 def _assigned_unders(namespace: Mapping[str, Any], displayhook: Any,
@@ -242,17 +265,29 @@ def release_traceback() -> ActionResult:
     return ActionResult(True, "released the last error's traceback (%debug and %tb no longer see it)")
 
 
+def clear_frames(tb: Any) -> None:
+    """Drop the locals of every frame of ``tb`` that is not running, wherever its error lives on.
+
+    Before Python 3.13 reading a frame's ``f_locals`` (as the scan does) leaves a snapshot
+    of them in the frame, which ``frame.clear()`` keeps: read once more after it, the
+    snapshot drops what was cleared (from 3.13 there is no snapshot)."""
+    traceback.clear_frames(tb)
+    while tb is not None:
+        tb.tb_frame.f_locals  # noqa: B018 - read for its effect: the snapshot follows the cleared frame
+        tb = tb.tb_next
+
+
 def clear_last_error() -> None:
     value = getattr(sys, "last_value", None)
     seen: set[int] = set()
     while isinstance(value, BaseException) and id(value) not in seen:
         seen.add(id(value))
         if value.__traceback__ is not None:
-            traceback.clear_frames(value.__traceback__)  # drops the frames' locals wherever the error lives on
+            clear_frames(value.__traceback__)  # drops the frames' locals wherever the error lives on
         value = value.__cause__ or value.__context__
     tb = getattr(sys, "last_traceback", None)
     if tb is not None:
-        traceback.clear_frames(tb)
+        clear_frames(tb)
     del tb, value  # this frame must not keep the error alive through the collection below
     for name in ("last_traceback", "last_value", "last_type", "last_exc"):
         if hasattr(sys, name):

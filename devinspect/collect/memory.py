@@ -175,6 +175,8 @@ def _cuda_device(i: int, raw: Mapping[str, Any] | None, entry: Mapping[str, Any]
         fields["name"] = raw.get("name") or fields.get("name")
         fields["uuid"] = fields.get("uuid") or raw.get("uuid")
         fields.update(_allocator_fields(raw.get("memory_stats") or {}))
+        cuda_total = (raw.get("mem_get_info") or (None, None))[1] or raw.get("total_memory")
+        fields["capacity_bytes"] = cuda_total if type(cuda_total) is int else None
     initialised = raw is not None
     if entry is not None and entry.get("total") is not None:
         fields.update(driver_total_bytes=entry["total"], driver_free_bytes=entry.get("free"),

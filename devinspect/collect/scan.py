@@ -120,7 +120,8 @@ def find_tensor(namespace: Mapping[str, Any], name: str, *, exclude: Iterable[st
         direct = object_at(namespace, name)
         if issubclass(type(direct), torch.Tensor):
             return direct
-    options = ScanOptions(include_hidden=True, all_objects=name.startswith("<unnamed"))
+    # <unnamed 2>, <ValueError from Cell In[3], line 1>:f.x: found by the garbage collector's walk.
+    options = ScanOptions(include_hidden=True, all_objects=name.startswith("<"))
     items = namespace_items(namespace)
     user, history = root_items(items, set(exclude) | PLUMBING, True)
     walker = Walker(options)
@@ -130,6 +131,25 @@ def find_tensor(namespace: Mapping[str, Any], name: str, *, exclude: Iterable[st
     if found is None:
         raise LookupError(f"no tensor named {name!r} (a name as %devices lists it)")
     return found
+
+
+def finished_errors_no_name_reaches(namespace: Mapping[str, Any], *, exclude: Iterable[str] = ()
+                                    ) -> list[tuple[BaseException, str]]:
+    """``(error, label)`` of each error that is over and that no name reaches (neither the
+    namespace, the output history nor the last traceback), as a scan with ``all_objects``
+    names its frames' tensors (``<ValueError from Cell In[3], line 1>:f.x``): for the action
+    that releases their frames."""
+    from .error_frames import finished_errors
+
+    items = namespace_items(namespace)
+    user, history = root_items(items, set(exclude) | PLUMBING, True)
+    walker = Walker(ScanOptions(include_hidden=True))
+    _walk_paused(walker, items, False, user, history, False)
+    objects = gc.get_objects()
+    try:
+        return list(finished_errors(objects, walker.visited))
+    finally:
+        del objects
 
 
 def _walk_paused(walker: Walker, items: list[tuple[str, Any]], restricted: bool, user: list[tuple[str, Any]],

@@ -31,10 +31,8 @@ from ..model.records import (
 )
 from . import tensorbase as tb
 from .aliases import link_aliases
-from .class_source import (
-    recomputed_attributes,
-    user_class_attributes,
-)
+from .class_source import recomputed_attributes, user_class_attributes
+from .error_frames import error_locals
 from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, only_parameters, unregistered_attribute
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text, module_tree_paths
 from .object_interiors import foreign_container_note, paused_locals, proxied_dict
@@ -122,7 +120,7 @@ class Walker:
         self._tensor_first: dict[int, str] = {}
         #: The first name of each tensor whose facts could not be read (kept apart: it names no memory).
         self._unreadable_first: dict[int, str] = {}
-        self._visited: set[int] = set()
+        self.visited: set[int] = set()
         self._param_names: dict[int, str] = {}
         #: Parameters first named through an optimizer: no module or variable holds them.
         self._orphans: set[int] = set()
@@ -184,14 +182,13 @@ class Walker:
             self._visit(value, f"sys.last_traceback:{function}.{key}", "sys.last_traceback", 1, None)
 
     def unnamed(self) -> None:
-        """Tensors alive in the process that no name reaches (garbage-collector walk)."""
+        """Tensors alive that no name reaches (garbage-collector walk); a finished error's local is named after it."""
         count = 0
-        # Memory already named: every record's storage (runs of plain tensors are not looked up
-        # one by one as the walk goes).
-        named = set(self.records.storage_ids())
+        named = set(self.records.storage_ids())  # memory already named (runs of plain tensors too)
         named.update(self._storage_first)
         objects = gc.get_objects()
         try:
+            of_errors = error_locals(objects, self.visited)
             for o in objects:
                 if issubclass(type(o), _Tensor) and id(o) not in self._tensor_first:
                     try:
@@ -201,8 +198,11 @@ class Walker:
                     key = facts[5]
                     if key is not None and key in named:
                         continue
-                    count += 1
-                    self._tensor(o, f"<unnamed {count}>", "<unnamed>", "unnamed", facts=facts)
+                    name = of_errors.get(id(o))
+                    if name is None:
+                        count += 1
+                        name = f"<unnamed {count}>"
+                    self._tensor(o, name, "<unnamed>", "unnamed", facts=facts)
                     if key is not None:
                         named.add(key)
         finally:
@@ -225,19 +225,19 @@ class Walker:
             self.truncated.append(Truncation(name, f"object budget of {self.options.max_objects:,} reached"))
             return
         oid = id(value)
-        if oid in self._visited:
+        if oid in self.visited:
             return
         if issubclass(vt, _Module):
-            self._visited.add(oid)
+            self.visited.add(oid)
             self._guarded(self._module_root, value, name, root)
             return
         if issubclass(vt, _Optimizer):
-            self._visited.add(oid)
+            self.visited.add(oid)
             d = instance_dict(value)
             if "param_groups" not in d and issubclass(type(d.get("optimizer")), _Optimizer):
                 # A wrapper (accelerate's AcceleratedOptimizer): the optimizer it keeps holds the state.
                 value, name = d["optimizer"], attr_name(name, "optimizer")
-                self._visited.add(id(value))
+                self.visited.add(id(value))
             self._deferred.append((name, root, value))
             return
         if issubclass(vt, PROXY_TYPES):
@@ -248,7 +248,7 @@ class Walker:
             if self._may_hold_tensors(vt):
                 self.truncated.append(Truncation(name, f"deeper than {self.options.max_depth} levels"))
             return
-        self._visited.add(oid)
+        self.visited.add(oid)
         self._guarded(self._object, value, name, root, vt, depth, owner)
 
     def _guarded(self, fn: Any, value: Any, name: str, root: str, *args: Any) -> None:
@@ -353,7 +353,7 @@ class Walker:
 
     def _module(self, m: Any, name: str, root: str, unregistered: list[Unregistered], seen: set[int]) -> None:
         seen.add(id(m))
-        self._visited.add(id(m))
+        self.visited.add(id(m))
         d = instance_dict(m)
         mt = type(m)
         if not self.hidden:

@@ -50,26 +50,39 @@ class _Replay:
         running = recording.allocated_start or 0
         self.totals: list[int] = []
         self.line_peaks: dict[LineKey, int] = {}
-        #: Bytes allocated less bytes freed by each line itself (the innermost line of an event).
+        #: Bytes allocated less bytes freed while each line ran (every line on an event's stack).
         self.line_changes: dict[LineKey, int] = {}
         #: index of each alloc -> index of its free (len(events) when never freed)
         self.freed_at: dict[int, int] = {}
         live: dict[int, int] = {}  # address -> index of the alloc now holding it
+        # Added up per stack first: the events of one line run share their stack's tuple, so a
+        # loop of many small allocations costs a few dictionary steps each, whatever its depth.
+        stacks: dict[int, tuple[LineKey, ...]] = {}
+        changes: dict[int, int] = {}
+        peaks: dict[int, int] = {}
+        totals = self.totals
         for i, (action, address, size, lines) in enumerate(self.events):
-            if lines:
-                self.line_changes[lines[0]] = self.line_changes.get(lines[0], 0) + (size if action == "alloc" else -size)
+            stack = id(lines)
+            if stack not in stacks:
+                stacks[stack] = lines
             if action == "alloc":
                 running += size
                 live[address] = i
-                for key in lines:
-                    if running > self.line_peaks.get(key, -1):
-                        self.line_peaks[key] = running
+                changes[stack] = changes.get(stack, 0) + size
+                if running > peaks.get(stack, -1):
+                    peaks[stack] = running
             else:
                 running -= size
+                changes[stack] = changes.get(stack, 0) - size
                 made = live.pop(address, None)
                 if made is not None:
                     self.freed_at[made] = i
-            self.totals.append(running)
+            totals.append(running)
+        for stack, lines in stacks.items():
+            for key in lines:
+                self.line_changes[key] = self.line_changes.get(key, 0) + changes.get(stack, 0)
+                if stack in peaks and peaks[stack] > self.line_peaks.get(key, -1):
+                    self.line_peaks[key] = peaks[stack]
         for i in live.values():
             self.freed_at[i] = len(self.events)
         self.alive_at_end = {self.events[i][1]: i for i in live.values()}
@@ -93,31 +106,49 @@ def _rows(recording: Recording, replay: _Replay, text_of: Callable[[LineKey], st
             alive.setdefault(key, []).append((name, size))
         else:
             unnamed[key] = unnamed.get(key, 0) + size
-    # Lines heard only through events: a function's, where a marked cell reads them from the stack.
-    keys = list(dict.fromkeys([*recording.lines, *(k for k in replay.line_changes if k[1] != "<module>")]))
-    functions = list(dict.fromkeys(k[:2] for k in keys))
-    functions.sort(key=lambda f: f[1] != "<module>")  # the cell first, then functions as they first ran
     rows = []
-    for function in functions:
-        for key in sorted((k for k in keys if k[:2] == function), key=lambda k: k[2]):
-            totals = recording.lines.get(key)
-            if totals is None:  # known from events alone: no runs and no counters
-                runs = allocated_before = allocated_after = reserved_before = reserved_after = None
-                change, peak = replay.line_changes[key], replay.line_peaks.get(key)
-            else:
-                runs, change, peak = totals.runs, totals.change, totals.peak
-                allocated_before, allocated_after = totals.allocated_before, totals.allocated_after
-                reserved_before, reserved_after = totals.reserved_before, totals.reserved_after
-                if key in replay.line_peaks:
-                    peak = max(replay.line_peaks[key], peak if peak is not None else -1,
-                               *(v for v in (allocated_before, allocated_after) if v is not None))
-            rows.append(LineMemory(
-                function=key[1], line=key[2], text=text_of(key), runs=runs, allocated_before=allocated_before,
-                allocated_after=allocated_after, change=change, peak=peak, reserved_before=reserved_before,
-                reserved_after=reserved_after, alive=tuple(sorted(alive.get(key, ()), key=lambda a: -a[1])),
-                alive_unnamed=unnamed.get(key, 0), filename=key[0],
-            ))
+    for key, depth in _as_they_ran(recording, replay):
+        totals = recording.lines.get(key)
+        if totals is None:  # known from events alone: no runs and no counters
+            runs = allocated_before = allocated_after = reserved_before = reserved_after = None
+            change, peak = replay.line_changes[key], replay.line_peaks.get(key)
+        else:
+            runs, change, peak = totals.runs, totals.change, totals.peak
+            allocated_before, allocated_after = totals.allocated_before, totals.allocated_after
+            reserved_before, reserved_after = totals.reserved_before, totals.reserved_after
+            if key in replay.line_peaks:
+                peak = max(replay.line_peaks[key], peak if peak is not None else -1,
+                           *(v for v in (allocated_before, allocated_after) if v is not None))
+        rows.append(LineMemory(
+            function=key[1], line=key[2], text=text_of(key), runs=runs, allocated_before=allocated_before,
+            allocated_after=allocated_after, change=change, peak=peak, reserved_before=reserved_before,
+            reserved_after=reserved_after, alive=tuple(sorted(alive.get(key, ()), key=lambda a: -a[1])),
+            alive_unnamed=unnamed.get(key, 0), filename=key[0], depth=depth,
+        ))
     return tuple(rows)
+
+
+def _as_they_ran(recording: Recording, replay: _Replay) -> list[tuple[LineKey, int]]:
+    """Each line once, with its depth: as they first ran, each under the line that was running
+    it (a function's lines under the line that called the function)."""
+    callers: dict[LineKey, LineKey | None] = {key: totals.caller for key, totals in recording.lines.items()}
+    # Lines heard only through events (a function's, where a marked cell reads them from the
+    # stack): as their first event came, under the line below them on its stack.
+    if any(k not in callers and k[1] != "<module>" for k in replay.line_changes):
+        for _, _, _, lines in replay.events:
+            for i, key in enumerate(lines):
+                if key not in callers and key[1] != "<module>":
+                    callers[key] = lines[i + 1] if i + 1 < len(lines) else None
+    children: dict[LineKey | None, list[LineKey]] = {}
+    for key, caller in callers.items():
+        children.setdefault(caller if caller in callers and caller != key else None, []).append(key)
+    ordered: list[tuple[LineKey, int]] = []
+    pending = [(key, 0) for key in reversed(children.get(None, []))]
+    while pending:
+        key, depth = pending.pop()
+        ordered.append((key, depth))
+        pending.extend((child, depth + 1) for child in reversed(children.get(key, [])))
+    return ordered
 
 
 def _peak(recording: Recording, replay: _Replay, names: dict[int, str]) -> PeakMoment | None:
@@ -129,30 +160,37 @@ def _peak(recording: Recording, replay: _Replay, names: dict[int, str]) -> PeakM
     if totals[at] <= start:
         return _peak_from_counters(recording)
     held: dict[str, int] = {}
-    temporaries: list[tuple[str, int, int]] = []  # (label, size, index)
+    temporaries: dict[str, list[int]] = {}  # "temporary on line N" -> its allocations live at the peak
     for index, (action, address, size, _) in enumerate(replay.events[:at + 1]):
         if action != "alloc" or replay.freed_at.get(index, 0) <= at:
             continue
         made = label(replay.where_made(index))
         if replay.freed_at[index] < len(replay.events):
             what = f"temporary on {made}"
-            temporaries.append((what, size, index))
+            temporaries.setdefault(what, []).append(index)
         else:
             what = names.get(address) or f"no name, from {made}"
         held[what] = held.get(what, 0) + size
     if start:
         held[BEFORE_THE_CELL] = start
-    largest = max(temporaries, key=lambda t: t[1], default=None)
+    # The line whose temporaries held the most then, all of them: one line, one size.
+    largest = max(temporaries, key=held.__getitem__, default=None)
     without = None
     if largest is not None:
-        _, size, index = largest
-        end = replay.freed_at[index]
-        without = max([*totals[:index], *(t - size for t in totals[index:end]), *totals[end:]], default=0)
+        change = [0] * (len(totals) + 1)
+        for index in temporaries[largest]:
+            size = replay.events[index][2]
+            change[index] -= size
+            change[replay.freed_at[index]] += size
+        running = without = 0
+        for total, step in zip(totals, change):
+            running += step
+            without = max(without, total + running)
     lines_then = replay.events[at][3]
     return PeakMoment(
         allocated=totals[at], line=label(lines_then[0] if lines_then else None),
         held=tuple(sorted(held.items(), key=lambda h: -h[1])),
-        largest_temporary=(largest[0], largest[1]) if largest else None, without_largest_temporary=without,
+        largest_temporary=(largest, held[largest]) if largest else None, without_largest_temporary=without,
     )
 
 

@@ -47,8 +47,21 @@ _DEVICES = (
 )
 
 
+#: What makes a request fit that no release can, each with how: said when the request is
+#: more than the device holds, or more than every release together would free.
+ADVICE = (
+    ("a smaller batch", "or shorter sequences, smaller images"),
+    ("lower precision", "bfloat16 or float16 with torch.autocast, 8-bit optimizer states"),
+    ("recomputed activations", "torch.utils.checkpoint, instead of keeping them for backward"),
+    ("sharding across devices", "FSDP, tensor parallelism"),
+    ("offloading to the host", "parameters or optimizer state kept on the CPU"),
+    ("a device with more memory", ""),
+)
+
+
 def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Iterable[str] = ()) -> OutOfMemory:
     """The post-mortem of ``exc``, a ``torch.OutOfMemoryError``, read now."""
+    from ..collect.error_frames import error_of
     from ..collect.memory import build, tallies_of
     from ..collect.memory_readings import read
     from ..collect.scan import scan
@@ -64,19 +77,37 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
         if where == device and alias is None and size]
     traceback_bytes = sum(r.counted_bytes for r in on_device if r.hidden and r.root == "sys.last_traceback")
     history_bytes = sum(r.counted_bytes for r in on_device if r.hidden and r.root != "sys.last_traceback")
+    # Errors that are over, whose tracebacks no name reaches but keep their frames' tensors.
+    earlier: dict[str, int] = {}
+    for r in on_device:
+        label = error_of(r.name) if r.kind == "unnamed" else None
+        if label is not None:
+            earlier[label] = earlier.get(label, 0) + r.counted_bytes
     largest = _largest(on_device)
     listed = sum(t.count for t in largest)
     now = MemoryFigures(*(getattr(d, f, None) if d is not None else None for f in (
         "allocated_bytes", "reserved_bytes", "driver_free_bytes", "driver_total_bytes")))
-    fixes = []
-    if traceback_bytes or history_bytes:
-        held = " and ".join(part for part, n in (("the last error's traceback", traceback_bytes),
-                                                 ("the output history", history_bytes)) if n)
-        fixes.append(Fix(
-            summary=f"release {held}: frees {human_bytes(traceback_bytes + history_bytes)} on {device}",
+    at_failure = figures_in(message)
+    requested = requested_in(message)
+    exceeds = requested is not None and at_failure.total_bytes is not None and requested > at_failure.total_bytes
+    # The last error's frames are the failed step's own when it is this error: running the step
+    # again makes their tensors again, so they do not count towards the request fitting.
+    own = _is_last_error(exc)
+    fit = _Fit(requested, at_failure.free_bytes, exceeds)
+    fixes: list[tuple[Fix, int, int]] = []  # (fix, bytes towards the request, bytes freed)
+    released = traceback_bytes + history_bytes + sum(earlier.values())
+    if released:
+        parts = [part for part, n in (("the last error's traceback", traceback_bytes),
+                                      ("the output history", history_bytes)) if n]
+        parts += [f"the traceback of the {label[1:-1]}" for label in sorted(earlier, key=lambda k: -earlier[k])]
+        towards = released - (traceback_bytes if own else 0)
+        step_own = (f" ({human_bytes(traceback_bytes)} of it the failed step's own, made again when it runs again)"
+                    if own and traceback_bytes else "")
+        fixes.append((Fix(
+            summary=f"release {_joined(parts)}: frees {human_bytes(released)} on {device}{step_own}{fit.after(towards)}",
             code=_importing(namespace, "devinspect") + "devinspect.release_history()", action=ReleaseHistory(),
             note="%debug and %tb no longer see the error once its traceback is released",
-        ))
+        ), towards, released))
     # An error kept in a variable (saved = e) keeps the frames of its traceback, and their tensors.
     kept: dict[str, int] = {}  # the error's path -> bytes its frames hold
     for r in on_device:
@@ -84,26 +115,66 @@ def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Ite
             holder = r.name.split(_TRACEBACK_MARK, 1)[0]
             kept[holder] = kept.get(holder, 0) + r.counted_bytes
     if kept:
-        fixes.append(Fix(
-            summary=f"drop the traceback of {', '.join(kept)}: frees {human_bytes(sum(kept.values()))} on {device}",
+        freed = sum(kept.values())
+        fixes.append((Fix(
+            summary=f"drop the traceback of {', '.join(kept)}: frees {human_bytes(freed)} on {device}{fit.after(freed)}",
             code="\n".join(_drop_traceback(holder, namespace) for holder in kept),
             note="the error keeps its type and message; only the frames it keeps, and their tensors, go",
-        ))
+        ), freed, freed))
     kind = device.split(":")[0] if device else None
-    if kind is not None and d is not None and d.reserved_bytes is not None:
-        fixes.append(Fix(
+    if kind is not None and d is not None and d.reserved_bytes is not None and (d.releasable_bytes or fixes):
+        # What it returns goes to the driver, for other processes: this process reuses its cache anyway.
+        fixes.append((Fix(
             summary=f"return the allocator's cached segments to the driver ({human_bytes(d.releasable_bytes)} now"
                     + (", more once the fix above is run)" if fixes else ")"),
             code=_importing(namespace, "torch") + f"torch.{kind}.empty_cache()", action=EmptyCache(),
             note="other processes can use what it returns; PyTorch itself would reuse the cache anyway",
-        ))
+        ), 0, d.releasable_bytes or 0))
+    # The one that frees the most for the request first; empty_cache (nothing for it) last.
+    fixes.sort(key=lambda f: (-f[1], type(f[0].action) is EmptyCache, -f[2]))
+    towards_all = sum(f[1] for f in fixes)
     return OutOfMemory(
-        device=device, requested_bytes=_size(_REQUESTED, message), at_failure=figures_in(message), now=now,
+        device=device, requested_bytes=requested, at_failure=at_failure, now=now,
         releasable_bytes=d.releasable_bytes if d is not None else None,
-        largest=largest, traceback_bytes=traceback_bytes, history_bytes=history_bytes, fixes=tuple(fixes),
+        largest=largest, traceback_bytes=traceback_bytes, history_bytes=history_bytes,
+        fixes=tuple(f[0] for f in fixes), fix_bytes=tuple(f[1] for f in fixes),
         others=len(on_device) - listed,
         others_bytes=sum(r.counted_bytes for r in on_device) - sum(t.nbytes for t in largest),
+        earlier_errors_bytes=sum(earlier.values()), exceeds_capacity=exceeds,
+        advice=ADVICE if exceeds or fit.short(towards_all) else (),
     )
+
+
+class _Fit:
+    """Whether the request fits once a fix has freed some bytes: the request against what was
+    free when it failed (the error's own figures) plus what the fix frees."""
+
+    def __init__(self, requested: int | None, free: int | None, exceeds: bool):
+        self.requested, self.free, self.exceeds = requested, free, exceeds
+
+    def short(self, freed: int) -> bool:
+        return (self.exceeds or (self.requested is not None and self.free is not None
+                                 and self.free + freed < self.requested))
+
+    def after(self, freed: int) -> str:
+        if self.exceeds:
+            return "; the request still does not fit: it is more than the device holds"
+        if self.requested is None or self.free is None:
+            return ""
+        free = self.free + freed
+        verdict = "it fits" if free >= self.requested else f"still {human_bytes(self.requested - free)} short"
+        return f"; then {human_bytes(free)} would be free for the {human_bytes(self.requested)} asked: {verdict}"
+
+
+def _joined(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _is_last_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the shell's last error (its frames are ``sys.last_traceback``'s)."""
+    import sys
+
+    return any(sys.__dict__.get(name) is exc for name in ("last_value", "last_exc"))
 
 
 def _drop_traceback(holder: str, namespace: Mapping[str, Any]) -> str:
@@ -140,6 +211,11 @@ def figures_in(message: str) -> MemoryFigures:
         found["reserved_bytes"] = found["allocated_bytes"] + unallocated
     allocated = written["allocated_bytes"]
     return MemoryFigures(**found, rounding_bytes=_rounding(allocated[1]) if allocated else 0)
+
+
+def requested_in(message: str) -> int | None:
+    """The bytes an out-of-memory message says were asked for ("Tried to allocate 20.00 MiB")."""
+    return _size(_REQUESTED, message)
 
 
 def failed_device(message: str) -> str | None:
@@ -226,12 +302,17 @@ def _largest(records: list[TensorRecord]) -> tuple[HeldTensor, ...]:
 
 
 def _held(r: TensorRecord) -> HeldTensor:
+    from ..collect.error_frames import describe
+
+    earlier = describe(r.name) if r.kind == "unnamed" else None
     if r.root == "sys.last_traceback":
         # Scanned as "sys.last_traceback:forward.h": the local h of forward, in the last error.
         frame, _, local = r.name.removeprefix("sys.last_traceback:").partition(".")
         name, holder = f"{local} in {frame}", "last error's traceback"
     elif r.hidden:
         name, holder = r.name, "output history"
+    elif earlier is not None:  # a local of an earlier error, that error's traceback the only holder
+        name, holder = earlier
     elif r.kind == "unnamed":
         name, holder = r.name, "no name (found by the garbage collector)"
     else:

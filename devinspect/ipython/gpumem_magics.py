@@ -122,12 +122,12 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
             raise UsageError(f"%%gpumem: {line_only[0]} belongs to %gpumem on a line; a %%gpumem cell takes "
                              "-d, -f, -o and -v")
         device = profiled_device(args.device)
-        def live_view(profile: Any) -> Any:
+        def live_view(profile: Any, plot_html: str | None) -> Any:
             from ..jupyter.line_memory_widget import line_memory_widget
             from ..jupyter.memory_dashboard import MemoryDashboard
 
             dashboard = MemoryDashboard(self._collector(str(device), True), self._memory_actions())
-            return line_memory_widget(profile, dashboard)
+            return line_memory_widget(profile, dashboard, plot_html)
 
         return ProfiledCell(self.shell, args, line, cell, device, function_codes(self.shell.user_ns, args.function),
                             self._ipython_names(), live_view)

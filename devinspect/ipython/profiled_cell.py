@@ -24,7 +24,7 @@ class ProfiledCell(CheckedCell):
     magic = "gpumem"
 
     def __init__(self, shell: Any, args: Any, line: str, cell: str, device: torch.device,
-                 functions: tuple[Any, ...], exclude: Any, live_view: Callable[[Any], Any] | None = None):
+                 functions: tuple[Any, ...], exclude: Any, live_view: Callable[[Any, Any], Any] | None = None):
         self.device, self.exclude, self.live_view = device, exclude, live_view
         #: The code objects of the functions named with -f (and of forward, for a module).
         self.function_codes = frozenset(functions)
@@ -41,8 +41,8 @@ class ProfiledCell(CheckedCell):
         from ..collect.failing_call import first_line
         from ..diagnose.line_memory import build_profile
 
-        self.mode.__exit__(None, None, None)
         try:
+            self.mode.__exit__(None, None, None)
             self.report = build_profile(
                 self.mode.recording, _source_text, lambda: named_allocations(self.shell.user_ns, self.device, self.exclude),
                 error=first_line(error) if error is not None else None)
@@ -56,16 +56,22 @@ class ProfiledCell(CheckedCell):
     def _display(self) -> None:
         from IPython.display import display
 
+        from ..render.memory_plot import ProfileWithPlot
         from .common import display_live
 
         if getattr(self.shell, "kernel", None) is not None and self.live_view is not None:
+            # A frontend that shows images: the static copy has the plot too (what nbconvert
+            # and a notebook opened without a kernel show), made once for both.
+            static = ProfileWithPlot(self.report)
             try:
-                widget = self.live_view(self.report)
+                widget = self.live_view(self.report, static.plot_html)
             except ImportError:  # no ipywidgets: the static output is complete
                 widget = None
             if widget is not None:
-                display_live(widget, self.report)
-                return
+                display_live(widget, static)
+            else:
+                display(static)
+            return
         display(self.report)
 
     def _result(self) -> Any:

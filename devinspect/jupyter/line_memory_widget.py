@@ -7,21 +7,16 @@ from typing import Any
 
 from ..model.line_memory import LineMemoryProfile
 from ..render.line_memory import render_html
-from ..render.memory_plot import LinesPlot
 
 
-def line_memory_widget(profile: LineMemoryProfile, dashboard: Any) -> Any:
-    """A VBox: the profile (static HTML), its plot where matplotlib is installed, and the
-    ``dashboard`` (a :class:`~devinspect.jupyter.memory_dashboard.MemoryDashboard`)."""
+def line_memory_widget(profile: LineMemoryProfile, dashboard: Any, plot_html: str | None = None) -> Any:
+    """A VBox: the profile (static HTML), its plot (``plot_html``, made with the static copy:
+    :class:`~devinspect.render.memory_plot.ProfileWithPlot`), and the ``dashboard`` (a
+    :class:`~devinspect.jupyter.memory_dashboard.MemoryDashboard`)."""
     import ipywidgets as widgets
 
     parts = [widgets.HTML(render_html(profile))]
-    if profile.lines:
-        try:
-            plot = LinesPlot(profile)._repr_mimebundle_()["text/html"]
-        except ImportError:  # no matplotlib: the table says it all
-            plot = None
-        if plot is not None:
-            parts.append(widgets.HTML(plot))
+    if plot_html is not None:
+        parts.append(widgets.HTML(plot_html))
     parts.append(dashboard.widget)
     return widgets.VBox(parts)

@@ -59,11 +59,21 @@ class OutOfMemory:
     #: Bytes on the device only the last error's traceback / the output history keep alive.
     traceback_bytes: int
     history_bytes: int
-    #: One fix a button each: release history (and the traceback's frames), empty the cache.
+    #: One fix a button each: release history (and the traceback's frames), empty the cache;
+    #: the one that frees the most for the request first.
     fixes: tuple[Fix, ...] = ()
     #: The tensors on the device not listed in ``largest``: how many, and their bytes.
     others: int = 0
     others_bytes: int = 0
+    #: Bytes on the device held only by the tracebacks of earlier errors no name reaches.
+    earlier_errors_bytes: int = 0
+    #: What each fix (in the order of ``fixes``) frees on the device for the request: bytes the
+    #: failed code would not make again when it runs again (the failed step's own locals would).
+    fix_bytes: tuple[int, ...] = ()
+    #: The request alone is more than the device holds in all: no release can make it fit.
+    exceeds_capacity: bool = False
+    #: What would make it fit, when no release can (or all of them together cannot): (what, how).
+    advice: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,9 @@ class LineTotals:
     #: The highest allocated bytes seen while it ran (at its start, its end, or an
     #: allocation inside it); None without allocation events.
     peak: int | None = None
+    #: The line that was running it, the first time it ran (a function's line: the line
+    #: that called the function); None for the cell's own lines.
+    caller: LineKey | None = None
 
 
 #: One allocator event: (action, address, size, the user's lines running then, innermost
@@ -92,6 +95,9 @@ class LineMemory:
     #: Bytes made on this line, alive at the end, that no name reaches (a graph, a cache).
     alive_unnamed: int = 0
     filename: str = ""
+    #: How deep it ran: 0 for the cell's lines, 1 for the lines of a function a cell line
+    #: called, and so on. Rows come as they first ran, each under the line that called it.
+    depth: int = 0
 
     @property
     def label(self) -> str:
@@ -104,10 +110,12 @@ class PeakMoment:
 
     allocated: int
     line: str  # the label of the innermost line running then
-    #: (what, bytes), largest first: a user's name, "temporary on line N" (freed before the
-    #: end), "no name, from line N" (alive at the end, unnamed), or "held before the cell".
+    #: (what, bytes), largest first: a user's name, "temporary on line N" (the tensors made
+    #: on line N live then and freed before the end), "no name, from line N" (alive at the
+    #: end, unnamed), or "held before the cell".
     held: tuple[tuple[str, int], ...]
-    #: The largest temporary live at the peak, and the peak had it never been made (a what-if
+    #: The temporaries of the line whose temporaries held the most at the peak, as ``held``
+    #: lists them (one size for one line), and the peak had they never been made (a what-if
     #: from the recorded sizes: nothing is run again).
     largest_temporary: tuple[str, int] | None = None
     without_largest_temporary: int | None = None
@@ -141,11 +149,12 @@ class LineMemoryProfile:
         import pandas as pd
 
         columns = ["function", "line", "code", "runs", "allocated_before", "allocated_after", "change", "peak",
-                   "reserved_before", "reserved_after", "alive", "alive_unnamed"]
+                   "reserved_before", "reserved_after", "alive", "alive_unnamed", "depth"]
         rows = [{"function": m.function, "line": m.line, "code": m.text, "runs": m.runs,
                  "allocated_before": m.allocated_before, "allocated_after": m.allocated_after, "change": m.change,
                  "peak": m.peak, "reserved_before": m.reserved_before, "reserved_after": m.reserved_after,
-                 "alive": ", ".join(f"{name} ({size})" for name, size in m.alive), "alive_unnamed": m.alive_unnamed}
+                 "alive": ", ".join(f"{name} ({size})" for name, size in m.alive), "alive_unnamed": m.alive_unnamed,
+                 "depth": m.depth}
                 for m in self.lines]
         return pd.DataFrame(rows, columns=columns)
 

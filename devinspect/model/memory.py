@@ -93,6 +93,9 @@ class DeviceMemory:
     driver_free_bytes: int | None = None
     driver_used_bytes: int | None = None
     driver_reserved_bytes: int | None = None
+    #: What CUDA can allocate in all (``cudaMemGetInfo``'s total, the "total capacity" of an
+    #: out-of-memory message): the driver's total less what the driver keeps for itself.
+    capacity_bytes: int | None = None
     process_bytes: int | None = None
     peak_process_bytes: int | None = None
     other_processes_bytes: int | None = None
@@ -185,6 +188,11 @@ def _driver_rows(d: DeviceMemory) -> list[ReconRow]:
         return rows  # the device's driver_status says why
     measured_used = d.driver_used_bytes is not None
     used = d.driver_used_bytes if measured_used else d.driver_total_bytes - d.driver_free_bytes
+    kept, kept_source = d.driver_reserved_bytes, "measured"
+    if kept is None and measured_used and d.capacity_bytes is not None and 0 < d.driver_total_bytes - d.capacity_bytes <= used:
+        # NVML before v2 counts what the driver keeps in "used": the difference of the two totals.
+        kept, kept_source = d.driver_total_bytes - d.capacity_bytes, "derived"
+        used -= kept
     if d.process_bytes is not None:
         if d.reserved_bytes is not None:
             rows.append(ReconRow("outside PyTorch's allocator in this process", d.outside_allocator_bytes, "derived",
@@ -206,11 +214,14 @@ def _driver_rows(d: DeviceMemory) -> list[ReconRow]:
     rows.append(ReconRow("used (driver)", used, "measured" if measured_used else "derived",
                          "what nvidia-smi shows as used" if measured_used else "total − free",
                          total=d.reserved_bytes is not None or d.process_bytes is not None))
-    if d.driver_reserved_bytes:
-        rows.append(ReconRow("reserved by the driver", d.driver_reserved_bytes, "measured",
-                             "NVML: kept by the driver and firmware, usable by no process"))
+    if kept:
+        rows.append(ReconRow("reserved by the driver", kept, kept_source,
+                             "kept by the driver and firmware, usable by no process: the total less CUDA's total "
+                             "(the \"total capacity\" of an out-of-memory message)"))
     rows.append(ReconRow("free (driver)", d.driver_free_bytes, "measured", ""))
-    rows.append(ReconRow("total", d.driver_total_bytes, "measured", "device memory", total=True))
+    rows.append(ReconRow("total", d.driver_total_bytes, "measured",
+                         "the device's memory, as nvidia-smi shows it" if measured_used
+                         else "what CUDA can allocate (cudaMemGetInfo)", total=True))
     return rows
 
 

@@ -30,11 +30,15 @@ from ..model.line_memory import LineKey
 
 
 class LineListener(Protocol):
-    def enter(self, code: CodeType) -> None: ...
+    """Takes ``sys.monitoring``'s own arguments, so that its methods are the callbacks (no
+    wrapper call per event): ``enter(code, offset)``, ``line(code, number)``,
+    ``leave(code, offset, value)``; the marker tracer passes the code alone."""
+
+    def enter(self, code: CodeType, offset: int = 0) -> None: ...
 
     def line(self, code: CodeType, number: int) -> None: ...
 
-    def leave(self, code: CodeType) -> None: ...
+    def leave(self, code: CodeType, offset: int = 0, value: Any = None) -> None: ...
 
 
 #: The name the cell's markers call: a builtin while a marked cell runs, gone after.
@@ -118,11 +122,11 @@ class _MonitoringTracer:
         listener, codes = self.listener, self.codes
         monitoring.use_tool_id(self.tool, "devinspect %%gpumem")
         callbacks = {
-            events.PY_START: lambda code, offset: listener.enter(code),
-            events.PY_RESUME: lambda code, offset: listener.enter(code),
-            events.PY_RETURN: lambda code, offset, value: listener.leave(code),
-            events.PY_YIELD: lambda code, offset, value: listener.leave(code),
-            events.LINE: lambda code, number: listener.line(code, number),
+            events.PY_START: listener.enter,
+            events.PY_RESUME: listener.enter,
+            events.PY_RETURN: listener.leave,
+            events.PY_YIELD: listener.leave,
+            events.LINE: listener.line,
             # Unwinding can only be heard everywhere; it happens once per frame an exception leaves.
             events.PY_UNWIND: lambda code, offset, exc: listener.leave(code) if code in codes else None,
         }

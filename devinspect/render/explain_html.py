@@ -7,16 +7,24 @@ from html import escape
 from ..model.explanation import Explanation, OutOfMemory
 from ..model.units import human_bytes
 from .check_html import mismatch_html
-from .explain_text import DEVCHECK_HINT, figures_line, held_text, others_text, unwound_text, what_text
+from .explain_text import (
+    DEVCHECK_HINT,
+    advice_text,
+    asked_text,
+    figures_line,
+    held_text,
+    others_text,
+    unwound_text,
+    what_text,
+)
 from .html import CELL, NUM, fix_html
 
 _NOWRAP = CELL + ";white-space:nowrap"
 
 
 def out_of_memory_html(m: OutOfMemory) -> str:
-    asked = (f"tried to allocate {escape(human_bytes(m.requested_bytes))}" if m.requested_bytes is not None
-             else "an allocation failed")
-    out = [f'<p style="margin:4px 0">✖ <b>out of memory on {escape(m.device or "an unknown device")}</b>: {asked}</p>',
+    out = [f'<p style="margin:4px 0">✖ <b>out of memory on {escape(m.device or "an unknown device")}</b>: '
+           f'{escape(asked_text(m))}</p>',
            f'<p style="margin:2px 0">when it failed: {escape(figures_line(m.at_failure))}<br>'
            f'now: {escape(figures_line(m.now) + unwound_text(m))}</p>']
     if m.largest:
@@ -37,7 +45,12 @@ def out_of_memory_html(m: OutOfMemory) -> str:
     if m.releasable_bytes is not None:
         out.append(f'<p style="margin:2px 0">empty_cache() would release {escape(human_bytes(m.releasable_bytes))} '
                    "of cached segments now</p>")
+    advice = f'<p style="margin:2px 0">{escape(advice_text(m))}</p>' if m.advice else ""
+    if m.exceeds_capacity:
+        out.append(advice)
     out.extend(fix_html(fix) for fix in m.fixes)
+    if not m.exceeds_capacity:
+        out.append(advice)
     return "".join(out)
 
 

@@ -39,14 +39,32 @@ def others_text(m: OutOfMemory) -> str:
 
 def held_text(m: OutOfMemory) -> str:
     held = [f"the last error's traceback {human_bytes(m.traceback_bytes)}" if m.traceback_bytes else "",
-            f"the output history {human_bytes(m.history_bytes)}" if m.history_bytes else ""]
+            f"the output history {human_bytes(m.history_bytes)}" if m.history_bytes else "",
+            f"earlier errors' tracebacks {human_bytes(m.earlier_errors_bytes)}" if m.earlier_errors_bytes else ""]
     return " and ".join(h for h in held if h)
 
 
-def out_of_memory_lines(m: OutOfMemory) -> list[str]:
+def asked_text(m: OutOfMemory) -> str:
+    """``tried to allocate 89.0 GiB``, and when that is more than the device holds, says so first."""
     asked = (f"tried to allocate {human_bytes(m.requested_bytes)}" if m.requested_bytes is not None
              else "an allocation failed")
-    lines = [f"out of memory on {m.device or 'an unknown device'}: {asked}",
+    if m.exceeds_capacity:
+        asked += (f", more than {m.device} holds in all ({human_bytes(m.at_failure.total_bytes)}): "
+                  "no release can make it fit")
+    return asked
+
+
+def advice_text(m: OutOfMemory) -> str:
+    ways = "; ".join(f"{what} ({how})" if how else what for what, how in m.advice)
+    if m.exceeds_capacity:
+        return f"what would make it fit: {ways}"
+    if m.fixes:
+        return f"every release above together still leaves it short; what would make it fit: {ways}"
+    return f"nothing here can be released; what would make it fit: {ways}"
+
+
+def out_of_memory_lines(m: OutOfMemory) -> list[str]:
+    lines = [f"out of memory on {m.device or 'an unknown device'}: {asked_text(m)}",
              f"  when it failed: {figures_line(m.at_failure)}",
              f"  now:            {figures_line(m.now)}{unwound_text(m)}"]
     if m.largest:
@@ -61,8 +79,12 @@ def out_of_memory_lines(m: OutOfMemory) -> list[str]:
         lines.append(f"  held only by {held_text(m)}")
     if m.releasable_bytes is not None:
         lines.append(f"  empty_cache() would release {human_bytes(m.releasable_bytes)} of cached segments now")
+    if m.exceeds_capacity and m.advice:
+        lines.append(f"  {advice_text(m)}")
     for fix in m.fixes:
         lines.extend(fix_block(fix, "  "))
+    if m.advice and not m.exceeds_capacity:
+        lines.append(f"  {advice_text(m)}")
     return lines
 
 
@@ -83,10 +105,19 @@ def headline(e: Explanation) -> str:
     and where the rest is (printed after the traceback)."""
     if e.mismatch is not None:
         what = mismatch_lines(e.mismatch)[0]
-        fix = e.mismatch.fix.summary if e.mismatch.fix is not None else ""
+        fix = f" — fix: {e.mismatch.fix.summary}" if e.mismatch.fix is not None else ""
     elif e.out_of_memory is not None:
-        what = out_of_memory_lines(e.out_of_memory)[0]
-        fix = e.out_of_memory.fixes[0].summary if e.out_of_memory.fixes else ""
+        m = e.out_of_memory
+        what = out_of_memory_lines(m)[0]
+        # The fix that frees the most for the request comes first; one that frees nothing for it
+        # never leads: then what would make it fit does.
+        first = next((f.summary for f, n in zip(m.fixes, m.fix_bytes) if n > 0), None)
+        if m.exceeds_capacity or (first is None and m.advice):
+            fix = " — what would: " + ", ".join(way for way, _ in m.advice)
+        elif first is not None or m.fixes:
+            fix = f" — fix: {first if first is not None else m.fixes[0].summary}"
+        else:
+            fix = ""
     else:
         return ""
-    return f"devinspect: {what}" + (f" — fix: {fix}" if fix else "") + " (explained below the traceback ↓)"
+    return f"devinspect: {what}{fix} (explained below the traceback ↓)"

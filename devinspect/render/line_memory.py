@@ -24,8 +24,13 @@ def _alive(m: LineMemory) -> str:
     return ", ".join(parts)
 
 
+def nested_label(m: LineMemory) -> str:
+    """A line's label, marked as run inside the row above it when it is a function's line."""
+    return m.label if not m.depth else f"{'  ' * (m.depth - 1)}↳ {m.label}"
+
+
 def rows(profile: LineMemoryProfile) -> list[tuple[str, ...]]:
-    return [(m.label, str(m.runs) if m.runs is not None else "—",
+    return [(nested_label(m), str(m.runs) if m.runs is not None else "—",
              _span(m.allocated_before, m.allocated_after) if m.runs is not None else "—", signed_bytes(m.change),
              human_bytes(m.peak) if m.peak is not None else "—",
              _span(m.reserved_before, m.reserved_after) if m.runs is not None else "—",

@@ -15,7 +15,7 @@ import base64
 import io
 from typing import Any
 
-from ..model.line_memory import LineMemoryProfile
+from ..model.line_memory import LineMemory, LineMemoryProfile
 from ..model.memory import MemoryHistory
 
 _MIB = float(1 << 20)
@@ -75,9 +75,22 @@ def _themed(ax: Any, colours: dict[str, str], title: str) -> None:
         text.set_color(colours["text"])
 
 
+def as_they_ended(lines: tuple[LineMemory, ...]) -> list[LineMemory]:
+    """The profile's lines (each under the line that called it) in the order they ended: a
+    function's lines before the line that ran them, so that "after" reads as a timeline."""
+    out: list[LineMemory] = []
+    running: list[LineMemory] = []
+    for m in lines:
+        while running and running[-1].depth >= m.depth:
+            out.append(running.pop())
+        running.append(m)
+    out.extend(reversed(running))
+    return out
+
+
 def lines_figure(profile: LineMemoryProfile, theme: str = "light") -> Any:
     """``%%gpumem``'s step plot: allocated and reserved after each profiled line, from the
-    cell's start, with the peak inside each line (MiB)."""
+    cell's start, with the peak inside each line (MiB); lines in the order they ended."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -85,10 +98,11 @@ def lines_figure(profile: LineMemoryProfile, theme: str = "light") -> Any:
     fig = Figure(figsize=(8.5, 2.6), layout="constrained", facecolor=colours["face"])
     FigureCanvasAgg(fig)
     ax = fig.subplots()
-    x = ["start", *(m.label.replace("line ", "") for m in profile.lines)]
-    series = [("allocated", [profile.allocated_start, *(m.allocated_after for m in profile.lines)], "-"),
-              ("reserved", [profile.reserved_start, *(m.reserved_after for m in profile.lines)], "--"),
-              ("peak in line", [None, *(m.peak for m in profile.lines)], ":")]
+    lines = as_they_ended(profile.lines)
+    x = ["start", *(m.label.replace("line ", "") for m in lines)]
+    series = [("allocated", [profile.allocated_start, *(m.allocated_after for m in lines)], "-"),
+              ("reserved", [profile.reserved_start, *(m.reserved_after for m in lines)], "--"),
+              ("peak in line", [None, *(m.peak for m in lines)], ":")]
     for (label, values, style), colour in zip(series, _LINES):
         points = [(i, v / _MIB) for i, v in enumerate(values) if v is not None]
         if points:
@@ -96,7 +110,9 @@ def lines_figure(profile: LineMemoryProfile, theme: str = "light") -> Any:
                     label=label, color=colour)
     ax.set_xticks(range(len(x)), x, rotation=0 if len(x) < 16 else 90, fontsize="small")
     _themed(ax, colours, f"{profile.device}, by line")
-    ax.set_xlabel("after line", color=colours["text"])
+    nested = any(m.depth for m in lines)
+    ax.set_xlabel("after line" + (" (a function's lines come before the line that called them)" if nested else ""),
+                  color=colours["text"])
     return fig
 
 
@@ -122,13 +138,15 @@ class HistoryPlot:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         light = base64.b64encode(self.light).decode()
         dark = base64.b64encode(self.dark).decode()
+        # Never wider than the output area (577 px in JupyterLab beside its file browser).
         html = (
             "<style>"
             "[data-jp-theme-light='false'] .devinspect-plot-light{display:none!important}"
             "[data-jp-theme-light='false'] .devinspect-plot-dark{display:inline!important}"
             "</style>"
-            f'<img class="devinspect-plot-light" alt="{self.alt}" src="data:image/png;base64,{light}">'
-            f'<img class="devinspect-plot-dark" alt="{self.alt}" style="display:none" '
+            f'<img class="devinspect-plot-light" alt="{self.alt}" style="max-width:100%;height:auto" '
+            f'src="data:image/png;base64,{light}">'
+            f'<img class="devinspect-plot-dark" alt="{self.alt}" style="display:none;max-width:100%;height:auto" '
             f'src="data:image/png;base64,{dark}">'
         )
         return {"text/html": html, "image/png": light, "text/plain": f"<{self.alt} plot>"}
@@ -142,3 +160,25 @@ class LinesPlot(HistoryPlot):
     def __init__(self, profile: LineMemoryProfile):
         self.light = figure_png(lines_figure(profile, "light"))
         self.dark = figure_png(lines_figure(profile, "dark"))
+
+
+class ProfileWithPlot:
+    """``%%gpumem``'s static copy: the profile, then its step plot, as one output, so that a
+    notebook saved or exported (nbconvert) shows both without a running kernel. ``plot_html``
+    is the plot's HTML, made once for this copy and for the live view (None without
+    matplotlib, or with no line to plot)."""
+
+    def __init__(self, profile: LineMemoryProfile):
+        self.profile = profile
+        self.plot_html: str | None = None
+        if profile.lines:
+            try:
+                self.plot_html = LinesPlot(profile)._repr_mimebundle_()["text/html"]
+            except ImportError:  # matplotlib is optional: the table says it all
+                pass
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        out = dict(self.profile._repr_mimebundle_())
+        if self.plot_html is not None and "text/html" in out:
+            out["text/html"] += self.plot_html
+        return out

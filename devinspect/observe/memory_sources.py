@@ -1,0 +1,392 @@
+"""Where ``%%gpumem``'s allocated and reserved bytes come from, by kind of device.
+
+A source gives the line recorder ``now() -> (allocated, reserved)``, ``start()`` and
+``stop()`` around the run, and ``listener``: what hears the line tracer while the cell
+runs (None: the recorder itself, live).
+
+* :class:`ToldEvents`: a backend that tells its allocator's events as they happen (the
+  simulated device). Each event is counted as it comes, on the lines running then; the
+  counters follow from the events, so no line reads the device.
+* :class:`TaggedCudaHistory`: CUDA. Its memory history records every allocator event. While
+  the cell runs, each line event is one append to a list, and the list's length is set as
+  the thread's memory metadata (``torch.cuda.memory._set_memory_metadata``), which the
+  allocator stamps on every event it records from then on. At the end the history is read
+  once, and the line events and the allocator's are replayed together in the order they
+  happened: no line reads the allocator, and each event is placed exactly, however many
+  times a loop runs the same line. Events of other threads (autograd's backward, on CUDA)
+  carry no tag: they are placed by their time (CUDA records each event's, in µs of the
+  system clock) among the line events between the tagged events around them.
+* :class:`CudaHistoryWithCounters`: CUDA where the history is the user's own (recording
+  before the cell, or carrying metadata the user set): their recording is read, never
+  written into, so the counters are read at each line (a ``memory_stats()`` dictionary
+  each, which costs far more than the line) and the events once at the end.
+* :class:`Counters`: any other accelerator, through ``torch.accelerator``: the counters at
+  each line, and no events (so no peak inside a line and no names).
+
+Nothing here allocates on the device, empties its cache, synchronises it or resets its
+peak counters.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from time import time_ns
+from typing import Any, Callable
+
+import torch
+
+from ..collect.memory_readings import accelerator_call, stat
+from ..model.line_memory import MemoryEvent
+from .line_tracers import running_lines
+
+#: Events kept per run (about 100 bytes each); a longer run keeps counting lines and totals.
+MAX_EVENTS = 2_000_000
+
+#: CUDA history actions as the recorder counts them: a free counts when it is requested (the
+#: allocator's counter drops then); expandable segments map and unmap instead of allocating.
+CUDA_ACTIONS = {"alloc": "alloc", "free_requested": "free", "free": "free", "segment_alloc": "segment_alloc",
+                "segment_free": "segment_free", "segment_map": "segment_alloc", "segment_unmap": "segment_free"}
+
+
+def event_source(device: torch.device, recorder: Any) -> Any:
+    """The source for ``device``: told events, CUDA's history (tagged, or the user's own), or counters."""
+    if device.type == "cuda":
+        if TaggedCudaHistory.usable():
+            return TaggedCudaHistory(device, recorder)
+        return CudaHistoryWithCounters(device, recorder)
+    observers = device_module_call(device.type, "memory_observers", device)
+    if type(observers) is list:
+        return ToldEvents(device, observers, recorder)
+    return Counters(device, recorder.recording, f"{device.type} exposes no allocation events through "
+                                                 "torch.accelerator: no peak inside a line and no names")
+
+
+class Counters:
+    """Counters read from the device's API at each line (no events to follow them by)."""
+
+    listener = None
+
+    def __init__(self, device: torch.device, recording: Any, why: str = ""):
+        index = device.index if device.index is not None else 0
+        if why:
+            recording.events_source = why
+        if device.type == "cuda":
+            self._read = lambda: (torch.cuda.memory_allocated(index), torch.cuda.memory_reserved(index))
+        else:
+            kind = device.type
+            self._read = lambda: (accelerator_call(kind, "memory_allocated", index),
+                                  accelerator_call(kind, "memory_reserved", index))
+
+    def now(self) -> tuple[int | None, int | None]:
+        try:
+            allocated, reserved = self._read()
+            return int(allocated), int(reserved)
+        except Exception:  # noqa: BLE001 - a backend that cannot say: the column is empty
+            return None, None
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class _EventCounts:
+    """Counters kept from the allocator's events, and the events themselves, each on the lines
+    running when it happened."""
+
+    listener = None
+
+    def __init__(self, recorder: Any):
+        self.recorder = recorder
+        self.allocated = self.reserved = 0
+
+    def now(self) -> tuple[int, int]:
+        return self.allocated, self.reserved
+
+    def count(self, action: str, address: int, size: int, lines: tuple) -> None:
+        # Called for every allocation a loop makes: kept short.
+        if action == "alloc":
+            allocated = self.allocated = self.allocated + size
+            for entry in self.recorder.open_lines:  # the peak of every running line
+                if entry[4] is not None and allocated > entry[4]:
+                    entry[4] = allocated
+        elif action == "free":
+            self.allocated -= size
+        elif action == "segment_alloc":
+            self.reserved += size
+        else:
+            self.reserved -= size
+        recording = self.recorder.recording
+        if len(recording.events) < MAX_EVENTS:
+            recording.events.append((action, address, size, lines))
+        else:
+            recording.events_dropped += 1
+
+
+class ToldEvents(_EventCounts):
+    """A backend that tells its allocator's events as they happen: its device module offers
+    ``memory_observers(device)``, a list to append ``observer(action, address, size)`` to
+    (the simulated device does). The counters follow from the events, so no line reads
+    the device."""
+
+    def __init__(self, device: torch.device, observers: list, recorder: Any):
+        super().__init__(recorder)
+        self.observers = observers
+        self.counters = Counters(device, recorder.recording)
+        recorder.recording.events_source = f"{device.type}'s allocator events"
+        recorder.recording.has_events = True
+
+    def _observe(self, action: str, address: int, size: int) -> None:
+        # Heard from any thread, as the device's counters are: counted on the line running then.
+        recorder = self.recorder
+        stack_read = recorder.stack_read
+        lines = running_lines(stack_read, recorder.lines_now, sys._getframe(1)) if stack_read else recorder.lines_now
+        self.count(action, address, size, lines)
+
+    def start(self) -> None:
+        allocated, reserved = self.counters.now()
+        self.allocated, self.reserved = allocated or 0, reserved or 0
+        self.observers.append(self._observe)
+
+    def stop(self) -> None:
+        if self._observe in self.observers:
+            self.observers.remove(self._observe)
+
+
+def _history_on() -> bool:
+    is_on = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+    return bool(is_on()) if is_on is not None else False
+
+
+class TaggedCudaHistory(_EventCounts):
+    """CUDA's memory history, each event tagged with the number of line events before it, read
+    and replayed once at the end (see the module's docstring)."""
+
+    @staticmethod
+    def usable() -> bool:
+        """Whether the tags can be set and the history is free: not recording already (the
+        user's recording is never written into) and no metadata of the user's set."""
+        get = getattr(torch._C, "_cuda_getMemoryMetadata", None)
+        if get is None or getattr(torch._C, "_cuda_setMemoryMetadata", None) is None:
+            return False
+        try:
+            return not _history_on() and get() == ""
+        except Exception:  # noqa: BLE001 - an allocator that cannot tag: the counters path
+            return False
+
+    def __init__(self, device: torch.device, recorder: Any):
+        super().__init__(recorder)
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
+        #: The line events in order: (0 enter, 1 line or 2 leave, the code, its line number,
+        #: time.time_ns()); the allocator tags each event with how many came before it.
+        self.log: list[tuple[int, Any, int, int]] = []
+        self.tag = torch._C._cuda_setMemoryMetadata
+        #: A marked cell's functions are not followed line by line: their lines come from the
+        #: Python stack CUDA records with each event (so it records one).
+        self.with_stacks = bool(recorder.stack_read)
+        self.listener = self
+
+    # -- the line tracer's listener while the cell runs: one append and one tag ----------
+
+    def enter(self, code: Any, offset: int = 0) -> None:
+        # No new tag: what happens before the function's first line is its caller's line's.
+        self.log.append((0, code, 0, time_ns()))
+
+    def line(self, code: Any, number: int) -> None:
+        log = self.log
+        log.append((1, code, number, time_ns()))
+        self.tag(str(len(log)))
+
+    def leave(self, code: Any, offset: int = 0, value: Any = None) -> None:
+        log = self.log
+        log.append((2, code, 0, time_ns()))
+        self.tag(str(len(log)))
+
+    # -- around the run ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        rec = self.recorder.recording
+        stats = torch.cuda.memory_stats(self.index)
+        self.allocated = stat(stats, "allocated_bytes.all.current") or 0
+        self.reserved = stat(stats, "reserved_bytes.all.current") or 0
+        options: dict[str, Any] = {"enabled": "all", "context": "all" if self.with_stacks else None,
+                                   "stacks": "python"}
+        if "skip_actions" in inspect.signature(torch.cuda.memory._record_memory_history).parameters:
+            options["skip_actions"] = ["free_completed"]  # counted when requested: half the entries
+        try:
+            self.tag("0")
+            torch.cuda.memory._record_memory_history(**options)
+            rec.events_source, rec.has_events = "CUDA's memory history", True
+        except Exception as exc:  # noqa: BLE001 - no history: counters only, said plainly
+            self.tag("")
+            rec.events_source = f"CUDA's memory history is not available ({type(exc).__name__}: {exc})"
+            self.listener = None  # the recorder follows the lines itself, reading the counters
+            self.now = Counters(torch.device("cuda", self.index), rec).now  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        if self.listener is None:
+            return
+        self.tag("")
+        try:
+            entries = device_trace(self.index)
+        finally:
+            torch.cuda.memory._record_memory_history(enabled=None)
+        try:
+            self._replay(entries)
+        except Exception as exc:  # noqa: BLE001 - a history in a form not known: the lines so far, said so
+            rec = self.recorder.recording
+            rec.events_source, rec.has_events = f"CUDA's memory history could not be read ({type(exc).__name__}: {exc})", False
+        stats = torch.cuda.memory_stats(self.index)  # the end as the allocator counts it
+        self.allocated = stat(stats, "allocated_bytes.all.current") or self.allocated
+        self.reserved = stat(stats, "reserved_bytes.all.current") or self.reserved
+
+    def _replay(self, entries: list[dict]) -> None:
+        """The line events and the allocator's, in the order they happened, through the recorder.
+
+        Run once per entry of the history (a loop of small allocations makes millions), so the
+        counting of :meth:`count` is done here inline, on locals."""
+        recorder, log = self.recorder, self.log
+        logged = len(log)
+        enter, line, leave = recorder.enter, recorder.line, recorder.leave
+        open_lines, recording = recorder.open_lines, recorder.recording
+        events = recording.events
+        room = MAX_EVENTS - len(events)
+        traced = recorder.traced if self.with_stacks else None
+        actions = CUDA_ACTIONS
+        allocated, reserved = self.allocated, self.reserved
+        lines = recorder.lines_now
+        done = tag = 0
+        last_written: Any = None
+        written_tag: int | None = None
+        ahead_at, ahead_tag = -1, logged  # the next tagged entry after an untagged one, and its tag
+        for at, entry in enumerate(entries):
+            action = actions.get(entry["action"])
+            if action is None:
+                continue
+            written = entry.get("user_metadata")
+            if written != last_written:
+                last_written = written
+                written_tag = min(int(written), logged) if type(written) is str and written.isdigit() else None
+            if written_tag is not None:
+                tag = written_tag
+            elif type(entry.get("time_us")) is int:  # another thread's: placed by its time
+                if ahead_at <= at:
+                    ahead_at, ahead_tag = _next_tagged(entries, at + 1, logged)
+                until = (entry["time_us"] + 1) * 1000  # a line event in the same µs counts as before it
+                while tag < ahead_tag and log[tag][3] < until:
+                    tag += 1
+            if done < tag:
+                self.allocated, self.reserved = allocated, reserved  # what the recorder reads there
+                while done < tag:
+                    kind, code, number, _ = log[done]
+                    if kind == 1:
+                        line(code, number)
+                    elif kind == 0:
+                        enter(code)
+                    else:
+                        leave(code)
+                    done += 1
+                lines = recorder.lines_now
+            size = entry["size"]
+            if action == "alloc":
+                allocated += size
+                for running in open_lines:  # the peak of every running line
+                    if running[4] is not None and allocated > running[4]:
+                        running[4] = allocated
+            elif action == "free":
+                allocated -= size
+            elif action == "segment_alloc":
+                reserved += size
+            else:
+                reserved -= size
+            if room > 0:
+                room -= 1
+                frames = entry.get("frames") if traced is not None else None
+                events.append((action, entry["addr"], size, stack_lines(frames, traced) + lines if frames else lines))
+            else:
+                recording.events_dropped += 1
+        self.allocated, self.reserved = allocated, reserved
+        for kind, code, number, _ in log[done:]:
+            (line(code, number) if kind == 1 else enter(code) if kind == 0 else leave(code))
+
+
+def _next_tagged(entries: list[dict], start: int, logged: int) -> tuple[int, int]:
+    """(position, tag) of the first tagged entry from ``start``; past the end, the whole log."""
+    for at in range(start, len(entries)):
+        written = entries[at].get("user_metadata")
+        if type(written) is str and written.isdigit():
+            return at, min(int(written), logged)
+    return len(entries), logged
+
+
+def stack_lines(frames: Any, traced: set[tuple[str, str]]) -> tuple:
+    """The lines of the chosen functions (not the cell's own) in a recorded stack, innermost first."""
+    return tuple((f.get("filename", ""), f.get("name", ""), int(f.get("line", 0))) for f in frames
+                 if (f.get("filename", ""), f.get("name", "")) in traced and f.get("name") != "<module>")
+
+
+def device_trace(index: int) -> list[dict]:
+    """CUDA's recorded history of device ``index`` (one ``_snapshot()``)."""
+    traces = torch.cuda.memory._snapshot().get("device_traces") or []
+    return list(traces[index]) if index < len(traces) else []
+
+
+class CudaHistoryWithCounters(Counters):
+    """CUDA's memory history as the user left it: on for the run (unless it was on already),
+    read once at the end; the counters are read at each line."""
+
+    def __init__(self, device: torch.device, recorder: Any):
+        super().__init__(device, recorder.recording)
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
+        self.recorder = recorder
+        self.was_on = False
+        self.before = 0
+
+    def start(self) -> None:
+        rec = self.recorder.recording
+        try:
+            before = device_trace(self.index)
+            self.was_on, self.before = bool(before) or _history_on(), len(before)
+            if not self.was_on:
+                torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python")
+            rec.events_source, rec.has_events = "CUDA's memory history", True
+        except Exception as exc:  # noqa: BLE001 - no history: counters only, said plainly
+            rec.events_source = f"CUDA's memory history is not available ({type(exc).__name__}: {exc})"
+
+    def stop(self) -> None:
+        rec = self.recorder.recording
+        if not rec.has_events:
+            return
+        try:
+            entries = device_trace(self.index)[self.before:]
+        finally:
+            if not self.was_on:
+                torch.cuda.memory._record_memory_history(enabled=None)
+        traced = self.recorder.traced
+        rec.events.extend(cuda_events(entries, lambda filename, name: (filename, name) in traced))
+
+
+def cuda_events(entries: list[dict], traced: Callable[[str, str], bool]) -> list[MemoryEvent]:
+    """CUDA history entries as events, each on the traced frames of its stack."""
+    out = []
+    for entry in entries:
+        action = CUDA_ACTIONS.get(entry.get("action", ""))
+        if action is None:
+            continue
+        lines = tuple((f.get("filename", ""), f.get("name", ""), int(f.get("line", 0)))
+                      for f in entry.get("frames") or () if traced(f.get("filename", ""), f.get("name", "")))
+        out.append((action, int(entry.get("addr", 0)), int(entry.get("size", 0)), lines))
+    return out
+
+
+def device_module_call(kind: str, name: str, *args: Any) -> Any:
+    """``torch.<kind>.<name>(*args)``, or None where the device module has no such function."""
+    function = getattr(getattr(torch, kind, None), name, None)
+    if not callable(function):
+        return None
+    try:
+        return function(*args)
+    except Exception:  # noqa: BLE001 - a backend that cannot answer: no events, no names
+        return None
