@@ -142,6 +142,9 @@ def test_load_unload_reload_leave_exactly_one_of_each(ip):
     ip.run_line_magic("unload_ext", "devinspect")
     assert not {"devices", "gpumem", "devcheck"} & (set(manager.magics["line"]) | set(manager.magics["cell"]))
     assert all(instances(kind) == [] and kind not in manager.registry for kind in ours)
+    # The cell entry points and the traceback drawer are the shell's own again.
+    assert not {"run_cell", "run_cell_async"} & set(vars(ip))
+    assert "devinspect" not in type(getattr(ip._showtraceback, "__self__", None)).__module__
     devinspect.unload_ipython_extension(ip)  # unloading twice is harmless
     ip.run_line_magic("load_ext", "devinspect")
     assert all(len(instances(kind)) == 1 for kind in ours)

@@ -250,24 +250,3 @@ def awaiting_magic_cells(shell: Any) -> Any:
 
     transform.devinspect = True  # type: ignore[attr-defined]
     return transform
-
-
-def edited_cells(shell: Any) -> Any:
-    """An input transformer that runs a cell's pending edit (:mod:`devinspect.actions.cells`):
-    when the text of a cell whose fix was applied runs again, the edited text runs instead,
-    once, and the notebook is asked to show it in the cell (``set_next_input`` with
-    ``replace=True``). Any other cell passes through unchanged."""
-    from ..actions.cells import take_pending
-
-    def transform(lines: list[str]) -> list[str]:
-        try:
-            pending = take_pending("".join(lines))
-            if pending is None:
-                return lines
-            shell.set_next_input(pending.edited, replace=True)
-            return pending.edited.splitlines(keepends=True) + ([] if pending.edited.endswith("\n") else ["\n"])
-        except Exception:  # noqa: BLE001 - never break a cell
-            return lines
-
-    transform.devinspect = True  # type: ignore[attr-defined]
-    return transform

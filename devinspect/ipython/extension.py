@@ -11,11 +11,12 @@ from traitlets import TraitError
 from .. import actions
 from ..collect import locations
 from ..observe import tracebacks
-from .cell_runner import awaiting_magic_cells, edited_cells
+from .cell_runner import awaiting_magic_cells
 from .common import cell_numbers, error_forgetter, traceback_drawer
 from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
 from .devices_magics import DevicesMagics
+from .edited_cells import EditedCells
 from .gpumem_magics import GpumemMagics
 from .traceback_pointer import TracebackPointer
 
@@ -42,6 +43,7 @@ class Loaded:
         self.forget_error = error_forgetter(shell)
         self.draw_traceback = traceback_drawer(shell)
         self.pointer = TracebackPointer(shell, self.devcheck.pointer_line)
+        self.edited_cells = EditedCells(shell)
 
     @property
     def devcheck(self) -> DevcheckMagics:
@@ -64,13 +66,13 @@ def load(shell: Any) -> None:
     here = Loaded(shell)
     for family in here.families:
         shell.register_magics(family)
-    shell.input_transformers_cleanup.insert(0, edited_cells(shell))  # before anything reads the text
     shell.input_transformers_cleanup.append(awaiting_magic_cells(shell))
     locations.register_cell_numbers(here.cell_numbers)
     tracebacks.register_drawer(here.draw_traceback)
     actions.error_holders.append(here.forget_error)
     shell.events.register("post_run_cell", here.devcheck._explain_after_cell)
     here.pointer.install()
+    here.edited_cells.install()
     _loaded[id(shell)] = here
 
 
@@ -80,6 +82,7 @@ def unload(shell: Any) -> None:
     if here is None:
         return
     here.pointer.uninstall()
+    here.edited_cells.uninstall()
     for family in here.families:
         family.close()
     locations.unregister_cell_numbers(here.cell_numbers)

@@ -1,0 +1,94 @@
+"""A real kernel driven as JupyterLab drives it (tests/frontend.py): execute requests with the
+editor's text and ``metadata.cellId``, buttons clicked through their comm messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from frontend import Cell, Frontend
+
+pytestmark = pytest.mark.slow
+
+SETUP = ("import torch\nfrom torch import nn\nfrom devinspect import testing\ndevice = testing.enable()\n"
+         "model = nn.Linear(32, 2).to(device)")
+FAILING = "features = torch.randn(4, 32)\nscores = model(features)"
+EDITED = "features = torch.randn(4, 32, device=device)\nscores = model(features)"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    frontend = Frontend()
+    try:
+        assert not frontend.run("%load_ext devinspect").failed
+        assert not frontend.run(SETUP).failed
+        yield frontend
+    finally:
+        frontend.close()
+
+
+def apply_fix_button(lab: Frontend, cell: Cell) -> str:
+    (button,) = lab.find(cell, "ButtonModel", description="Apply fix")
+    return button
+
+
+def test_apply_fix_then_rerun_runs_the_edited_cell_and_the_editor_shows_it(lab):
+    cell = lab.run(Cell(FAILING))
+    assert cell.failed and cell.reply["ename"] == "RuntimeError"
+    lab.click(apply_fix_button(lab, cell))
+    assert "becomes: features = torch.randn(4, 32, device=device)" in lab.html(cell)
+    assert cell.text == FAILING  # the editor holds the old text until the cell runs again
+    lab.run(cell)  # Re-run cell: the notebook sends the editor's (unchanged) text
+    assert not cell.failed, cell.text_of_outputs()
+    assert cell.reply["payload"] == [{"source": "set_next_input", "text": EDITED, "replace": True}]
+    assert cell.text == EDITED  # the editor shows what ran
+    # The history holds what ran, raw and transformed; the edit is spent.
+    probe = lab.run(f"_ih[{cell.execution_count}] == {EDITED!r} and "
+                    f"get_ipython().history_manager.input_hist_raw[{cell.execution_count}] == {EDITED!r}")
+    assert "True" in probe.text_of_outputs()
+    again = lab.run(cell)
+    assert not again.failed and again.reply["payload"] == []
+
+
+def test_the_async_path_runs_the_edited_cell_too(lab):
+    # Top-level await: ipykernel transforms the cell itself and calls run_cell_async with it.
+    cell = lab.run(Cell("import asyncio\nawait asyncio.sleep(0)\n" + FAILING))
+    assert cell.failed
+    lab.click(apply_fix_button(lab, cell))
+    lab.run(cell)
+    assert not cell.failed, cell.text_of_outputs()
+    assert cell.text == "import asyncio\nawait asyncio.sleep(0)\n" + EDITED
+
+
+def test_an_edited_run_that_fails_otherwise_keeps_running_as_edited_until_it_succeeds(lab):
+    lab.run("broken = True")
+    text = FAILING + "\nassert not broken, 'something else'"
+    cell = lab.run(Cell(text))
+    lab.click(apply_fix_button(lab, cell))
+    lab.run(cell)
+    # JupyterLab keeps the editor's text when a run fails: the edited text ran, and says so.
+    assert cell.failed and cell.reply["ename"] == "AssertionError" and cell.text == text
+    assert "ran the cell as Apply fix edited it" in cell.text_of_outputs()
+    lab.run("broken = False")
+    lab.run(cell)
+    assert not cell.failed and cell.text.startswith("features = torch.randn(4, 32, device=device)")
+
+
+def test_an_edit_belongs_to_its_cell_and_to_its_text(lab):
+    cell, twin = lab.run(Cell(FAILING)), Cell(FAILING)
+    lab.click(apply_fix_button(lab, cell))
+    lab.run(twin)  # another cell with the same text: not the one fixed
+    assert twin.failed and twin.text == FAILING
+    cell.text = FAILING + "\nprint('typed')"  # the user changed the cell before running it again
+    lab.run(cell)
+    assert cell.failed and cell.text.endswith("print('typed')")
+    cell.text = FAILING
+    lab.run(cell)  # the edit was of text that is gone: the text runs as written
+    assert cell.failed and cell.text == FAILING
+
+
+def test_a_devcheck_cell_fixed_with_its_buttons_runs_and_shows_the_edit(lab):
+    cell = lab.run(Cell("%%devcheck -v report\n" + FAILING))
+    assert cell.failed and "device mismatch" in cell.text_of_outputs()
+    lab.click(apply_fix_button(lab, cell))
+    lab.run(cell)
+    assert not cell.failed and cell.text == "%%devcheck -v report\n" + EDITED
