@@ -92,3 +92,27 @@ def test_a_devcheck_cell_fixed_with_its_buttons_runs_and_shows_the_edit(lab):
     lab.click(apply_fix_button(lab, cell))
     lab.run(cell)
     assert not cell.failed and cell.text == "%%devcheck -v report\n" + EDITED
+
+
+def test_a_failed_cells_explanation_and_buttons_come_before_its_traceback(lab):
+    import re
+
+    def traceback_of(cell: Cell) -> list[str]:
+        (error,) = [o for o in cell.outputs if o["output_type"] == "error"]
+        return [re.sub(r"In\[\d+\]", "In[N]", line) for line in error["traceback"]]
+
+    cell = lab.run(Cell(FAILING))
+    kinds = [o["output_type"] for o in cell.outputs]
+    assert kinds[-1] == "error" and kinds.count("error") == 1
+    first = cell.outputs[0]["data"]["text/plain"]
+    assert first.startswith("devinspect: device mismatch in F.linear")
+    assert "features = torch.randn(4, 32, device=device)" in first
+    assert cell.outputs[1]["data"].get("application/vnd.jupyter.widget-view+json")  # Apply fix, Re-run cell
+    assert lab.find(cell, "ButtonModel", description="Apply fix")
+    # The error is the error a plain kernel sends: the same name, value and traceback text.
+    lab.run("%config DevInspect.explain_errors = False")
+    plain = lab.run(Cell(FAILING))
+    lab.run("%config DevInspect.explain_errors = True")
+    assert [o["output_type"] for o in plain.outputs] == ["error"]
+    assert (plain.reply["ename"], plain.reply["evalue"]) == (cell.reply["ename"], cell.reply["evalue"])
+    assert traceback_of(plain) == traceback_of(cell)

@@ -42,7 +42,7 @@ class Loaded:
         self.cell_numbers = cell_numbers(shell)
         self.forget_error = error_forgetter(shell)
         self.draw_traceback = traceback_drawer(shell)
-        self.pointer = TracebackPointer(shell, self.devcheck.pointer_line)
+        self.pointer = TracebackPointer(shell, self.devcheck.before_traceback)
         self.edited_cells = EditedCells(shell)
 
     @property
