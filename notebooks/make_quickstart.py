@@ -81,7 +81,10 @@ cells = [
     ),
     new_code_cell(
         "from devinspect import actions\n"
-        "actions.apply_fix(globals(), report.mismatch.fix.action, displayhook=get_ipython().displayhook)"
+        "if report.mismatch is None:   # Apply fix and Re-run cell above fixed it already\n"
+        "    print(\"fixed: the cell above ran\")\n"
+        "else:\n"
+        "    print(actions.apply_fix(globals(), report.mismatch.fix.action, displayhook=get_ipython().displayhook))"
     ),
     new_markdown_cell("The same cell now runs. The check counts the copies between host and device, and the "
                       "times the host waits for the device, on each line:"),
