@@ -155,7 +155,11 @@ class Frontend:
 
     def click(self, comm_id: str) -> None:
         """A click on a button, as the front end sends it."""
-        self._send_comm(comm_id, {"method": "custom", "content": {"event": "click"}})
+        self.send_custom(comm_id, {"event": "click"})
+
+    def send_custom(self, comm_id: str, content: dict) -> None:
+        """A custom message from a widget's view (``model.send(content)``)."""
+        self._send_comm(comm_id, {"method": "custom", "content": content})
 
     def choose(self, comm_id: str, label: str) -> None:
         """A choice in a dropdown, as the front end sends it (the option's index)."""

@@ -116,3 +116,32 @@ def test_a_failed_cells_explanation_and_buttons_come_before_its_traceback(lab):
     assert [o["output_type"] for o in plain.outputs] == ["error"]
     assert (plain.reply["ename"], plain.reply["evalue"]) == (cell.reply["ename"], cell.reply["evalue"])
     assert traceback_of(plain) == traceback_of(cell)
+
+
+@pytest.mark.parametrize("text", ["%devices", "%gpumem", FAILING, "%%devcheck\n" + FAILING,
+                                  "%%gpumem\nx = torch.randn(64, 64, device=device)\ndel x"])
+def test_a_rerun_closes_the_widgets_of_the_cells_previous_output(lab, text):
+    cell = lab.run(Cell(text))
+    first = [w for top in cell.widget_ids() for w in lab.descendants(top)]
+    assert first
+    alive = len(lab.alive())
+    for _ in range(3):
+        lab.run(cell)
+    assert len(lab.alive()) == alive  # the same cell's outputs replace each other: flat
+    assert all(lab.widgets[w] is None for w in first)  # the first output's widgets are closed
+    other = lab.run(Cell(text))  # another cell's output stays
+    assert all(lab.widgets[w] is not None for top in cell.widget_ids() for w in lab.descendants(top))
+    assert other.widget_ids()
+
+
+def test_a_cell_run_inside_its_panel_closes_what_its_previous_run_there_showed(lab):
+    # Where the Re-run button finds no notebook, the cell runs inside the panel (its Output).
+    cell = lab.run(Cell(FAILING))
+    (rerun,) = [w for top in cell.widget_ids() for w in lab.descendants(top)
+                if "Re-run cell" in str(lab.widgets[w].get("_esm", ""))]
+    before = set(lab.alive())
+    lab.send_custom(rerun, {"event": "no-notebook"})
+    shown = set(lab.alive()) - before  # what that run showed in the panel (its explanation's panel)
+    assert lab.find(cell, "ButtonModel", description="Apply fix") and len(shown) > 5
+    lab.send_custom(rerun, {"event": "no-notebook"})
+    assert all(lab.widgets[w] is None for w in shown) and len(lab.alive()) == len(before) + len(shown)

@@ -161,9 +161,12 @@ class CheckedCell:
         if fix is not None and fix.action is not None and getattr(shell, "kernel", None) is not None:
             # A widget frontend: the fix as a button, then a re-run of this cell.
             from ..jupyter.fix_panel import fix_panel
+            from .cell_widgets import run_here, shown
 
             source = self.source
-            display(fix_panel(fix, shell.user_ns, lambda: shell.run_cell(source), shell=shell))
+            panel = fix_panel(fix, shell.user_ns, run_here(shell, lambda: shell.run_cell(source)), shell=shell)
+            display(panel)
+            shown(shell, panel)
 
     def _result(self) -> Any:
         from ..observe.check import DeviceCheckError

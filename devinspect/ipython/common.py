@@ -68,16 +68,20 @@ _HIDE_STATIC_BEFORE_LIVE = ("<style>.jp-OutputArea-child:has(.devinspect-static)
 LIVE_PLACEHOLDER = "devinspect: the live view needs a running kernel (its static copy is the output above)"
 
 
-def display_live(widget: Any, fallback: Any) -> None:
+def display_live(widget: Any, fallback: Any, shell: Any = None) -> None:
     """Display ``fallback``'s static rendering, then the live ``widget``, as two outputs.
 
     One output carrying both would lose the static copy wherever widget state was saved:
     nbconvert then picks the widget's view, which it can only draw with a widget manager
     fetched from a CDN, and a saved notebook on GitHub or offline shows nothing. As two
     outputs, every viewer shows the static copy, and a live frontend shows the widget in
-    its place (see ``_HIDE_STATIC_BEFORE_LIVE``).
+    its place (see ``_HIDE_STATIC_BEFORE_LIVE``). The widget is closed when the cell's output
+    is replaced (:mod:`devinspect.ipython.cell_widgets`); ``shell`` is the running shell.
     """
+    from IPython import get_ipython
     from IPython.display import display
+
+    from .cell_widgets import shown
 
     static = dict(fallback._repr_mimebundle_())
     if "text/html" in static:
@@ -87,6 +91,7 @@ def display_live(widget: Any, fallback: Any) -> None:
     live = dict(widget._repr_mimebundle_())
     live["text/plain"] = LIVE_PLACEHOLDER
     display(live, raw=True)
+    shown(shell if shell is not None else get_ipython(), widget)
 
 
 def device_argument(magic: str, text: str | None) -> str | None:

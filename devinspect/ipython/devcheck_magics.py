@@ -203,8 +203,12 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
                 from ..jupyter.fix_panel import explanation_panel
             except ImportError:  # no ipywidgets: the static output is complete
                 return
-            display(explanation_panel(explanation, shell.user_ns,
-                                      (lambda: shell.run_cell(rerun)) if rerun else None, shell=shell))
+            from .cell_widgets import run_here, shown
+
+            again = run_here(shell, lambda: shell.run_cell(rerun)) if rerun else None
+            panel = explanation_panel(explanation, shell.user_ns, again, shell=shell)
+            display(panel)
+            shown(shell, panel)
 
     def _devcheck_args(self, line: str) -> Any:
         args = self._parse(self.devcheck, line)

@@ -157,7 +157,7 @@ class DevicesMagics(DevInspectMagics):
         explorer = self._explorer(view, rescan) if getattr(self.shell, "kernel", None) is not None else None
         if explorer is not None:
             self._last_explorer = explorer
-            display_live(explorer.widget, view)
+            display_live(explorer.widget, view, self.shell)
         else:
             display(view)
         return None if shown_by_caller else view

@@ -12,6 +12,7 @@ from .. import actions
 from ..collect import locations
 from ..observe import tracebacks
 from .cell_runner import awaiting_magic_cells
+from .cell_widgets import CellWidgets
 from .common import cell_numbers, error_forgetter, traceback_drawer
 from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
@@ -44,6 +45,7 @@ class Loaded:
         self.draw_traceback = traceback_drawer(shell)
         self.pointer = TracebackPointer(shell, self.devcheck.before_traceback)
         self.edited_cells = EditedCells(shell)
+        self.cell_widgets = CellWidgets(shell)
 
     @property
     def devcheck(self) -> DevcheckMagics:
@@ -73,6 +75,7 @@ def load(shell: Any) -> None:
     shell.events.register("post_run_cell", here.devcheck._explain_after_cell)
     here.pointer.install()
     here.edited_cells.install()
+    here.cell_widgets.install()
     _loaded[id(shell)] = here
 
 
@@ -83,6 +86,7 @@ def unload(shell: Any) -> None:
         return
     here.pointer.uninstall()
     here.edited_cells.uninstall()
+    here.cell_widgets.uninstall()
     for family in here.families:
         family.close()
     locations.unregister_cell_numbers(here.cell_numbers)

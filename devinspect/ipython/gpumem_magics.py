@@ -184,7 +184,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
             dashboard = MemoryDashboard(collect, self._memory_actions())
             self._last_dashboard = weakref.ref(dashboard)
             snapshot = dashboard.snapshot
-            display_live(dashboard.widget, snapshot)
+            display_live(dashboard.widget, snapshot, self.shell)
             if args.watch is not None:
                 self._stop_watchers()
                 self._watchers.append(Watcher(dashboard, args.watch).start())

@@ -45,7 +45,7 @@ def show_ranks(shell: Any, magic: str, args: Any, focus: str, exclude: Any) -> A
         except ImportError:  # no ipywidgets: the static report is complete
             widget = None
     if widget is not None:
-        display_live(widget, report)
+        display_live(widget, report, shell)
     else:
         display(report)
     return report if args.output else None

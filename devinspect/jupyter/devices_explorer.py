@@ -25,6 +25,7 @@ from ..render.module_tree import ModuleNode, module_tree
 from ..render.table import SEVERITY_MARK
 from ..render.text import summary_line
 from .fix_panel import FixButton
+from .lifetime import close_all
 
 #: Widths of the table's columns (the header's sort buttons have the same): the short columns fit
 #: their header and its sort mark; the name takes what is left and wraps (a name is never cut).
@@ -298,15 +299,7 @@ class DevicesExplorer:
         """Close rows that new ones replaced, with everything in them but the shared layouts:
         ipywidgets keeps every widget it made until it is closed, so rows drawn again after each
         action would pile up in the kernel."""
-        shared = {id(layout) for layout in self._tree_layouts.values()}
-        stack = list(rows)
-        while stack:
-            part = stack.pop()
-            stack.extend(getattr(part, "children", ()))
-            for owned in (getattr(part, "style", None), getattr(part, "layout", None)):
-                if owned is not None and id(owned) not in shared:
-                    owned.close()
-            part.close()
+        close_all(rows, keep=self._tree_layouts.values())
 
     def _more_row(self, parent: str, depth: int, hidden: int) -> Any:
         w = self._w
