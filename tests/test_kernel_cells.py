@@ -145,3 +145,10 @@ def test_a_cell_run_inside_its_panel_closes_what_its_previous_run_there_showed(l
     assert lab.find(cell, "ButtonModel", description="Apply fix") and len(shown) > 5
     lab.send_custom(rerun, {"event": "no-notebook"})
     assert all(lab.widgets[w] is None for w in shown) and len(lab.alive()) == len(before) + len(shown)
+
+
+def test_an_assignment_shows_nothing_and_makes_no_widget(lab):
+    made = len(lab.widgets)
+    cell = lab.run("r = %devices\nsnap = %gpumem -o --no-tensors\nhistory = %gpumem --history -o")
+    assert not cell.failed and cell.outputs == [] and len(lab.widgets) == made
+    assert "True" in lab.run("r.records[0].name == 'model.weight' and snap.devices != ()").text_of_outputs()

@@ -54,6 +54,17 @@ def test_result_object_with_and_without_o(ip):
     assert len(r.findings) == 2
 
 
+def test_an_assignment_displays_nothing_and_a_statement_shows_its_result(ip, sim):
+    ip.run_cell(SETUP)
+    for cell in ("r = %devices", "r = %devices -o", "snap = %gpumem -o --no-tensors", "h = %gpumem --history -o",
+                 "why = %devices --why x -o"):
+        result, text, html, captured = run(ip, cell)
+        assert result.success and captured.outputs == [] and text == "", cell
+    assert type(ip.user_ns["snap"]).__name__ == "MemorySnapshot" and ip.user_ns["r"].records
+    _, text, _, _ = run(ip, "%devices\nx = 1")  # a line of its own shows, wherever it stands
+    assert "model[0].lin.weight" in text
+
+
 def test_options_filter_and_sort(ip):
     ip.run_cell(SETUP)
     ip.run_cell("a = %devices --device sim:0\nb = %devices --kind attribute\nc = %devices model\n"

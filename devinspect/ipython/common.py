@@ -156,17 +156,20 @@ def running_cell_number(shell: Any) -> int:
     return shell.execution_count
 
 
-def caller_displays_result(frame: Any) -> bool:
-    """Whether the code calling the magic displays its value (the cell's last expression:
-    IPython compiles it so that the value goes to the display hook)."""
+def caller_result_use(frame: Any) -> str:
+    """What the code calling the magic does with its value: ``"shown"`` (the cell's last
+    expression, which IPython displays), ``"dropped"`` (a statement of its own), or ``"kept"``
+    (assigned, ``r = %devices``, or passed on). Read from the instruction after the call."""
     try:
         instructions = [i for i in dis.get_instructions(frame.f_code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
         # f_lasti is the call now running (or an inline cache entry after it).
         current = max(i for i, ins in enumerate(instructions) if ins.offset <= frame.f_lasti)
         after = instructions[current + 1]
-    except Exception:  # noqa: BLE001 - when unsure, show it
-        return False
-    return after.opname == "PRINT_EXPR" or (after.opname == "CALL_INTRINSIC_1" and after.argrepr == "INTRINSIC_PRINT")
+    except Exception:  # noqa: BLE001 - when unsure, the magic shows its result itself
+        return "dropped"
+    if after.opname == "PRINT_EXPR" or (after.opname == "CALL_INTRINSIC_1" and after.argrepr == "INTRINSIC_PRINT"):
+        return "shown"
+    return "dropped" if after.opname == "POP_TOP" else "kept"
 
 
 def event_loop_running() -> bool:

@@ -13,7 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from .cell_runner import AwaitedCells, CheckedCell
 from .common import (
     DevInspectMagics,
-    caller_displays_result,
+    caller_result_use,
     calling_frame,
     cell_magic_usage,
     event_loop_running,
@@ -122,8 +122,8 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             explanation = explanation_of(error, self.shell.user_ns, exclude=self._ipython_names())
         if args.variable:
             self.shell.user_ns[args.variable] = explanation
-        if args.output and caller_displays_result(calling_frame()):
-            return explanation  # IPython shows it, once
+        if args.output and caller_result_use(calling_frame()) != "dropped":
+            return explanation  # IPython shows it, once, or the code keeps it
         self._show_explanation(explanation, rerun=None)
         return explanation if args.output else None
 
