@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import run
@@ -221,3 +223,20 @@ def test_a_negative_limit_is_refused_by_config_and_the_setting_stays(ip):
         for name in before:
             ip.config.DevInspect.pop(name, None)
         ip.run_line_magic("reload_ext", "devinspect")
+
+
+def test_loading_the_extension_imports_only_what_registering_the_magics_needs():
+    from conftest import run_python
+
+    done = run_python(
+        "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance()\nip.display_formatter.active_types = ip.display_formatter.format_types\n"
+        "ip.run_line_magic('load_ext', 'devinspect')\n"
+        "print('loaded:', sorted(m for m in ('torch', 'pandas', 'numpy', 'ipywidgets', 'devinspect.render', "
+        "'devinspect.diagnose.explain') if m in sys.modules))\n"
+        "ip.run_cell('import torch\\nx = torch.zeros(2)\\n%devices')\n"
+        "ip.run_cell('torch.ones(2) @ torch.ones(3)')\n")
+    assert done.returncode == 0, done.stderr
+    assert "loaded: []" in done.stdout  # no torch, pandas or renderer until a magic needs them
+    assert re.search(r"^x +tensor +cpu +float32 +\[2\]", done.stdout, re.M)  # the first magic loads what it needs
+    assert "RuntimeError" in done.stdout + done.stderr  # the cells ran as usual

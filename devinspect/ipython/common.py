@@ -14,8 +14,6 @@ from IPython.core.magic import Magics
 from IPython.core.magic_arguments import parse_argstring
 
 from ..collect import locations
-from ..collect.names import shell_names
-from ..collect.static import type_module, type_name
 
 #: How each magic is typed (a cell magic takes two %).
 MAGIC_PREFIX = {"devcheck": "%%"}
@@ -42,6 +40,8 @@ class DevInspectMagics(Magics):
             raise UsageError(f"{name}: {exc} in {line!r}") from None
 
     def _ipython_names(self) -> list[str]:
+        from ..collect.names import shell_names
+
         return shell_names(self.shell)
 
     def _set_event(self, event: str, callback: Any, on: bool) -> None:
@@ -121,6 +121,8 @@ def variable_name(magic: str, name: str | None, shell: Any = None) -> None:
         raise UsageError(f"{magic}: -v {name}: IPython uses that name itself; choose another")
     user_ns = getattr(shell, "user_ns", None) if shell is not None else None
     if isinstance(user_ns, dict) and name in user_ns:
+        from ..collect.static import type_name
+
         held = type(dict.__getitem__(user_ns, name))
         if not is_result_type(held):  # an earlier result is replaced, nothing else
             raise UsageError(f"{magic}: -v {name}: {name} already holds a {type_name(held)}, which the result "
@@ -130,6 +132,8 @@ def variable_name(magic: str, name: str | None, shell: Any = None) -> None:
 def is_result_type(cls: type) -> bool:
     """Whether ``cls`` is one of devinspect's results (a scan, a report, an explanation: what
     ``-v`` stores), not any other object of devinspect's (a simulated tensor, an error)."""
+    from ..collect.static import type_module
+
     return type_module(cls).startswith(("devinspect.model.", "devinspect.render."))
 
 

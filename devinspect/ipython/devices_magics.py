@@ -9,7 +9,7 @@ from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..model.records import KINDS
-from ..render.table import SORTS
+from ..model.scan_result import SORTS
 from .common import (
     DevInspectMagics,
     caller_result_use,

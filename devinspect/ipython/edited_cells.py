@@ -24,9 +24,13 @@ from __future__ import annotations
 import functools
 import sys
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..actions import cells
+if TYPE_CHECKING:
+    from ..actions.cells import PendingEdit
+
+#: The module that records edits: until something imported it, no cell has an edit to run.
+_EDITS = "devinspect.actions.cells"
 
 #: Execution counts whose cell ids are kept (a cell edited longer ago runs by its text alone).
 _REMEMBERED_RUNS = 2000
@@ -104,10 +108,11 @@ class EditedCells:
 
     # -- what runs ---------------------------------------------------------------------
 
-    def _chain(self, entry: Any, raw_cell: Any, kwargs: dict) -> list[cells.PendingEdit]:
+    def _chain(self, entry: Any, raw_cell: Any, kwargs: dict) -> list[PendingEdit]:
         """The pending edits that turn ``raw_cell`` into the text to run, in order (an edit of the
         edited text follows the first); forgets the edits of this cell that no longer apply."""
-        if entry.inert or type(raw_cell) is not str or raw_cell is self._handed_on:
+        cells = sys.modules.get(_EDITS)
+        if cells is None or entry.inert or type(raw_cell) is not str or raw_cell is self._handed_on:
             return []
         try:
             pending = cells.pending_edits()
@@ -116,11 +121,11 @@ class EditedCells:
             cell_id = kwargs.get("cell_id")
             ids = self.cell_ids
 
-            def same_cell(edit: cells.PendingEdit) -> bool:
+            def same_cell(edit: PendingEdit) -> bool:
                 known = ids.get(edit.cell) if edit.cell is not None else None
                 return known is None or cell_id is None or known == cell_id
 
-            chain: list[cells.PendingEdit] = []
+            chain: list[PendingEdit] = []
             text = raw_cell.rstrip()
             while True:
                 edit = next((e for e in reversed(pending) if e.original == text and same_cell(e) and e not in chain),
@@ -150,9 +155,10 @@ class EditedCells:
             pass
         return result
 
-    def _ran(self, chain: list[cells.PendingEdit], result: Any) -> Any:
+    def _ran(self, chain: list[PendingEdit], result: Any) -> Any:
         """After the edited text ran: the notebook is asked to show it; a run that succeeded
         ends the edit, one that failed keeps it for the next run of the text the editor holds."""
+        cells = sys.modules[_EDITS]
         edited = chain[-1].edited
         try:
             self.shell.set_next_input(edited, replace=True)

@@ -8,7 +8,6 @@ from typing import Any
 
 from traitlets import TraitError
 
-from .. import actions
 from ..collect import locations
 from ..observe import tracebacks
 from .cell_runner import awaiting_magic_cells
@@ -71,7 +70,7 @@ def load(shell: Any) -> None:
     shell.input_transformers_cleanup.append(awaiting_magic_cells(shell))
     locations.register_cell_numbers(here.cell_numbers)
     tracebacks.register_drawer(here.draw_traceback)
-    actions.error_holders.append(here.forget_error)
+    tracebacks.error_holders.append(here.forget_error)
     shell.events.register("post_run_cell", here.devcheck._explain_after_cell)
     here.pointer.install()
     here.edited_cells.install()
@@ -91,8 +90,8 @@ def unload(shell: Any) -> None:
         family.close()
     locations.unregister_cell_numbers(here.cell_numbers)
     tracebacks.unregister_drawer(here.draw_traceback)
-    if here.forget_error in actions.error_holders:
-        actions.error_holders.remove(here.forget_error)
+    if here.forget_error in tracebacks.error_holders:
+        tracebacks.error_holders.remove(here.forget_error)
     shell.input_transformers_cleanup[:] = [t for t in shell.input_transformers_cleanup
                                            if not getattr(t, "devinspect", False)]
     manager = shell.magics_manager
@@ -110,6 +109,8 @@ def unload(shell: Any) -> None:
 
 def release_history_here() -> Any:
     """Release history in the running IPython session (or the last traceback in plain Python)."""
+    from .. import actions
+
     try:
         from IPython import get_ipython
     except ImportError:
