@@ -111,7 +111,7 @@ cells = [
     new_markdown_cell("Keep a result to work with it as data:"),
     new_code_cell(
         "r = %devices\n"
-        "r.frame[[\"name\", \"kind\", \"device\", \"dtype\", \"shape\", \"storage_bytes\", \"alias_of\"]].head(8)"
+        "r.frame[[\"name\", \"kind\", \"device\", \"shape\", \"storage_bytes\"]].head(8)"
     ),
     new_code_cell("%devices opt --kind optimizer_state --sort bytes"),
     new_markdown_cell(

@@ -30,7 +30,7 @@ from .lifetime import close_all
 
 #: Widths of the table's columns (the header's sort buttons have the same): the short columns fit
 #: their header and its sort mark; the name takes what is left and wraps (a name is never cut).
-WIDTHS = {"kind": "6.4em", "device": "5.4em", "dtype": "5.2em", "shape": "5.6em", "size": "5.2em"}
+WIDTHS = {"kind": "6.4em", "device": "5.4em", "dtype": "5.2em", "shape": "7.4em", "size": "5.2em"}
 _MOVE_WIDTH = "7.2em"
 _NAME_FLEX = "1 1 0"
 _CELL = "overflow-wrap:anywhere;word-break:break-word;padding:0 4px;box-sizing:border-box;line-height:1.9"
@@ -148,7 +148,7 @@ class DevicesExplorer:
             text = (f'<div style="margin:2px 0">{SEVERITY_MARK.get(f.severity, "-")} <b>{escape(f.severity)}</b> '
                     f"{escape(f.message)}</div>")
             body = f'<div style="line-height:1.4">{text}{fix_html(f.fix) if f.fix else ""}</div>'
-            parts = [w.HTML(body, layout=w.Layout(width="100%"))]
+            parts = [w.HTML(body, layout=w.Layout(width="auto"))]  # 100% and its margins would not fit
             if f.fix is not None and f.fix.action is not None:
                 # The result goes to the explorer's status line: this row goes when the view is read again.
                 parts.append(FixButton(f.fix, self.namespace, shell=self.shell, after=self.act).box)

@@ -127,8 +127,10 @@ class HistoryPlot:
             "[data-jp-theme-light='false'] .devinspect-plot-light{display:none!important}"
             "[data-jp-theme-light='false'] .devinspect-plot-dark{display:inline!important}"
             "</style>"
-            f'<img class="devinspect-plot-light" alt="{self.alt}" src="data:image/png;base64,{light}">'
-            f'<img class="devinspect-plot-dark" alt="{self.alt}" style="display:none" '
+            # As wide as drawn, or as the output where that is narrower (a notebook beside a file browser).
+            f'<img class="devinspect-plot-light" alt="{self.alt}" style="max-width:100%;height:auto" '
+            f'src="data:image/png;base64,{light}">'
+            f'<img class="devinspect-plot-dark" alt="{self.alt}" style="display:none;max-width:100%;height:auto" '
             f'src="data:image/png;base64,{dark}">'
         )
         return {"text/html": html, "image/png": light, "text/plain": f"<{self.alt} plot>"}
