@@ -232,8 +232,22 @@ cells = [
     ),
 ]
 
-notebook = new_notebook(cells=cells, metadata={
-    "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-    "language_info": {"name": "python"},
-})
+# Ids that stay the same from one run of this script to the next (only an edited cell changes).
+for number, cell in enumerate(cells):
+    cell.id = f"{cell.cell_type}-{number}"
+
+
+def kernel_metadata() -> dict:
+    """The kernelspec and language_info JupyterLab writes when it opens the notebook with the
+    python3 kernel: the same values, so the notebook opens unmodified (with a Python of another
+    version JupyterLab still updates language_info's version)."""
+    from ipykernel.ipkernel import IPythonKernel
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    return {"kernelspec": {"name": "python3", "display_name": spec.display_name, "language": spec.language},
+            "language_info": dict(IPythonKernel.language_info)}
+
+
+notebook = new_notebook(cells=cells, metadata=kernel_metadata())
 nbformat.write(notebook, Path(__file__).with_name("quickstart.ipynb"))
