@@ -18,19 +18,33 @@ From plain Python::
 
     devinspect.explain()            # the last error: a device mismatch, or out of memory
 
-Importing this package imports torch (never initialising CUDA) but not IPython,
-pandas or ipywidgets; those load on first use.
+Importing this package loads almost nothing: torch (never initialising CUDA), pandas,
+IPython and ipywidgets load with the first function, magic or view that needs them, and
+``%load_ext devinspect`` registers the magics without importing torch.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
-from . import render  # noqa: F401 - registers how every result draws itself
-from .diagnose.explain import explain
-from .diagnose.findings import find, scan
-from .observe.check import check
+from .model import display
 from .version import __version__
+
+#: The public functions, each imported from its module when first used.
+_LAZY = {"scan": "diagnose.findings", "find": "diagnose.findings", "check": "observe.check",
+         "explain": "diagnose.explain"}
+
+# How every result draws itself: registered the first time a result is drawn.
+display.load_with(lambda: import_module(f"{__name__}.render"))
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["scan", "find", "check", "explain", "release_history", "release_traceback", "load_ipython_extension",
            "unload_ipython_extension", "__version__"]

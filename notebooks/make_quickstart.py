@@ -81,7 +81,10 @@ cells = [
     ),
     new_code_cell(
         "from devinspect import actions\n"
-        "actions.apply_fix(globals(), report.mismatch.fix.action, displayhook=get_ipython().displayhook)"
+        "if report.mismatch is None:   # Apply fix and Re-run cell above fixed it already\n"
+        "    print(\"fixed: the cell above ran\")\n"
+        "else:\n"
+        "    print(actions.apply_fix(globals(), report.mismatch.fix.action, displayhook=get_ipython().displayhook))"
     ),
     new_markdown_cell("The same cell now runs. The check counts the copies between host and device, and the "
                       "times the host waits for the device, on each line:"),
@@ -108,7 +111,7 @@ cells = [
     new_markdown_cell("Keep a result to work with it as data:"),
     new_code_cell(
         "r = %devices\n"
-        "r.frame[[\"name\", \"kind\", \"device\", \"dtype\", \"shape\", \"storage_bytes\", \"alias_of\"]].head(8)"
+        "r.frame[[\"name\", \"kind\", \"device\", \"shape\", \"storage_bytes\"]].head(8)"
     ),
     new_code_cell("%devices opt --kind optimizer_state --sort bytes"),
     new_markdown_cell(
@@ -229,8 +232,22 @@ cells = [
     ),
 ]
 
-notebook = new_notebook(cells=cells, metadata={
-    "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-    "language_info": {"name": "python"},
-})
+# Ids that stay the same from one run of this script to the next (only an edited cell changes).
+for number, cell in enumerate(cells):
+    cell.id = f"{cell.cell_type}-{number}"
+
+
+def kernel_metadata() -> dict:
+    """The kernelspec and language_info JupyterLab writes when it opens the notebook with the
+    python3 kernel: the same values, so the notebook opens unmodified (with a Python of another
+    version JupyterLab still updates language_info's version)."""
+    from ipykernel.ipkernel import IPythonKernel
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    return {"kernelspec": {"name": "python3", "display_name": spec.display_name, "language": spec.language},
+            "language_info": dict(IPythonKernel.language_info)}
+
+
+notebook = new_notebook(cells=cells, metadata=kernel_metadata())
 nbformat.write(notebook, Path(__file__).with_name("quickstart.ipynb"))

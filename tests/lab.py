@@ -252,6 +252,37 @@ JS_OVERFLOWS = """() => {
 }"""
 
 
+#: Parts of outputs that reach past their output's right edge, or scroll sideways: the outermost
+#: such element of each, with its cell. What an element cuts (overflow hidden) is not looked into.
+JS_WIDER_THAN_OUTPUT = """() => {
+  const bad = [];
+  const cells = [...document.querySelectorAll('.jp-Notebook .jp-Cell')];
+  for (const out of document.querySelectorAll('.jp-OutputArea-output')) {
+    if (out.offsetParent === null) continue;
+    const edge = out.getBoundingClientRect().right;
+    const walk = (el) => {
+      if (el !== out && el.offsetParent === null) return;
+      const style = getComputedStyle(el);
+      const scrolls = ['auto', 'scroll'].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1;
+      const box = el.getBoundingClientRect();
+      if (scrolls || (box.width > 0 && box.right > edge + 1)) {
+        bad.push('cell ' + cells.indexOf(el.closest('.jp-Cell')) + ' ' + el.tagName + ' ' +
+                 (scrolls ? 'scrolls ' + el.scrollWidth + ' > ' + el.clientWidth : 'ends at ' + Math.round(box.right) +
+                  ' > ' + Math.round(edge)) + ': ' + (el.innerText || '').slice(0, 50).replace(/\\s+/g, ' '));
+        return;
+      }
+      if (['hidden', 'clip'].includes(style.overflowX)) return;
+      for (const child of el.children) walk(child);
+    };
+    walk(out);
+  }
+  return bad;
+}"""
+#: The widest output area (px): what the notebook leaves for outputs at this window size.
+JS_OUTPUT_WIDTH = ("() => Math.max(...[...document.querySelectorAll('.jp-OutputArea-output')]"
+                   ".map(e => e.getBoundingClientRect().width))")
+
+
 def run_cell(page, index: int, timeout_ms: int = 120_000) -> None:
     """Run one cell through JupyterLab's command and wait until it has run (a new count, kernel idle)."""
     before = page.evaluate(JS_CELL_COUNT, index)

@@ -1,6 +1,6 @@
 """The notebook experience in a real JupyterLab (headless Chromium): every control does what it
-says in the kernel, and the outputs fit and read well at 1024 px with the file browser open and
-at 1600 px, in the light and the dark theme."""
+says in the kernel, and the outputs fit and read well at about 577 px of output (1024×768 with the
+file browser open) and at about 1440 px, in the light and the dark theme; screenshots of each."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 
 from lab import (
     JS_CELL_HAS_ERROR,
+    JS_OUTPUT_WIDTH,
     JS_OVERFLOWS,
+    JS_WIDER_THAN_OUTPUT,
     cell,
     cell_text,
     colours,
@@ -51,10 +53,21 @@ CELLS = [
     "%gpumem --untrack\n%gpumem --history",  # 8
     "print('x on', x.device, '| model on', sorted({str(p.device) for p in model.parameters()}), "
     "'| z on', z.device)",  # 9: what the kernel holds
-    "bad = head(torch.randn(2, 4))",  # 10: a plain cell that fails: its explanation is pointed at first
+    "bad = head(torch.randn(2, 4))",  # 10: a plain cell that fails: its explanation comes first
+    "%%devcheck\nfor step in range(3):\n    value = head(z).sum().item()   # a host sync on every step, and a comment "
+    "long enough to be cut where a narrow table ends",  # 11: the per-line table
+    "%%gpumem\nw = torch.randn(256, 1024, device=dev)\nv = (w @ w.T).relu()   # a line long enough to be cut where a "
+    "narrow table ends, surely it is\ndel w",  # 12: a memory profile: its table, plot and dashboard
+    "testing.enable(memory='64MiB')\ncache = [torch.randn(1024, 1024, device=dev) for _ in range(8)]\n"
+    "def step(x):\n    hidden = x @ x.T\n    return hidden.repeat(64, 1)",  # 13
+    "out = step(cache[0])",  # 14: out of memory, explained
+    "%devices --why cache[0]",  # 15: what keeps it alive
 ]
 PROBE = 9
 FAILING = 10
+#: Window sizes: JupyterLab at 1024×768 with the file browser open leaves about 577 px for outputs;
+#: at 1620 px without it, about 1440 px.
+NARROW, WIDE = (1024, 768), (1620, 1000)
 LONG_NAME = "padding_mask_for_the_longest_sequence_ab"
 
 
@@ -71,7 +84,7 @@ def test_every_control_acts_in_the_kernel_and_everything_fits(lab):
     shots = screenshots_dir(tmp_path)
     url = server.notebook("experience.ipynb", CELLS)
     with sync_playwright() as p:
-        browser, page = launch(p, width=1024, height=900)
+        browser, page = launch(p, width=NARROW[0], height=NARROW[1])
         try:
             open_notebook(page, url)
             page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
@@ -84,12 +97,18 @@ def test_every_control_acts_in_the_kernel_and_everything_fits(lab):
             check_gpumem_buttons(page)
             check_static_copies_give_way_to_the_live_views(page)
             check_the_explanation_is_seen_first(page)
-            check_fits_and_reads(page, theme, shots, "1024-filebrowser")
-            page.set_viewport_size({"width": 1600, "height": 1000})
+            for index in range(11, len(CELLS)):
+                run_cell(page, index)
+            width = page.evaluate(JS_OUTPUT_WIDTH)
+            assert 560 <= width <= 600, width  # what a 1024 px screen with the file browser open leaves
+            check_fits_and_reads(page, theme, shots, f"{width:.0f}px")
+            page.set_viewport_size({"width": WIDE[0], "height": WIDE[1]})
             page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
             page.wait_for_function("() => window.jupyterapp.shell.leftCollapsed")
             settle(page)
-            check_fits_and_reads(page, theme, shots, "1600")
+            width = page.evaluate(JS_OUTPUT_WIDTH)
+            assert 1420 <= width <= 1460, width
+            check_fits_and_reads(page, theme, shots, f"{width:.0f}px")
         except Exception:
             page.screenshot(path=str(shots / f"failure-{theme}.png"), full_page=True)
             raise
@@ -147,20 +166,22 @@ def check_static_copies_give_way_to_the_live_views(page) -> None:
 
 
 def check_the_explanation_is_seen_first(page) -> None:
+    """A plain failed cell at 1024×768: its explanation, fix and Apply fix are in the window without
+    scrolling past the traceback, which follows them as a plain kernel's error output."""
     run_cell(page, FAILING)
     assert page.evaluate(JS_CELL_HAS_ERROR, FAILING)
     failed = cell(page, FAILING)
-    failed.scroll_into_view_if_needed()
-    pointer = failed.locator("pre", has_text="explained below the traceback").first
-    assert "device mismatch in F.linear" in pointer.inner_text() and " — fix: " in pointer.inner_text()
-    # Its first line sits at the top of the error output, inside the window: no scrolling past torch's frames.
-    top = page.evaluate("""(index) => {
-      const c = [...document.querySelectorAll('.jp-Notebook .jp-Cell')][index];
-      const pre = [...c.querySelectorAll('.jp-OutputArea-output pre')].find(p => p.innerText.includes('below the traceback'));
-      const r = document.createRange(); r.setStart(pre.firstChild, 0); r.setEnd(pre.firstChild, 1);
-      return {line: r.getBoundingClientRect().top, cell: c.getBoundingClientRect().top, window: window.innerHeight};
-    }""", FAILING)
-    assert top["line"] - top["cell"] < 120 and top["line"] < top["window"], top
+    page.evaluate("(i) => [...document.querySelectorAll('.jp-Notebook .jp-Cell')][i].scrollIntoView({block: 'start'})",
+                  FAILING)
+    settle(page)
+    text = failed.inner_text()
+    assert "device mismatch in F.linear" in text and text.index("device mismatch") < text.index("RuntimeError")
+    button = failed.locator("button", has_text="Apply fix").first
+    box, window = button.bounding_box(), page.viewport_size
+    assert box is not None and box["y"] + box["height"] <= window["height"], (box, window)
+    kinds = page.evaluate("(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].model.outputs.toJSON()"
+                          ".map(o => o.output_type)", FAILING)
+    assert kinds[-1] == "error" and kinds.count("error") == 1, kinds
 
 
 def probe(page) -> str:
@@ -172,7 +193,7 @@ def check_explorer(page) -> None:
     from playwright.sync_api import expect
 
     explorer = cell(page, 2)
-    rows = explorer.locator(".widget-hbox:has(select) .widget-html")
+    rows = explorer.locator(".widget-hbox:has(select) > .widget-html:first-child")
     explorer.locator("button.jupyter-button", has_text=re.compile(r"^name")).click()
     page.wait_for_function("() => [...document.querySelectorAll('.jp-Cell')][2].innerText.includes('name ▲')")
     expect(rows.first).to_have_text(re.compile(r"^\s*head\.bias"), timeout=30_000)  # by name, A to Z
@@ -250,15 +271,30 @@ def settle(page) -> None:
     page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
 
 
+def screenshot_cells(page, indexes: list[int], shots: Path, suffix: str) -> None:
+    """A screenshot of each cell, whole: the window is made tall enough for the tallest while they
+    are taken (its width, which decides every layout checked here, stays as it is)."""
+    window = page.viewport_size
+    page.set_viewport_size({"width": window["width"], "height": 4000})
+    settle(page)
+    try:
+        for index in indexes:
+            cell(page, index).screenshot(path=str(shots / f"cell{index}-{suffix}.png"))
+    finally:
+        page.set_viewport_size(window)
+        settle(page)
+
+
 def check_fits_and_reads(page, theme: str, shots: Path, size: str) -> None:
     from playwright.sync_api import expect
 
     settle(page)
     page.screenshot(path=str(shots / f"notebook-{size}-{theme}.png"), full_page=True)
-    for index in (2, 3, 5):
-        cell(page, index).screenshot(path=str(shots / f"cell{index}-{size}-{theme}.png"))
+    screenshot_cells(page, [2, 3, 5, 8, *range(FAILING, len(CELLS))], shots, f"{size}-{theme}")
     overflowing = page.evaluate(JS_OVERFLOWS)
     assert overflowing == [], f"{size} {theme}: {overflowing}"
+    wider = page.evaluate(JS_WIDER_THAN_OUTPUT)
+    assert wider == [], f"{size} {theme}: {wider}"
     clipped = page.evaluate(JS_CLIPPED_TEXT)
     assert clipped == [], f"{size} {theme}: {clipped}"
     explorer = cell(page, 2)
@@ -283,4 +319,4 @@ def check_fits_and_reads(page, theme: str, shots: Path, size: str) -> None:
     shown = page.eval_on_selector_all("img[class^=devinspect-plot]",
                                       "els => els.filter(e => getComputedStyle(e).display !== 'none')"
                                       ".map(e => e.className)")
-    assert shown == [f"devinspect-plot-{theme}"], shown
+    assert shown == [f"devinspect-plot-{theme}"] * 2, shown  # %gpumem --history's and %%gpumem's

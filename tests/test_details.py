@@ -64,8 +64,8 @@ def test_devices_displays_wherever_it_stands_and_returns_once(ip):
     ip.run_cell("import torch\nx = torch.zeros(2)")
     _, text, _, captured = run(ip, "%devices\ny = 1")  # not the last line: still shown
     assert text.count("devinspect: 1 tensor") == 1
-    result, text, _, _ = run(ip, "r = %devices")
-    assert text.count("devinspect: 1 tensor") == 1 and ip.user_ns["r"].records[0].name == "x"
+    result, text, _, _ = run(ip, "r = %devices")  # assigned: kept, and nothing shown (as any assignment)
+    assert text == "" and ip.user_ns["r"].records[0].name == "x"
     result, text, _, _ = run(ip, "%devices")  # the last line: shown once, no copy kept in Out
     assert text.count("devinspect: 1 tensor") == 1 and result.result is None
     result, text, _, _ = run(ip, "%devices -o")  # -o: returned, shown once by IPython

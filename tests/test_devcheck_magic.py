@@ -159,8 +159,9 @@ def test_await_cells_are_rewritten_only_when_they_await(ip):
     assert "devcheck_async" not in ip.transform_cell("%%devcheck\nawait f()\n")
     ip.run_line_magic("load_ext", "devinspect")
     ip.run_line_magic("reload_ext", "devinspect")
-    # one for cells a fix edits, one for %%devcheck cells that await: each once
-    assert sum(getattr(t, "devinspect", False) for t in ip.input_transformers_cleanup) == 2
+    # the one for %%devcheck cells that await, once; the entry points that run a fixed cell's edit, once
+    assert sum(getattr(t, "devinspect", False) for t in ip.input_transformers_cleanup) == 1
+    assert ip.run_cell.__wrapped__.__self__ is ip and ip.run_cell_async.__wrapped__.__self__ is ip
 
 
 def test_await_in_terminal_ipython(ip):

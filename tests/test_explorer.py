@@ -71,8 +71,47 @@ def test_move_to_on_a_row_moves_that_tensor_and_says_how_many_bytes(explorer, ip
     assert "sim:0" in move.options and not move.disabled
     move.value = "sim:0"
     assert ip.user_ns["x"].device.type == "sim"
-    assert explorer.status.value.startswith("✔ x = x.to(") and "48 B" in explorer.status.value
     assert {r.device for r in explorer.view.records if r.name == "x"} == {"sim:0"}  # scanned again
+    # The result beside its row (the row of x, now on sim:0), not under the table.
+    row = next(r for r, rec in zip(explorer.rows, explorer._page_records) if rec.name == "x")
+    result = row.children[2]
+    assert result.value.startswith("<div") and "✔ x = x.to(" in result.value and "48 B" in result.value
+    assert result.layout.display is None and explorer.status.value == ""
+    assert all(r.children[2].layout.display == "none" for r in explorer.rows if r is not row)
+
+
+def test_move_to_offers_only_moves_that_can_succeed(ip, sim):
+    from devinspect import scan
+    from devinspect.jupyter.devices_explorer import DevicesExplorer
+
+    head = torch.nn.Linear(4, 2).to(sim)
+    head(torch.randn(3, 4, device=sim)).sum().backward()
+    ns = {"head": head, "x": torch.randn(2), "meta": torch.empty(3, device="meta")}
+    ns["pair"] = (torch.zeros(2), torch.zeros(3))
+    explorer = DevicesExplorer(scan(ns).select(), lambda: scan(ns).select(), ns, ["cpu", "sim:0"])
+    explorer.filter.value = "grad"
+    rows = {rec.name: row for row, rec in zip(explorer.rows, explorer._page_records)}
+    grad = rows["head.bias.grad"].children[1]
+    # A gradient lives where its parameter does: no device to offer, and the tooltip says what moves it.
+    assert grad.disabled and grad.options == ("Move to…",)
+    assert "a gradient lives where its parameter does: move head.bias" in grad.tooltip
+    explorer.filter.value = "meta"
+    (meta,) = [row.children[1] for row in explorer.rows[:1]]
+    assert meta.disabled and "meta device" in meta.tooltip
+    # An item of a tuple cannot be assigned: the tuple moves whole.
+    explorer.filter.value = "pair"
+    rows = {rec.name: row for row, rec in zip(explorer.rows, explorer._page_records)}
+    item = rows["pair[0]"].children[1]
+    assert item.disabled and item.tooltip.startswith("held in a tuple, which cannot change: move pair whole")
+    # A choice that fails does not stay selected, and says why beside its row.
+    ns["x"] = torch.randn(2)
+    explorer.refresh()
+    explorer.filter.value = "x"
+    row = next(r for r, rec in zip(explorer.rows, explorer._page_records) if rec.name == "x")
+    del ns["x"]  # gone before the choice is made: the move fails
+    row.children[1].value = "sim:0"
+    assert row.children[1].value == "Move to…"
+    assert "✖ could not find x" in row.children[2].value and row.children[2].layout.display is None
 
 
 def test_the_module_tree_shows_where_each_part_is_and_moves_a_part(explorer, ip):
@@ -86,6 +125,7 @@ def test_the_module_tree_shows_where_each_part_is_and_moves_a_part(explorer, ip)
     assert explorer.tree.children[3].node.parameters == 20
     rows = explorer.tree.children
     move = next(r for r in rows if r.node.path == "model[2]").children[2]
+    assert move.tooltip.startswith("move model[2] to another device: its parameters and buffers")
     move.value = "sim:0"
     assert ip.user_ns["model"][2].weight.device.type == "sim"
     assert not explorer.tree.children[0].node.mixed
@@ -253,3 +293,22 @@ def test_each_row_of_the_table_says_what_its_record_says(sim):
     assert {"shared", "needs 12 B"} <= set(frame["size"]) and any("requires_grad" in n for n in frame["note"])
     assert "_Marked" in set(frame["note"])
     assert size_keys(list(records)) == [size_key(r) for r in records]  # the text table's column form
+
+
+def test_a_plain_tensor_attribute_belongs_to_its_module_in_the_tree(sim):
+    from devinspect import scan
+    from devinspect.jupyter.devices_explorer import DevicesExplorer
+
+    class PositionalEncoding(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pe = torch.randn(64, 32)  # a plain attribute: .to() leaves it on the host
+
+    model = torch.nn.Sequential(PositionalEncoding(), torch.nn.Linear(32, 2)).to(sim)
+    ns = {"model": model}
+    explorer = DevicesExplorer(scan(ns).select(), lambda: scan(ns).select(), ns, ["cpu", "sim:0"])
+    pos = explorer.nodes["model[0]"]
+    assert (pos.devices, pos.bytes) == (("cpu",), 8192)  # as the Tensors tab lists model[0].pe
+    assert explorer.nodes["model"].mixed
+    row = next(r for r in explorer.tree.children if r.node.path == "model[0]")
+    assert "<b>cpu</b> · 8.0 KiB" in row.children[1].value

@@ -180,9 +180,13 @@ def test_release_history_button_frees_history_tensors(kernel_ip, sim):
     assert held() is None
     assert bundle_dashboard.status.value.startswith("✔ released Out[")
     assert "3.9 KiB of tensors only they held" in bundle_dashboard.status.value
-    assert button.description == "Release history: 0 B" and not button.disabled
+    # Released: nothing is left to release, so the button rests (and says why) until some is.
+    assert button.description == "Release history: 0 B" and button.disabled and "Nothing in Out" in button.tooltip
     result, *_ = run(ip, "torch.zeros(2)")
     assert ip.user_ns["Out"][result.execution_count].shape == (2,)  # history goes on
+    run(ip, "torch.ones(1000, device='sim:0')")
+    bundle_dashboard.refresh_clicked()
+    assert button.description == "Release history: 3.9 KiB" and not button.disabled
 
 
 def test_buttons_report_bytes_and_errors_stay_in_the_widget(kernel_ip, monkeypatch):
@@ -206,7 +210,9 @@ def test_buttons_report_bytes_and_errors_stay_in_the_widget(kernel_ip, monkeypat
     dashboard.buttons["empty_cache"].click()
     assert seen == [[True, True, True, True]]  # disabled while running
     assert dashboard.status.value == "✖ empty_cache failed: RuntimeError: driver went away"
-    assert not any(b.disabled for b in dashboard.buttons.values())
+    # Enabled again, but for one with nothing to do (no history holds accelerator memory here).
+    assert [k for k, b in dashboard.buttons.items() if b.disabled] == \
+        (["release_history"] if dashboard.buttons["release_history"].description.endswith(": 0 B") else [])
 
 
 def test_empty_cache_button_shows_what_it_will_release(recorded_snapshot):
@@ -249,3 +255,26 @@ def test_after_cell_recounts_only_when_accelerator_memory_changed(recorded_snaps
     dashboard.after_cell()
     assert counted == [True, False]  # allocated unchanged: no tensor walk
     assert torch.cuda.is_initialized() is False
+
+
+def test_the_how_column_says_it_in_words_with_the_call_in_a_tooltip(recorded_snapshot, sim):
+    import dataclasses
+    from html import unescape
+
+    from devinspect.collect.memory import build
+    from devinspect.collect.memory_readings import read
+    from devinspect.render.memory_html import reconciliation_table
+    from devinspect.render.memory_text import details
+
+    cuda = recorded_snapshot.accelerators[0]
+    html = unescape(reconciliation_table(cuda))
+    assert "the allocator's count of what live allocations asked for, before rounding" in html
+    assert "title=\"torch.cuda.memory_stats()['requested_bytes.all.current']\"" in html
+    assert 'title="torch.cuda.memory_allocated()"' in html and 'title="torch.cuda.memory_reserved()"' in html
+    assert ">torch.cuda" not in html  # no call shows as the text itself
+    simulated = next(d for d in build(read(nvml=False), None).accelerators if d.device.startswith("sim"))
+    assert "title=\"torch.accelerator.memory_stats()['requested_bytes.all.current']\"" in \
+        unescape(reconciliation_table(simulated))
+    once = details(dataclasses.replace(cuda, alloc_retries=1, ooms=1))
+    assert "1 allocation retry · 1 out-of-memory error" in once
+    assert "2 allocation retries · 2 out-of-memory errors" in details(dataclasses.replace(cuda, alloc_retries=2, ooms=2))

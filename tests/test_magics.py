@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import run
@@ -52,6 +54,17 @@ def test_result_object_with_and_without_o(ip):
     assert isinstance(r, ScanView) and isinstance(r2, ScanView) and isinstance(r.result, ScanResult)
     assert set(r.frame["name"]) == {rec.name for rec in r.records}
     assert len(r.findings) == 2
+
+
+def test_an_assignment_displays_nothing_and_a_statement_shows_its_result(ip, sim):
+    ip.run_cell(SETUP)
+    for cell in ("r = %devices", "r = %devices -o", "snap = %gpumem -o --no-tensors", "h = %gpumem --history -o",
+                 "why = %devices --why x -o"):
+        result, text, html, captured = run(ip, cell)
+        assert result.success and captured.outputs == [] and text == "", cell
+    assert type(ip.user_ns["snap"]).__name__ == "MemorySnapshot" and ip.user_ns["r"].records
+    _, text, _, _ = run(ip, "%devices\nx = 1")  # a line of its own shows, wherever it stands
+    assert "model[0].lin.weight" in text
 
 
 def test_options_filter_and_sort(ip):
@@ -142,6 +155,9 @@ def test_load_unload_reload_leave_exactly_one_of_each(ip):
     ip.run_line_magic("unload_ext", "devinspect")
     assert not {"devices", "gpumem", "devcheck"} & (set(manager.magics["line"]) | set(manager.magics["cell"]))
     assert all(instances(kind) == [] and kind not in manager.registry for kind in ours)
+    # The cell entry points and the traceback drawer are the shell's own again.
+    assert not {"run_cell", "run_cell_async"} & set(vars(ip))
+    assert "devinspect" not in type(getattr(ip._showtraceback, "__self__", None)).__module__
     devinspect.unload_ipython_extension(ip)  # unloading twice is harmless
     ip.run_line_magic("load_ext", "devinspect")
     assert all(len(instances(kind)) == 1 for kind in ours)
@@ -207,3 +223,20 @@ def test_a_negative_limit_is_refused_by_config_and_the_setting_stays(ip):
         for name in before:
             ip.config.DevInspect.pop(name, None)
         ip.run_line_magic("reload_ext", "devinspect")
+
+
+def test_loading_the_extension_imports_only_what_registering_the_magics_needs():
+    from conftest import run_python
+
+    done = run_python(
+        "import sys\nfrom IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance()\nip.display_formatter.active_types = ip.display_formatter.format_types\n"
+        "ip.run_line_magic('load_ext', 'devinspect')\n"
+        "print('loaded:', sorted(m for m in ('torch', 'pandas', 'numpy', 'ipywidgets', 'devinspect.render', "
+        "'devinspect.diagnose.explain') if m in sys.modules))\n"
+        "ip.run_cell('import torch\\nx = torch.zeros(2)\\n%devices')\n"
+        "ip.run_cell('torch.ones(2) @ torch.ones(3)')\n")
+    assert done.returncode == 0, done.stderr
+    assert "loaded: []" in done.stdout  # no torch, pandas or renderer until a magic needs them
+    assert re.search(r"^x +tensor +cpu +float32 +\[2\]", done.stdout, re.M)  # the first magic loads what it needs
+    assert "RuntimeError" in done.stdout + done.stderr  # the cells ran as usual

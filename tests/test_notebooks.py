@@ -9,6 +9,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from frontend import Cell, Frontend
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
@@ -119,3 +121,51 @@ def test_a_static_html_export_shows_the_tables_without_a_kernel_or_network():
     assert body.count('class="devinspect-static"') == 3
     profiled = body[body.index("%%gpumem on sim:0"):]
     assert 'alt="memory by line"' in profiled and "data:image/png;base64," in profiled  # %%gpumem's plot
+
+
+#: The buttons a reader of the quickstart presses: the fixes, and what frees memory.
+PRESSED = ("Apply fix", "Release history", "empty_cache")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pressing", ["the failed cells' buttons", "every button"])
+def test_quickstart_runs_top_to_bottom_when_the_reader_presses_its_buttons(pressing):
+    """Cell by cell in a kernel driven as JupyterLab drives it: after each cell, its Apply fix
+    (and memory) buttons are pressed, and a cell with Re-run cell runs again. Every cell that is
+    not meant to fail succeeds, and a failed cell fixed with its buttons runs once run again."""
+    nb = nbformat.read(NOTEBOOKS / "quickstart.ipynb", as_version=4)
+    lab = Frontend(cwd=str(NOTEBOOKS))
+    fixed_by_rerun = []
+    try:
+        for source in (c for c in nb.cells if c.cell_type == "code"):
+            cell = lab.run(Cell(source.source))
+            meant_to_fail = "raises-exception" in source.metadata.get("tags", [])
+            assert meant_to_fail or not cell.failed, f"{source.source}\n{cell.text_of_outputs()[-3000:]}"
+            if not cell.failed and pressing != "every button":
+                continue
+            pressed = press_every_button(lab, cell)
+            rerun = [w for top in cell.widget_ids() for w in lab.descendants(top)
+                     if "Re-run cell" in str(lab.widgets[w].get("_esm", "")) and not lab.widgets[w].get("disabled")]
+            if rerun and cell.failed:
+                lab.run(cell)  # Re-run cell: the notebook runs the cell again, with the text its editor holds
+                assert not cell.failed, f"{pressed}\n{cell.text_of_outputs()[-3000:]}"
+                fixed_by_rerun.append(cell.text.splitlines()[0])
+    finally:
+        lab.close()
+    assert fixed_by_rerun[-1] == "features = torch.randn(4, 32, device=device)   # torch.randn makes it on the CPU"
+    if pressing != "every button":  # the fixes of %devices, pressed first, leave %%devcheck nothing to fix
+        assert fixed_by_rerun[0] == "%%devcheck -v report"
+
+
+def press_every_button(lab: Frontend, cell: Cell) -> list[str]:
+    """Press each enabled button of ``cell`` that :data:`PRESSED` names, once, as the view redraws."""
+    pressed, done = [], set()
+    for _ in range(20):
+        todo = [b for b in lab.find(cell, "ButtonModel") if b not in done and not lab.widgets[b].get("disabled")
+                and lab.widgets[b].get("description", "").startswith(PRESSED)]
+        if not todo:
+            return pressed
+        done.add(todo[0])
+        pressed.append(lab.widgets[todo[0]]["description"])
+        lab.click(todo[0])
+    return pressed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from html import escape
 from html.parser import HTMLParser
 
 import pytest
@@ -100,3 +101,19 @@ def test_a_long_name_is_cut_in_the_middle_so_rows_stay_apart():
     rows = [line.split()[0] for line in text.splitlines() if line.strip() and "…" in line.split()[0]]
     assert len(rows) == 2 and len(set(rows)) == 2
     assert rows[0].endswith('["exp_avg"]') and rows[1].endswith('["exp_avg_sq"]')
+
+
+def test_a_table_with_code_folds_each_row_to_read_at_any_width():
+    from devinspect.render.html import text_table
+
+    code = "loss = criterion(model(batch['input_ids'].to(device)), batch['labels'].to(device))  # long"
+    html = text_table(("line", "runs", "allocated before → after", "code"),
+                      [("line 2", "3", "54.0 MiB → 108.0 MiB", code), ("line 2", "3", "1 B → 2 B", code),
+                       ("line 3", "1", "—", "del x")], numeric={1, 2}, code=3)
+    assert "width:100%" in html and "table-layout:auto" in html  # the output's width, never wider
+    # The code: a line of its own across the table, cut where it ends, the whole line its tooltip.
+    assert html.count('<td colspan="3"') == 2  # once per line of code: the same line's rows share it
+    assert f'title="{escape(code, quote=True)}"' in html and "text-overflow:ellipsis" in html
+    assert "<th" in html and ">code<" not in html
+    # Numbers right-aligned, breaking only after an arrow; a label keeps "line 2" together.
+    assert "text-align:right" in html and "54.0\u00a0MiB\u00a0→ 108.0\u00a0MiB" in html and "line\u00a02" in html

@@ -3,8 +3,9 @@
 A kernel cannot change the text of a cell in the notebook; the notebook can, when the
 kernel answers the cell's next run with the edited text (IPython's ``set_next_input``
 with ``replace=True``, as ``%load`` uses). Apply fix on an edit of the failed cell
-therefore records the edit here; the IPython layer's input transformer runs the edited
-text instead the next time that cell's exact text runs, once, and has the notebook show it.
+therefore records the edit here; the IPython layer runs the edited text in place of the
+cell's text when that cell runs again (:mod:`devinspect.ipython.edited_cells`), and
+forgets the edit once a run of it succeeded, or when the cell runs with other text.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ class PendingEdit:
     cell: int | None
 
 
-#: Pending edits, by the cell's text as it failed (stripped of trailing whitespace).
-_pending: dict[str, PendingEdit] = {}
+#: Pending edits, by the cell's text as it failed (stripped of trailing whitespace) and its run.
+_pending: dict[tuple[str, int | None], PendingEdit] = {}
 
 
 def apply_lines(text: str, edits: list[SourceEdit]) -> str | None:
@@ -55,23 +56,29 @@ def edit_cell(edit: SourceEdit, undo: UndoLog | None = None) -> ActionResult:
     if edited is None:
         return ActionResult(False, f"line {edit.where.line} of Cell In[{edit.where.cell}] is not {edit.old!r} any more "
                                    "(nothing was changed)")
-    previous = _pending.get(original)
-    _pending[original] = PendingEdit(original, edited, edit.where.cell)
+    key = (original, edit.where.cell)
+    previous = _pending.get(key)
+    _pending[key] = PendingEdit(original, edited, edit.where.cell)
     if undo is not None:
-        def forget() -> None:
+        def forget_this() -> None:
             if previous is None:
-                _pending.pop(original, None)
+                _pending.pop(key, None)
             else:
-                _pending[original] = previous
+                _pending[key] = previous
 
-        undo.add(f"the edit of Cell In[{edit.where.cell}] (pending)", forget)
+        undo.add(f"the edit of Cell In[{edit.where.cell}] (pending)", forget_this)
     return ActionResult(True, f"Cell In[{edit.where.cell}], line {edit.where.line} becomes: {edit.new.strip()} — "
                               "it runs so when the cell runs again (Re-run cell)")
 
 
-def take_pending(text: str) -> PendingEdit | None:
-    """The pending edit of a cell whose text is ``text``, removed; None when there is none."""
-    return _pending.pop(text.rstrip(), None)
+def pending_edits() -> list[PendingEdit]:
+    """The edits recorded and not yet run to success, oldest first."""
+    return list(_pending.values())
+
+
+def forget(edit: PendingEdit) -> None:
+    """Drop ``edit`` (it ran and succeeded, or its cell now holds other text)."""
+    _pending.pop((edit.original, edit.cell), None)
 
 
 def forget_pending() -> None:

@@ -7,10 +7,11 @@ import gc
 import re
 import sys
 import traceback
-from typing import Any, Callable, Iterable, Mapping, MutableMapping
+from typing import Any, Iterable, Mapping, MutableMapping
 
 import torch
 
+from ..observe.tracebacks import error_holders
 from .result import ActionResult
 
 
@@ -250,11 +251,6 @@ def _clear_history(namespace: MutableMapping[str, Any], displayhook: Any, hidden
         if hit:
             cleared.append(name)
     return cleared
-
-
-#: Callables that drop a shell's own references to the last error (IPython keeps one in its
-#: traceback formatter and one in the last execution result); the IPython layer registers one.
-error_holders: list[Callable[[], None]] = []
 
 
 def release_traceback() -> ActionResult:

@@ -77,6 +77,38 @@ class NamePath:
             out.append(value)
         return out if self.steps else []
 
+    def holder_read_statically(self, namespace: MutableMapping[str, Any]) -> Any:
+        """The object the last step reads from (``pair`` for ``pair[0]``), found without running any
+        of the user's code (each step through a builtin container's own item read, an instance's
+        ``__dict__`` or a module's parameters, buffers and submodules); :data:`UNKNOWN` where a
+        step would need more, and for a plain variable."""
+        from ..collect.static import instance_dict, mro
+
+        if not self.steps or type(namespace) is not dict or self.root not in namespace:
+            return UNKNOWN
+        value = dict.__getitem__(namespace, self.root)
+        for kind, key in self.steps[:-1]:
+            classes = mro(type(value))
+            if kind == "item":
+                base = next((c for c in (tuple, list, dict) if c in classes), None)
+                if base is None:
+                    return UNKNOWN
+                try:
+                    value = base.__getitem__(value, key)
+                except (LookupError, TypeError):
+                    return UNKNOWN
+                continue
+            own = instance_dict(value)
+            if torch.nn.Module in classes:
+                parts = [own.get(group) for group in ("_parameters", "_buffers", "_modules")]
+                found = next((d[key] for d in parts if type(d) is dict and key in d), own.get(key, UNKNOWN))
+            else:
+                found = own.get(key, UNKNOWN)
+            if found is UNKNOWN:
+                return UNKNOWN
+            value = found
+        return value
+
     def set(self, namespace: MutableMapping[str, Any], new: Any) -> None:
         if not self.steps:
             namespace[self.root] = new
@@ -88,6 +120,9 @@ class NamePath:
         else:
             parent[key] = new
 
+
+#: What :meth:`NamePath.holder_read_statically` returns where it cannot tell.
+UNKNOWN = object()
 
 LOOKUP_ERRORS = (ValueError, LookupError, AttributeError, KeyError, IndexError, TypeError)
 

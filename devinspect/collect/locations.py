@@ -18,17 +18,24 @@ import os
 import sys
 import sysconfig
 import types
+from importlib.util import find_spec
 from typing import Callable
-
-import torch
 
 from ..model.records import SourceLine
 
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
 
 
+def _torch_root() -> str:
+    """torch's package folder, found without importing torch (this module loads with the
+    extension, before anything needs torch)."""
+    spec = find_spec("torch")
+    origin = spec.origin if spec is not None else None
+    return os.path.dirname(os.path.abspath(origin)) + os.sep if origin else os.sep + "<no torch>" + os.sep
+
+
 def _library_roots() -> tuple[str, ...]:
-    roots = {os.path.dirname(os.path.abspath(torch.__file__)), _DEVINSPECT_ROOT.rstrip(os.sep)}
+    roots = {_TORCH_ROOT.rstrip(os.sep), _DEVINSPECT_ROOT.rstrip(os.sep)}
     for key in ("stdlib", "platstdlib"):
         path = sysconfig.get_paths().get(key)
         if path:
@@ -61,10 +68,10 @@ def frame_locals(frame: types.FrameType) -> dict:
 
 #: devinspect's own package folder (this file is in its collect/ folder).
 _DEVINSPECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_TORCH_ROOT = _torch_root()
 _LIBRARY_ROOTS = _library_roots()
 _STDLIB_ROOTS = tuple(os.path.abspath(p) + os.sep for p in
                       {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")} if p)
-_TORCH_ROOT = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _library_cache: dict[str, bool] = {}
 
 #: Maps a compiled cell's file name to its execution count (set by the IPython layer).

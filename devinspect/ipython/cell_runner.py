@@ -161,9 +161,12 @@ class CheckedCell:
         if fix is not None and fix.action is not None and getattr(shell, "kernel", None) is not None:
             # A widget frontend: the fix as a button, then a re-run of this cell.
             from ..jupyter.fix_panel import fix_panel
+            from .cell_widgets import run_here, shown
 
             source = self.source
-            display(fix_panel(fix, shell.user_ns, lambda: shell.run_cell(source), shell=shell))
+            panel = fix_panel(fix, shell.user_ns, run_here(shell, lambda: shell.run_cell(source)), shell=shell)
+            display(panel)
+            shown(shell, panel)
 
     def _result(self) -> Any:
         from ..observe.check import DeviceCheckError
@@ -246,27 +249,6 @@ def awaiting_magic_cells(shell: Any) -> Any:
             magics = f"get_ipython().find_cell_magic({magic!r}).__self__"
             return [f"await {magics}.{magic}_async({line!r}, {body!r})\n", f"{magics}.checked_result()\n"]
         except Exception:  # noqa: BLE001 - never break a cell; the magic reports its own errors
-            return lines
-
-    transform.devinspect = True  # type: ignore[attr-defined]
-    return transform
-
-
-def edited_cells(shell: Any) -> Any:
-    """An input transformer that runs a cell's pending edit (:mod:`devinspect.actions.cells`):
-    when the text of a cell whose fix was applied runs again, the edited text runs instead,
-    once, and the notebook is asked to show it in the cell (``set_next_input`` with
-    ``replace=True``). Any other cell passes through unchanged."""
-    from ..actions.cells import take_pending
-
-    def transform(lines: list[str]) -> list[str]:
-        try:
-            pending = take_pending("".join(lines))
-            if pending is None:
-                return lines
-            shell.set_next_input(pending.edited, replace=True)
-            return pending.edited.splitlines(keepends=True) + ([] if pending.edited.endswith("\n") else ["\n"])
-        except Exception:  # noqa: BLE001 - never break a cell
             return lines
 
     transform.devinspect = True  # type: ignore[attr-defined]

@@ -14,8 +14,6 @@ from IPython.core.magic import Magics
 from IPython.core.magic_arguments import parse_argstring
 
 from ..collect import locations
-from ..collect.names import shell_names
-from ..collect.static import type_module, type_name
 
 #: How each magic is typed (a cell magic takes two %).
 MAGIC_PREFIX = {"devcheck": "%%"}
@@ -42,6 +40,8 @@ class DevInspectMagics(Magics):
             raise UsageError(f"{name}: {exc} in {line!r}") from None
 
     def _ipython_names(self) -> list[str]:
+        from ..collect.names import shell_names
+
         return shell_names(self.shell)
 
     def _set_event(self, event: str, callback: Any, on: bool) -> None:
@@ -68,16 +68,20 @@ _HIDE_STATIC_BEFORE_LIVE = ("<style>.jp-OutputArea-child:has(.devinspect-static)
 LIVE_PLACEHOLDER = "devinspect: the live view needs a running kernel (its static copy is the output above)"
 
 
-def display_live(widget: Any, fallback: Any) -> None:
+def display_live(widget: Any, fallback: Any, shell: Any = None) -> None:
     """Display ``fallback``'s static rendering, then the live ``widget``, as two outputs.
 
     One output carrying both would lose the static copy wherever widget state was saved:
     nbconvert then picks the widget's view, which it can only draw with a widget manager
     fetched from a CDN, and a saved notebook on GitHub or offline shows nothing. As two
     outputs, every viewer shows the static copy, and a live frontend shows the widget in
-    its place (see ``_HIDE_STATIC_BEFORE_LIVE``).
+    its place (see ``_HIDE_STATIC_BEFORE_LIVE``). The widget is closed when the cell's output
+    is replaced (:mod:`devinspect.ipython.cell_widgets`); ``shell`` is the running shell.
     """
+    from IPython import get_ipython
     from IPython.display import display
+
+    from .cell_widgets import shown
 
     static = dict(fallback._repr_mimebundle_())
     if "text/html" in static:
@@ -87,6 +91,7 @@ def display_live(widget: Any, fallback: Any) -> None:
     live = dict(widget._repr_mimebundle_())
     live["text/plain"] = LIVE_PLACEHOLDER
     display(live, raw=True)
+    shown(shell if shell is not None else get_ipython(), widget)
 
 
 def device_argument(magic: str, text: str | None) -> str | None:
@@ -116,6 +121,8 @@ def variable_name(magic: str, name: str | None, shell: Any = None) -> None:
         raise UsageError(f"{magic}: -v {name}: IPython uses that name itself; choose another")
     user_ns = getattr(shell, "user_ns", None) if shell is not None else None
     if isinstance(user_ns, dict) and name in user_ns:
+        from ..collect.static import type_name
+
         held = type(dict.__getitem__(user_ns, name))
         if not is_result_type(held):  # an earlier result is replaced, nothing else
             raise UsageError(f"{magic}: -v {name}: {name} already holds a {type_name(held)}, which the result "
@@ -125,6 +132,8 @@ def variable_name(magic: str, name: str | None, shell: Any = None) -> None:
 def is_result_type(cls: type) -> bool:
     """Whether ``cls`` is one of devinspect's results (a scan, a report, an explanation: what
     ``-v`` stores), not any other object of devinspect's (a simulated tensor, an error)."""
+    from ..collect.static import type_module
+
     return type_module(cls).startswith(("devinspect.model.", "devinspect.render."))
 
 
@@ -151,17 +160,20 @@ def running_cell_number(shell: Any) -> int:
     return shell.execution_count
 
 
-def caller_displays_result(frame: Any) -> bool:
-    """Whether the code calling the magic displays its value (the cell's last expression:
-    IPython compiles it so that the value goes to the display hook)."""
+def caller_result_use(frame: Any) -> str:
+    """What the code calling the magic does with its value: ``"shown"`` (the cell's last
+    expression, which IPython displays), ``"dropped"`` (a statement of its own), or ``"kept"``
+    (assigned, ``r = %devices``, or passed on). Read from the instruction after the call."""
     try:
         instructions = [i for i in dis.get_instructions(frame.f_code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
         # f_lasti is the call now running (or an inline cache entry after it).
         current = max(i for i, ins in enumerate(instructions) if ins.offset <= frame.f_lasti)
         after = instructions[current + 1]
-    except Exception:  # noqa: BLE001 - when unsure, show it
-        return False
-    return after.opname == "PRINT_EXPR" or (after.opname == "CALL_INTRINSIC_1" and after.argrepr == "INTRINSIC_PRINT")
+    except Exception:  # noqa: BLE001 - when unsure, the magic shows its result itself
+        return "dropped"
+    if after.opname == "PRINT_EXPR" or (after.opname == "CALL_INTRINSIC_1" and after.argrepr == "INTRINSIC_PRINT"):
+        return "shown"
+    return "dropped" if after.opname == "POP_TOP" else "kept"
 
 
 def event_loop_running() -> bool:

@@ -13,7 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from .cell_runner import AwaitedCells, CheckedCell
 from .common import (
     DevInspectMagics,
-    caller_displays_result,
+    caller_result_use,
     calling_frame,
     cell_magic_usage,
     event_loop_running,
@@ -32,6 +32,9 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         self._explained_early: tuple[int, Any] | None = None
         #: (id of the error, its explanation) made when the cell failed: what %devcheck --last shows for it.
         self._made_after_failure: tuple[int, Any] | None = None
+        self._shown_early = 0  # id of the error whose explanation went above its traceback
+        self._running_cell: str | None = None  # the raw text of the cell now running (for its Re-run)
+        self._set_event("pre_run_cell", self._note_running_cell, True)
 
     @magic_arguments()
     @argument("-o", "--output", nargs="?", const=True, default=None, metavar="NAME",
@@ -119,8 +122,8 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             explanation = explanation_of(error, self.shell.user_ns, exclude=self._ipython_names())
         if args.variable:
             self.shell.user_ns[args.variable] = explanation
-        if args.output and caller_displays_result(calling_frame()):
-            return explanation  # IPython shows it, once
+        if args.output and caller_result_use(calling_frame()) != "dropped":
+            return explanation  # IPython shows it, once, or the code keeps it
         self._show_explanation(explanation, rerun=None)
         return explanation if args.output else None
 
@@ -140,7 +143,8 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             early, self._explained_early = self._explained_early, None
             explanation = early[1] if early is not None and early[0] == id(error) else self._explanation(error, torch)
             self._made_after_failure = (id(error), explanation) if explanation else None
-            if explanation:
+            shown_early, self._shown_early = self._shown_early, 0
+            if explanation and shown_early != id(error):
                 raw = getattr(getattr(result, "info", None), "raw_cell", None)
                 self._show_explanation(explanation, rerun=raw)
         except Exception as exc:  # noqa: BLE001 - explaining must never add an error of its own
@@ -153,9 +157,26 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         exclude = self._ipython_names() if isinstance(error, torch.OutOfMemoryError) else ()
         return explanation_of(error, self.shell.user_ns, exclude=exclude)
 
+    def _note_running_cell(self, info: Any = None) -> None:
+        self._running_cell = getattr(info, "raw_cell", None)
+        self._shown_early = 0
+
+    def before_traceback(self, error: BaseException) -> str | None:
+        """Called as the shell draws ``error``'s traceback (a model call's is 60 lines of torch
+        frames: the help must not hide under them). In a notebook the explanation, its fix and
+        its buttons are shown now, as outputs above the traceback; in a terminal, which prints
+        each output in turn, the explanation follows the traceback and the line returned here
+        goes at its top, pointing there."""
+        line = self.pointer_line(error)
+        early = self._explained_early
+        if line is None or early is None or early[0] != id(error) or getattr(self.shell, "kernel", None) is None:
+            return line
+        self._shown_early = id(error)
+        self._show_explanation(early[1], rerun=self._running_cell)
+        return None
+
     def pointer_line(self, error: BaseException) -> str | None:
-        """One line for the top of the traceback, pointing at the explanation printed after it
-        (a model call's traceback is 60 lines of torch frames: the help must not hide under them)."""
+        """One line for the top of the traceback, pointing at the explanation printed after it."""
         torch = sys.modules.get("torch")
         if torch is None or not self.settings.explain_errors or id(error) == self._reported_error \
                 or not isinstance(error, (RuntimeError, torch.OutOfMemoryError)):
@@ -182,8 +203,12 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
                 from ..jupyter.fix_panel import explanation_panel
             except ImportError:  # no ipywidgets: the static output is complete
                 return
-            display(explanation_panel(explanation, shell.user_ns,
-                                      (lambda: shell.run_cell(rerun)) if rerun else None, shell=shell))
+            from .cell_widgets import run_here, shown
+
+            again = run_here(shell, lambda: shell.run_cell(rerun)) if rerun else None
+            panel = explanation_panel(explanation, shell.user_ns, again, shell=shell)
+            display(panel)
+            shown(shell, panel)
 
     def _devcheck_args(self, line: str) -> Any:
         args = self._parse(self.devcheck, line)
@@ -202,6 +227,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
 
     def close(self) -> None:
         self._set_event("post_run_cell", self._explain_after_cell, False)
+        self._set_event("pre_run_cell", self._note_running_cell, False)
 
 
 cell_magic_usage(DevcheckMagics)

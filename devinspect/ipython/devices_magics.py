@@ -10,10 +10,10 @@ from IPython.core.magic import line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..model.records import KINDS
-from ..render.table import SORTS
+from ..model.scan_result import SORTS
 from .common import (
     DevInspectMagics,
-    caller_displays_result,
+    caller_result_use,
     calling_frame,
     device_argument,
     display_live,
@@ -171,25 +171,27 @@ class DevicesMagics(DevInspectMagics):
             raise UsageError(f"%devices --why: {with_suggestion(missing[1], [missing[0]], namespace)}")
         if args.variable:
             namespace[args.variable] = found
-        if args.output and caller_displays_result(calling_frame()):
-            return found
+        if args.output and caller_result_use(calling_frame()) != "dropped":
+            return found  # shown by IPython (the cell's last line), or kept by the code
         display(found)
         return found if args.output else None
 
     def _show(self, view: Any, output: bool, rescan: Any = None) -> Any:
-        """Display ``view`` once, wherever the magic stands in the cell, and return it where the
-        code uses it (``r = %devices``). As a cell's last line it is not returned, so IPython's
-        ``Out`` keeps no copy, unless ``-o`` asks for it (IPython then shows it, once).
-        In Jupyter it is the live explorer, with the static tables beside it for other viewers."""
+        """Display ``view`` once, and return it where the code uses it. Assigned (``r = %devices``)
+        it is returned and not displayed, as an assignment shows nothing elsewhere in IPython.
+        As a cell's last line it is not returned, so IPython's ``Out`` keeps no copy, unless
+        ``-o`` asks for it (IPython then shows it, once). In Jupyter it is the live explorer,
+        with the static tables beside it for other viewers."""
         from IPython.display import display
 
-        shown_by_caller = caller_displays_result(calling_frame())
-        if shown_by_caller and output:
+        use = caller_result_use(calling_frame())
+        shown_by_caller = use == "shown"
+        if (shown_by_caller and output) or use == "kept":
             return view
         explorer = self._explorer(view, rescan) if getattr(self.shell, "kernel", None) is not None else None
         if explorer is not None:
             self._last_explorer = explorer
-            display_live(explorer.widget, view)
+            display_live(explorer.widget, view, self.shell)
         else:
             display(view)
         return None if shown_by_caller else view

@@ -8,14 +8,15 @@ from typing import Any
 
 from traitlets import TraitError
 
-from .. import actions
 from ..collect import locations
 from ..observe import tracebacks
-from .cell_runner import awaiting_magic_cells, edited_cells
+from .cell_runner import awaiting_magic_cells
+from .cell_widgets import CellWidgets
 from .common import cell_numbers, error_forgetter, traceback_drawer
 from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
 from .devices_magics import DevicesMagics
+from .edited_cells import EditedCells
 from .gpumem_magics import GpumemMagics
 from .traceback_pointer import TracebackPointer
 
@@ -41,7 +42,9 @@ class Loaded:
         self.cell_numbers = cell_numbers(shell)
         self.forget_error = error_forgetter(shell)
         self.draw_traceback = traceback_drawer(shell)
-        self.pointer = TracebackPointer(shell, self.devcheck.pointer_line)
+        self.pointer = TracebackPointer(shell, self.devcheck.before_traceback)
+        self.edited_cells = EditedCells(shell)
+        self.cell_widgets = CellWidgets(shell)
 
     @property
     def devcheck(self) -> DevcheckMagics:
@@ -64,13 +67,14 @@ def load(shell: Any) -> None:
     here = Loaded(shell)
     for family in here.families:
         shell.register_magics(family)
-    shell.input_transformers_cleanup.insert(0, edited_cells(shell))  # before anything reads the text
     shell.input_transformers_cleanup.append(awaiting_magic_cells(shell))
     locations.register_cell_numbers(here.cell_numbers)
     tracebacks.register_drawer(here.draw_traceback)
-    actions.error_holders.append(here.forget_error)
+    tracebacks.error_holders.append(here.forget_error)
     shell.events.register("post_run_cell", here.devcheck._explain_after_cell)
     here.pointer.install()
+    here.edited_cells.install()
+    here.cell_widgets.install()
     _loaded[id(shell)] = here
 
 
@@ -80,12 +84,14 @@ def unload(shell: Any) -> None:
     if here is None:
         return
     here.pointer.uninstall()
+    here.edited_cells.uninstall()
+    here.cell_widgets.uninstall()
     for family in here.families:
         family.close()
     locations.unregister_cell_numbers(here.cell_numbers)
     tracebacks.unregister_drawer(here.draw_traceback)
-    if here.forget_error in actions.error_holders:
-        actions.error_holders.remove(here.forget_error)
+    if here.forget_error in tracebacks.error_holders:
+        tracebacks.error_holders.remove(here.forget_error)
     shell.input_transformers_cleanup[:] = [t for t in shell.input_transformers_cleanup
                                            if not getattr(t, "devinspect", False)]
     manager = shell.magics_manager
@@ -103,6 +109,8 @@ def unload(shell: Any) -> None:
 
 def release_history_here() -> Any:
     """Release history in the running IPython session (or the last traceback in plain Python)."""
+    from .. import actions
+
     try:
         from IPython import get_ipython
     except ImportError:

@@ -11,7 +11,15 @@ from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .cell_runner import AwaitedCells
-from .common import DevInspectMagics, device_argument, display_live, event_loop_running, variable_name
+from .common import (
+    DevInspectMagics,
+    caller_result_use,
+    calling_frame,
+    device_argument,
+    display_live,
+    event_loop_running,
+    variable_name,
+)
 from .ranks import show_ranks
 
 
@@ -102,10 +110,12 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
         if args.track or args.untrack:
             self._set_tracking(args.track)
             return None
+        # -o with the value kept (snap = %gpumem -o) or shown by IPython: the caller has it; nothing more shows.
+        quiet = args.output and caller_result_use(calling_frame()) != "dropped"
         if args.history:
-            shown = self._show_history()
+            shown = self._show_history(quiet)
         else:
-            shown = self._show_memory(args)
+            shown = self._show_memory(args, quiet)
         if args.variable:
             self.shell.user_ns[args.variable] = shown
         return shown if args.output else None
@@ -169,7 +179,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
             "release_history": lambda: actions.release_history(shell.user_ns, shell.displayhook, shell.user_ns_hidden),
         }
 
-    def _show_memory(self, args: Any) -> Any:
+    def _show_memory(self, args: Any, quiet: bool = False) -> Any:
         from IPython.display import display
 
         collect = self._collector(args.device, not args.no_tensors, args.all_devices)
@@ -177,6 +187,8 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
         if args.watch is not None and not widgets_frontend:
             raise UsageError("%gpumem: --watch needs a Jupyter kernel (a live widget); here use %gpumem again, "
                              "or %gpumem --track to record every cell")
+        if quiet and args.watch is None:
+            return collect(True)
         if widgets_frontend:
             from ..jupyter.memory_dashboard import MemoryDashboard, Watcher
 
@@ -184,7 +196,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
             dashboard = MemoryDashboard(collect, self._memory_actions())
             self._last_dashboard = weakref.ref(dashboard)
             snapshot = dashboard.snapshot
-            display_live(dashboard.widget, snapshot)
+            display_live(dashboard.widget, snapshot, self.shell)
             if args.watch is not None:
                 self._stop_watchers()
                 self._watchers.append(Watcher(dashboard, args.watch).start())
@@ -249,12 +261,14 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
         except Exception:  # noqa: BLE001
             pass
 
-    def _show_history(self) -> Any:
+    def _show_history(self, quiet: bool = False) -> Any:
         from IPython.display import display
 
         from ..model.memory import MemoryHistory
 
         history = self._tracker.history() if self._tracker is not None else MemoryHistory(())
+        if quiet:
+            return history
         display(history)
         if history.cells and getattr(self.shell, "kernel", None) is not None:
             # A plot only where a frontend can show one; a terminal gets the table alone.

@@ -7,7 +7,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from .common import caller_displays_result, calling_frame, display_live, variable_name
+from .common import caller_result_use, calling_frame, display_live, variable_name
 
 
 def show_ranks(shell: Any, magic: str, args: Any, focus: str, exclude: Any) -> Any:
@@ -34,7 +34,7 @@ def show_ranks(shell: Any, magic: str, args: Any, focus: str, exclude: Any) -> A
         return None
     if args.variable:
         namespace[args.variable] = report
-    if caller_displays_result(calling_frame()) and args.output:
+    if args.output and caller_result_use(calling_frame()) != "dropped":
         return report
     widget = None
     if getattr(shell, "kernel", None) is not None:
@@ -45,7 +45,7 @@ def show_ranks(shell: Any, magic: str, args: Any, focus: str, exclude: Any) -> A
         except ImportError:  # no ipywidgets: the static report is complete
             widget = None
     if widget is not None:
-        display_live(widget, report)
+        display_live(widget, report, shell)
     else:
         display(report)
     return report if args.output else None

@@ -1,8 +1,10 @@
-"""A one-line pointer at the top of a failed cell's traceback, to the explanation after it.
+"""What goes before a failed cell's traceback: the explanation (in a notebook), or a
+one-line pointer to the explanation after it (in a terminal).
 
 The shell draws a traceback through ``_showtraceback(etype, value, stb)``: the terminal
-prints ``stb``, a kernel sends it as the error's ``traceback``. The pointer is one line put
-before ``stb``: IPython's traceback stays whole and in place, the exception is untouched,
+prints ``stb``, a kernel sends it as the error's ``traceback``. The hook is called first: it
+may display outputs (they reach a notebook before the error output does), and the line it
+returns is put before ``stb``: IPython's traceback stays whole and in place, the exception is untouched,
 and a handler another extension installed with ``set_custom_exc`` is never involved
 (errors it handles never reach ``_showtraceback``). Whatever ``_showtraceback`` was before
 (ipykernel's, or another extension's wrapper) is called with the longer list and put back

@@ -4,10 +4,10 @@ Composed from stock ipywidgets (no JavaScript of ours). The table is filtered, s
 and paged in the kernel (:mod:`devinspect.render.grid`): the browser holds one page of rows,
 a fixed set of widgets whose values change, so 100,000 tensors cost what 25 do. The
 module tree (:mod:`devinspect.render.module_tree`) opens a node's children when asked, a
-page of them at a time, and marks a node whose parameters span devices. Every row and node can be moved to any
-device this process has (Move to ▾), and every finding with an action has Apply fix;
-all go through :mod:`devinspect.actions` (all or nothing, reported in bytes), then
-the session is scanned again.
+page of them at a time, and marks a node whose parameters span devices. Every row and node can be moved to
+the devices PyTorch lets it go to (Move to ▾; a gradient goes with its parameter), and every finding with an
+action has Apply fix; all go through :mod:`devinspect.actions` (all or nothing, reported in bytes; a move's
+result beside its row), then the session is scanned again.
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ from ..model.scan_result import ScanView
 from ..model.units import human_bytes
 from ..render.grid import COLUMNS, GridState, page, select, table_frame
 from ..render.html import fix_html
-from ..render.module_tree import ModuleNode, module_tree
+from ..collect.static import mro, type_name
+from ..render.module_tree import ModuleNode, module_tree, parent_of
 from ..render.table import SEVERITY_MARK
 from ..render.text import summary_line
 from .fix_panel import FixButton
+from .lifetime import close_all
 
 #: Widths of the table's columns (the header's sort buttons have the same): the short columns fit
 #: their header and its sort mark; the name takes what is left and wraps (a name is never cut).
-WIDTHS = {"kind": "6.4em", "device": "5.4em", "dtype": "5.2em", "shape": "5.6em", "size": "5.2em"}
+WIDTHS = {"kind": "6.4em", "device": "5.4em", "dtype": "5.2em", "shape": "7.4em", "size": "5.2em"}
 _MOVE_WIDTH = "7.2em"
 _NAME_FLEX = "1 1 0"
 _CELL = "overflow-wrap:anywhere;word-break:break-word;padding:0 4px;box-sizing:border-box;line-height:1.9"
@@ -65,6 +67,10 @@ def _cell(text: str, *, code: bool = False, right: bool = False, title: str | No
     return f'<span{css} style="{_CELL};{align}" title="{escape(title or text, quote=True)}">{body}</span>'
 
 
+def _result_html(ok: bool, message: str) -> str:
+    return f'<div style="line-height:1.4;overflow-wrap:anywhere">{"✔" if ok else "✖"} {escape(message)}</div>'
+
+
 def _one_line(html: str, title: str) -> str:
     """``html`` within the widget's width, wrapped where it ends, whatever the text's length."""
     return (f'<div style="display:grid;grid-template-columns:minmax(0, 1fr)">'
@@ -91,6 +97,8 @@ class DevicesExplorer:
         parts = [self.summary, self.findings] + ([] if view.display.findings_only else [self.tabs]) + [self.status]
         self.widget = widgets.VBox(parts, layout=widgets.Layout(width="100%"))
         self.widget.add_class("devinspect-explorer")  # the container whose width folds columns (STYLE)
+        #: The last Move result of each row (a tensor's or a module's name): (ok, message), shown beside it.
+        self._results: dict[str, tuple[bool, str]] = {}
         self._open: set[str] = set()
         #: Children shown of each open node in the module tree (``""``: the roots), when more than a page.
         self._shown: dict[str, int] = {}
@@ -106,6 +114,7 @@ class DevicesExplorer:
         """Show ``view``: summary, findings, table (its current filter/sort/page kept) and tree."""
         self.view = view
         self.frame = table_frame(view.records)
+        self._device_of = {r.name: r.device for r in view.records if r.kind == "parameter"}
         self.nodes = module_tree(view.result)
         self.summary.value = STYLE + (f'<span style="line-height:1.4"><b>devinspect</b>: '
                                       f'{escape(summary_line(view))}</span>')
@@ -139,7 +148,7 @@ class DevicesExplorer:
             text = (f'<div style="margin:2px 0">{SEVERITY_MARK.get(f.severity, "-")} <b>{escape(f.severity)}</b> '
                     f"{escape(f.message)}</div>")
             body = f'<div style="line-height:1.4">{text}{fix_html(f.fix) if f.fix else ""}</div>'
-            parts = [w.HTML(body, layout=w.Layout(width="100%"))]
+            parts = [w.HTML(body, layout=w.Layout(width="auto"))]  # 100% and its margins would not fit
             if f.fix is not None and f.fix.action is not None:
                 # The result goes to the explorer's status line: this row goes when the view is read again.
                 parts.append(FixButton(f.fix, self.namespace, shell=self.shell, after=self.act).box)
@@ -180,7 +189,10 @@ class DevicesExplorer:
             cells = w.HTML(layout=w.Layout(flex="1 1 0", min_width="0", overflow="hidden", margin="0"))
             move = w.Dropdown(options=[_NO_CHOICE], layout=w.Layout(width=_MOVE_WIDTH, flex="0 0 auto", margin="0"))
             move.observe(lambda c, move=move: self._move_row(move, c), "value")
-            self.rows.append(w.HBox([cells, move], layout=w.Layout(align_items="center", width="100%")))
+            # What Move did to this row, on a line of its own under it (the row wraps).
+            result = w.HTML(layout=w.Layout(width="100%", display="none", margin="0 0 2px 0"))
+            self.rows.append(w.HBox([cells, move, result], layout=w.Layout(align_items="center", width="100%",
+                                                                             flex_flow="row wrap")))
         self.prev = w.Button(description="", icon="chevron-left", tooltip="previous page",
                              layout=w.Layout(width="3em"))
         self.next = w.Button(description="", icon="chevron-right", tooltip="next page", layout=w.Layout(width="3em"))
@@ -230,40 +242,83 @@ class DevicesExplorer:
             widget.layout.display = None
             record = records[int(row["index"])]
             self._page_records.append(record)
-            cells, move = widget.children
+            cells, move, result = widget.children
             note = f"{record.name}: {record.kind}, {row['dtype']}" + (f"  ({row['note']})" if row["note"] else "")
             cells.value = ('<div class="devinspect-row">'
                            + _cell(record.name, code=True, title=note) + _cell(record.kind, column="kind")
                            + _cell(record.device) + _cell(row["dtype"], column="dtype") + _cell(row["shape_text"])
                            + _cell(row["size"], right=True) + "</div>")
-            target = self._movable(record)
-            move.target = target
-            move.disabled = target is None
-            choices = [d for d in self.devices if d != record.device] if target else []
+            target, choices, tooltip = self._move_offer(record)
+            move.target = target if choices else None
+            move.disabled = not choices
             move.options = [_NO_CHOICE] + choices
             move.value = _NO_CHOICE
-            move.tooltip = f"move {target} to another device" if target else "cannot be moved by name"
+            move.tooltip = tooltip
+            said = self._results.get(record.name)
+            result.value = _result_html(*said) if said else ""
+            result.layout.display = None if said else "none"
 
-    @staticmethod
-    def _movable(record: Any) -> str | None:
-        """The name a Move action takes for this row: the tensor itself, when it has a usable name."""
-        if record.alias_of is not None or record.kind in ("error", "unnamed", "optimizer_state") or record.hidden:
+    def _move_offer(self, record: Any) -> tuple[str | None, list[str], str]:
+        """(the name a Move action takes for this row, the devices it can go to, the menu's tooltip).
+
+        Only moves PyTorch allows are offered: a gradient and an optimizer's state live where their
+        parameter does (assigning a gradient on another device is refused), so they move with it;
+        a view moves with the tensor it views; a meta tensor holds no data to copy.
+        """
+        name = record.name
+        if record.kind in ("error", "unnamed") or record.hidden or not fixes.is_path(name):
+            return None, [], "cannot be moved by name"
+        if record.alias_of is not None:
+            return None, [], f"shares its memory with {record.alias_of}: move {record.alias_of}"
+        if record.kind in ("gradient", "optimizer_state"):
+            what = "a gradient" if record.kind == "gradient" else "optimizer state"
+            if record.param is None:
+                return None, [], f"{what} lives where its parameter does"
+            home = self._device_of.get(record.param)
+            choices = [home] if home is not None and home != record.device and record.kind == "gradient" else []
+            return name, choices, (f"{what} lives where its parameter does: move {record.param}, "
+                                   f"and its {'gradient' if record.kind == 'gradient' else 'state'} goes with it")
+        if record.device == "meta":
+            return None, [], ("on the meta device, with no data to copy: load its weights (load_state_dict(..., "
+                              "assign=True)) or use to_empty(device=...)")
+        in_place = record.kind == "parameter" or (record.requires_grad and record.is_leaf)
+        if not in_place:  # moved by assigning its name again: the object holding it must take that
+            holder = self._holder(name)
+            if holder is not None and tuple in mro(type(holder)):
+                parent = parent_of(name) or name
+                return None, [], (f"held in a {type_name(type(holder))}, which cannot change: move {parent} whole "
+                                  "(Move to on its row, or its finding's fix)")
+        return name, [d for d in self.devices if d != record.device], f"move {name} to another device"
+
+    def _holder(self, name: str) -> Any:
+        from ..actions.result import UNKNOWN, NamePath
+
+        try:
+            holder = NamePath(name).holder_read_statically(self.namespace)
+        except Exception:  # noqa: BLE001 - a name that cannot be read statically: the move says what happens
             return None
-        return record.name if fixes.is_path(record.name) else None
+        return None if holder is UNKNOWN else holder
 
     def _move_row(self, move: Any, change: dict) -> None:
         if change["new"] in (None, _NO_CHOICE) or getattr(move, "target", None) is None:
             return
+        move.value = _NO_CHOICE  # the menu offers again; a choice that fails does not stay selected
         self._move(move.target, change["new"])
 
     def _move(self, name: str, device: str) -> None:
+        """Move ``name``; the result is shown beside its row (the view is read again when it moved)."""
         from .. import actions
 
         try:
             result = actions.move(self.namespace, name, device)
-        except Exception as exc:  # noqa: BLE001 - shown in the status line
+        except Exception as exc:  # noqa: BLE001 - shown beside the row
             result = actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
-        self.act(result)
+        self._results = {name: (result.ok, result.message)}  # the last move's result, beside its row
+        if result.ok:
+            self.refresh()
+        else:
+            self.show_page()
+            self.show_tree()
 
     # -- the module tree --------------------------------------------------------------
 
@@ -298,15 +353,7 @@ class DevicesExplorer:
         """Close rows that new ones replaced, with everything in them but the shared layouts:
         ipywidgets keeps every widget it made until it is closed, so rows drawn again after each
         action would pile up in the kernel."""
-        shared = {id(layout) for layout in self._tree_layouts.values()}
-        stack = list(rows)
-        while stack:
-            part = stack.pop()
-            stack.extend(getattr(part, "children", ()))
-            for owned in (getattr(part, "style", None), getattr(part, "layout", None)):
-                if owned is not None and id(owned) not in shared:
-                    owned.close()
-            part.close()
+        close_all(rows, keep=self._tree_layouts.values())
 
     def _more_row(self, parent: str, depth: int, hidden: int) -> Any:
         w = self._w
@@ -336,13 +383,19 @@ class DevicesExplorer:
         size = f"needs {human_bytes(node.bytes)}" if node.devices == ("meta",) else human_bytes(node.bytes)
         text = f"{node.type_name} · {mark}{devices} · {size} · {node.parameters:,} parameters"
         layouts = self._tree_layouts
+        said = self._results.get(node.path)
         label = w.HTML(
             f'<div style="{border}">' + _one_line(
                 f"<code>{escape(node.path)}</code> {escape(node.type_name)} · {mark}<b>{escape(devices)}</b> · "
-                f"{escape(size)} · {node.parameters:,} parameters", f"{node.path} {text}") + "</div>",
+                f"{escape(size)} · {node.parameters:,} parameters", f"{node.path} {text}")
+            + (_result_html(*said) if said else "") + "</div>",
             layout=layouts["label"])
+        movable = fixes.is_path(node.path)
         move = w.Dropdown(options=[_NO_CHOICE] + [d for d in self.devices if (d,) != node.devices],
-                          layout=layouts["move"], disabled=not fixes.is_path(node.path))
+                          layout=layouts["move"], disabled=not movable,
+                          tooltip=(f"move {node.path} to another device: its parameters and buffers, their "
+                                   "gradients and optimizer state (a plain tensor attribute stays: its finding's "
+                                   "Apply fix registers it as a buffer)") if movable else "cannot be moved by name")
         move.target = node.path
         move.observe(lambda c, move=move: self._move_row(move, c), "value")
         row = w.HBox([toggle, label, move], layout=layouts["row"])

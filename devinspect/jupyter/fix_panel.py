@@ -57,8 +57,9 @@ class FixButton:
         self.follow_up.layout.display = "none"
         result = self._run(self.fix.action)
         self._show(result)
-        if result.ok and self.after is not None:
-            self.after(result)
+        if result.ok:  # done: the button stays disabled (its fix would do nothing, or harm, again)
+            if self.after is not None:
+                self.after(result)
         else:
             self.button.disabled = False
             self._pending = result.follow_up

@@ -15,7 +15,8 @@ def line_memory_widget(profile: LineMemoryProfile, dashboard: Any, plot_html: st
     :class:`~devinspect.jupyter.memory_dashboard.MemoryDashboard`)."""
     import ipywidgets as widgets
 
-    parts = [widgets.HTML(render_html(profile))]
+    # Text at the notebook's own line height (a widget's HTML is drawn at the height of a button row).
+    parts = [widgets.HTML(f'<div style="line-height:1.4">{render_html(profile)}</div>')]
     if plot_html is not None:
         parts.append(widgets.HTML(plot_html))
     parts.append(dashboard.widget)

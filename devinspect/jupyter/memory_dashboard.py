@@ -29,6 +29,10 @@ _BUTTONS = (
 )
 
 
+_BUTTON_TIPS = {key: tooltip for key, _label, _icon, tooltip in _BUTTONS}
+_NOTHING_HELD = "Nothing in Out/_/__/___/_N or sys.last_traceback holds accelerator memory now"
+
+
 class _DeviceView:
     """The widgets of one device, updated in place so a watched dashboard does not flicker."""
 
@@ -78,6 +82,8 @@ class MemoryDashboard:
         self._actions = dict(actions)
         self._lock = threading.RLock()
         self._views: dict[str, _DeviceView] = {}
+        #: Buttons with nothing to do now (by action key): left disabled after every action.
+        self._idle: dict[str, bool] = {}
         self.notes = widgets.HTML()
         self.devices = widgets.VBox()
         self.buttons: dict[str, Any] = {}
@@ -147,6 +153,10 @@ class MemoryDashboard:
         if history is not None:
             held = [d.tensors.history_bytes for d in snapshot.accelerators if d.tensors is not None]
             history.description = "Release history" + (f": {human_bytes(sum(held))}" if held else "")
+            # Nothing left to release (counted): the button rests until a later reading finds some.
+            self._idle["release_history"] = bool(held) and sum(held) == 0
+            history.disabled = self._idle["release_history"]
+            history.tooltip = (_NOTHING_HELD if self._idle["release_history"] else _BUTTON_TIPS["release_history"])
 
     def run_action(self, key: str) -> None:
         """Run one action with every button disabled; its result (or error) goes into the status line."""
@@ -165,8 +175,8 @@ class MemoryDashboard:
             except Exception as exc:  # noqa: BLE001
                 self.status.value += f"<br>✖ could not read memory again: {escape(type(exc).__name__)}: {escape(str(exc))}"
         finally:
-            for b in buttons:
-                b.disabled = False
+            for key, b in [*self.buttons.items(), ("refresh", self.refresh_button)]:
+                b.disabled = self._idle.get(key, False)
 
 
 def _allocated(snapshot: MemorySnapshot) -> tuple[tuple[str, int | None], ...]:

@@ -2,8 +2,10 @@
 
 The renderers (:mod:`devinspect.render`) register one function per result type and
 form (``text``, ``html``, ``figure``); a result's ``__repr__`` and
-``_repr_mimebundle_`` ask here. Importing ``devinspect`` registers them all, so a
-result always has its text and HTML; before that, ``text`` falls back to a plain repr.
+``_repr_mimebundle_`` ask here. Importing ``devinspect`` names the loader that registers
+them all (:func:`load_with`), run the first time a result is drawn, so a result always has its
+text and HTML while ``import devinspect`` stays cheap; without it, ``text`` falls back to a
+plain repr.
 """
 
 from __future__ import annotations
@@ -11,6 +13,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 _renderers: dict[tuple[type, str], Callable[[Any], Any]] = {}
+#: Registers the renderers; run once, when a result is first drawn.
+_loader: Callable[[], Any] | None = None
+
+
+def load_with(loader: Callable[[], Any]) -> None:
+    """``loader()`` registers the renderers; it runs the first time one is asked for."""
+    global _loader
+    _loader = loader
 
 
 def register(cls: type, **forms: Callable[[Any], Any]) -> None:
@@ -21,6 +31,10 @@ def register(cls: type, **forms: Callable[[Any], Any]) -> None:
 
 def renderer(obj: Any, form: str) -> Callable[[Any], Any] | None:
     """The function registered for ``obj``'s type (or a base class of it) and ``form``."""
+    global _loader
+    if _loader is not None:
+        load, _loader = _loader, None
+        load()
     for cls in type(obj).__mro__:
         draw = _renderers.get((cls, form))
         if draw is not None:

@@ -55,6 +55,8 @@ class ReconRow:
     source: str
     note: str = ""
     total: bool = False
+    #: The call that reads it, for a tooltip (the note says it in words).
+    call: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,7 @@ def _tensor_rows(t: TensorTally | None, where: str) -> list[ReconRow]:
 
 
 def _device_rows(d: DeviceMemory) -> tuple[ReconRow, ...]:
+    api = "torch.cuda" if d.kind == "cuda" else "torch.accelerator"
     rows = _tensor_rows(d.tensors, "scan")
     found = d.tensors.total_bytes if d.tensors is not None else None
     if d.allocated_bytes is not None:
@@ -156,13 +159,15 @@ def _device_rows(d: DeviceMemory) -> tuple[ReconRow, ...]:
                                      "tensors only C++ holds: autograd's saved activations, library workspaces; "
                                      "negative: tensors not from PyTorch's allocator (DLPack, IPC)"))
             rows.append(ReconRow("requested by live allocations", d.requested_bytes, "measured",
-                                 "torch.cuda.memory_stats()['requested_bytes.all.current']", total=found is not None))
+                                 "the allocator's count of what live allocations asked for, before rounding",
+                                 total=found is not None, call=f"{api}.memory_stats()['requested_bytes.all.current']"))
             rows.append(ReconRow("rounding to 512-byte blocks", _minus(d.allocated_bytes, d.requested_bytes), "derived",
                                  "the allocator rounds each block up to a multiple of 512 bytes"))
         elif found is not None:
             rows.append(ReconRow("not reachable from Python (incl. 512-byte rounding)", _minus(d.allocated_bytes, found),
                                  "derived", "autograd's saved activations, library workspaces, block rounding"))
-        rows.append(ReconRow("allocated", d.allocated_bytes, "measured", "memory_allocated(): live blocks", total=True))
+        rows.append(ReconRow("allocated", d.allocated_bytes, "measured", "the allocator's live blocks", total=True,
+                             call=f"{api}.memory_allocated()"))
     if d.reserved_bytes is not None and d.allocated_bytes is not None:
         pending = _minus(d.active_bytes, d.allocated_bytes)
         if pending:
@@ -177,7 +182,7 @@ def _device_rows(d: DeviceMemory) -> tuple[ReconRow, ...]:
             rows.append(ReconRow("cached by the allocator", _minus(d.reserved_bytes, d.allocated_bytes), "derived",
                                  "reserved − allocated"))
         rows.append(ReconRow("reserved by PyTorch", d.reserved_bytes, "measured",
-                             "memory_reserved(): what the allocator holds from the driver", total=True))
+                             "what the allocator holds from the driver", total=True, call=f"{api}.memory_reserved()"))
     rows.extend(_driver_rows(d))
     return tuple(rows)
 
@@ -316,7 +321,8 @@ class MemorySnapshot:
         import pandas as pd
 
         rows = [
-            {"device": d.device, "row": r.label, "bytes": r.value_bytes, "source": r.source, "total": r.total, "note": r.note}
+            {"device": d.device, "row": r.label, "bytes": r.value_bytes, "source": r.source, "total": r.total, "note": r.note,
+             "call": r.call}
             for d in self.devices
             for r in d.reconciliation
         ]

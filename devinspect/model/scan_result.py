@@ -205,11 +205,16 @@ def device_matches(device: str, wanted: str) -> bool:
     return kind == "cpu" and device == "cpu"
 
 
+#: Rows a table shows before "… N more", and the orders it can show them in.
+DEFAULT_MAX_ROWS = 40
+SORTS = ("walk", "bytes", "name", "device", "kind")
+
+
 @dataclass(frozen=True)
 class Display:
     """How a view is rendered: rows shown before "… N more", row order, findings only."""
 
-    max_rows: int = 40
+    max_rows: int = DEFAULT_MAX_ROWS
     sort: str = "walk"
     findings_only: bool = False
 

@@ -28,6 +28,12 @@ def unregister_drawer(draw: Callable[[BaseException, types.TracebackType | None]
         _drawers.remove(draw)
 
 
+#: Callables that drop a shell's own references to the last error (IPython keeps it in its
+#: traceback formatter and in the last execution result): the IPython layer registers one when
+#: the extension loads, and every release of the last error (:mod:`devinspect.actions`) runs them.
+error_holders: list[Callable[[], None]] = []
+
+
 def ends_in_own_frames(tb: types.TracebackType | None) -> bool:
     """Whether the innermost frame of a traceback is devinspect's (the check, the simulated device)."""
     last = None

@@ -1,7 +1,8 @@
 """Static HTML for a CheckReport: compact, themed like the %devices table (no colours of its own).
 
-Names and code wrap where their column ends (inside a long name too) and are never cut:
-at a laptop's width the table stays within the notebook and every character shows.
+Names wrap where their column ends (inside a long name too) and are never cut; each line of
+code in the per-line table has a line of its own (cut where the table ends, the whole line in
+its tooltip): at a laptop's width the tables stay within the notebook.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from html import escape
 
 from ..model.check_report import CheckReport, Mismatch, Operand
 from .check_text import WORST_LINES, operand_kind, summary_line, transfer_text
-from .html import CELL, NUM, WRAP, fix_html
+from .html import CELL, TABLE, WRAP, fix_html, text_table
 
 _NOWRAP = CELL + ";white-space:nowrap"
 _NAME = WRAP + ";min-width:8em"
@@ -45,7 +46,7 @@ def mismatch_html(m: Mismatch) -> str:
     elif m.module_path:
         out.append(f"<p style=\"margin:2px 0\">inside module {_code(m.module_path)}</p>")
     if m.operands:
-        out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>')
+        out.append(f'<table style="{TABLE}"><thead><tr>')
         for title in ("input", "device", "dtype/shape", "found as", "note"):
             out.append(f'<th style="{_NOWRAP}">{title}</th>')
         out.append("</tr></thead><tbody>")
@@ -72,24 +73,14 @@ def render_check(report: CheckReport) -> str:
         out.append("</ul>")
     shown = report.costliest(WORST_LINES)  # in the order the code reads
     if shown:
-        out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>')
-        for title, style in (("where", _NOWRAP), ("host→device", NUM), ("device→host", NUM),
-                             ("device→device", NUM), ("syncs", _NOWRAP), ("code", _NOWRAP)):
-            out.append(f'<th style="{style}">{title}</th>')
-        out.append("</tr></thead><tbody>")
+        rows = []
         for s in shown:
             syncs = ", ".join(f"{k}×{n}" for k, n in s.syncs) or "-"
             inside = f" (in {', '.join(s.inside)})" if s.inside else ""
-            cells = [
-                (escape(s.where.label), _NOWRAP),
-                (transfer_text(s.h2d_count, s.h2d_bytes), NUM),
-                (transfer_text(s.d2h_count, s.d2h_bytes), NUM),
-                (transfer_text(s.d2d_count, s.d2d_bytes), NUM),
-                (escape(syncs + inside), _NOWRAP),
-                (_code(s.where.text), _NAME),
-            ]
-            out.append("<tr>" + "".join(f'<td style="{st}">{c}</td>' for c, st in cells) + "</tr>")
-        out.append("</tbody></table>")
+            rows.append((s.where.label, transfer_text(s.h2d_count, s.h2d_bytes), transfer_text(s.d2h_count, s.d2h_bytes),
+                         transfer_text(s.d2d_count, s.d2d_bytes), syncs + inside, s.where.text))
+        out.append(text_table(("where", "host→device", "device→host", "device→device", "syncs", "code"), rows,
+                              numeric={1, 2, 3}, code=5))
         hidden = len(report.lines) - len(shown)
         if hidden:
             out.append(f"<p style=\"margin:2px 0\">… {hidden} more lines (<code>.frame</code> has all)</p>")

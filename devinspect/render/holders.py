@@ -6,10 +6,8 @@ from html import escape
 
 from ..model.holders import Holders, Reference
 from ..model.units import human_bytes, shape_text
-from .html import CELL
+from .html import text_table
 from .text import plural
-
-_NOWRAP = CELL + ";white-space:nowrap"
 
 
 def headline(h: Holders) -> str:
@@ -49,14 +47,8 @@ def render_text(h: Holders) -> str:
 def render_html(h: Holders) -> str:
     out = [f'<div class="devinspect"><p style="margin:4px 0"><b>devinspect</b>: {escape(headline(h))}</p>']
     if h.references:
-        out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>'
-                   f'<th style="{_NOWRAP}">reference</th><th style="{_NOWRAP}">from</th>'
-                   f'<th style="{_NOWRAP}">through</th><th style="{CELL}">note</th></tr></thead><tbody>')
-        for r in h.references:
-            out.append(f'<tr><td style="{_NOWRAP}"><code>{escape(r.path)}</code></td>'
-                       f'<td style="{_NOWRAP}">{escape(r.root)}</td><td style="{_NOWRAP}">{escape(r.via)}</td>'
-                       f'<td style="{CELL}">{escape(r.note)}</td></tr>')
-        out.append("</tbody></table>")
+        out.append(text_table(("reference", "from", "through", "note"), [(r.path, r.root, r.via, r.note)
+                                                                         for r in h.references], numeric=(), code=0))
     out.extend(f'<p style="margin:2px 0">({escape(line)})</p>' for line in footer(h))
     out.append("</div>")
     return "".join(out)

@@ -10,7 +10,7 @@ from .html import text_table
 
 HEADERS = ("line", "runs", "allocated before → after", "change", "peak in line", "reserved before → after",
            "made here, still alive", "code")
-_NUMERIC = {1, 3, 4}
+_NUMERIC = {1, 2, 3, 4, 5}  # numbers right-aligned (before → after too)
 
 
 def _span(before: int | None, after: int | None) -> str:

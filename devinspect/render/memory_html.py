@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model.memory import DeviceMemory, MemoryHistory, MemorySnapshot
+from ..model.memory import DeviceMemory, MemoryHistory, MemorySnapshot, ReconRow
 from ..model.units import human_bytes
 from .html import CELL, NUM, text_table
 from .memory_text import HISTORY_HEADERS, details, device_title, headline, history_rows, recon_value, snapshot_title
@@ -60,9 +60,17 @@ def reconciliation_table(d: DeviceMemory) -> str:
         top = "border-top:1px solid currentColor;" if r.total else ""
         out.append(f'<tr style="line-height:1.25"><td style="{top}{CELL};{indent}">{label}</td>'
                    f'<td style="{top}{NUM}">{escape(recon_value(r))}</td>'
-                   f'<td style="{top}{CELL}">{escape(r.source)}</td><td style="{top}{CELL}">{escape(r.note)}</td></tr>')
+                   f'<td style="{top}{CELL}">{escape(r.source)}</td>{_how(r, top)}</tr>')
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def _how(r: ReconRow, top: str) -> str:
+    """The row's "how", in words; the call that reads it in a tooltip (dotted underline)."""
+    if not r.call:
+        return f'<td style="{top}{CELL}">{escape(r.note)}</td>'
+    return (f'<td style="{top}{CELL}" title="{escape(r.call, quote=True)}"><span style="text-decoration:underline '
+            f'dotted;cursor:help">{escape(r.note)}</span></td>')
 
 
 def render_device(d: DeviceMemory) -> str:

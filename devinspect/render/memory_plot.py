@@ -144,6 +144,7 @@ class HistoryPlot:
             "[data-jp-theme-light='false'] .devinspect-plot-light{display:none!important}"
             "[data-jp-theme-light='false'] .devinspect-plot-dark{display:inline!important}"
             "</style>"
+            # As wide as drawn, or as the output where that is narrower (a notebook beside a file browser).
             f'<img class="devinspect-plot-light" alt="{self.alt}" style="max-width:100%;height:auto" '
             f'src="data:image/png;base64,{light}">'
             f'<img class="devinspect-plot-dark" alt="{self.alt}" style="display:none;max-width:100%;height:auto" '

@@ -56,7 +56,7 @@ def details(d: DeviceMemory) -> str:
     if d.alloc_retries is not None:
         parts.append(plural(d.alloc_retries, "allocation retry", "allocation retries"))
     if d.ooms is not None:
-        parts.append(f"{d.ooms} OOMs")
+        parts.append(plural(d.ooms, "out-of-memory error"))
     return " · ".join(parts)
 
 

@@ -2,7 +2,8 @@
 
 A pure function of a :class:`~devinspect.model.scan_result.ScanResult`: each module and submodule the
 namespace reaches becomes a :class:`ModuleNode` with its devices (most bytes first),
-the bytes its parameters and buffers hold (a meta tensor counts what it would need),
+the bytes its parameters, buffers and plain tensor attributes hold (an attribute that
+``.to()`` leaves behind is still the module's; a meta tensor counts what it would need),
 its number of parameter elements, and its children. A node on more than one device is
 ``mixed``.
 """
@@ -19,7 +20,7 @@ from ..model.scan_result import ScanResult
 class ModuleNode:
     path: str
     type_name: str
-    #: Devices of its parameters and buffers (all below it), most bytes first.
+    #: Devices of its parameters, buffers and tensor attributes (all below it), most bytes first.
     devices: tuple[str, ...]
     bytes: int
     parameters: int
@@ -42,7 +43,7 @@ def module_tree(result: ScanResult) -> dict[str, ModuleNode]:
     types = dict(result.module_types)
     per_device: dict[str, dict[str, int]] = {path: {} for path in types}
     elements: dict[str, int] = {path: 0 for path in types}
-    for r in result.of_kind("parameter", "buffer"):
+    for r in result.of_kind("parameter", "buffer", "attribute"):
         if r.owner is None or r.alias_of is not None:
             continue
         size = r.storage_bytes if r.device != "meta" else (r.nbytes or 0)

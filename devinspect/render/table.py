@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 from ..model.records import KINDS, TensorRecord
-from ..model.scan_result import ScanView, size_keys
+from ..model.scan_result import DEFAULT_MAX_ROWS, SORTS, ScanView, size_keys  # noqa: F401 - named here too
 from ..model.units import human_bytes
-
-DEFAULT_MAX_ROWS = 40
-SORTS = ("walk", "bytes", "name", "device", "kind")
 _KIND_RANK = {k: i for i, k in enumerate(KINDS)}
 
 
