@@ -28,7 +28,7 @@ def instance(shell):
     return shell.magics_manager.registry["GpumemMagics"]
 
 
-def test_gpumem_text_and_html_without_widgets(ip):
+def test_gpumem_text_and_html_without_widgets(ip, sim):
     result, text, html, _ = run(ip, "import torch\nx = torch.ones(250, 1000)\n%gpumem")
     assert result.success
     assert "devinspect: memory of" in text and "and this process" in text
