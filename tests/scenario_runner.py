@@ -19,6 +19,8 @@ import ast
 import gc
 import sys
 from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -58,6 +60,23 @@ class Failed(Exception):
     def __init__(self, stage: str, reason: str):
         super().__init__(f"{stage}: {reason}")
         self.stage, self.reason = stage, reason
+
+
+@contextmanager
+def shallow_recursion(frames: int = 300) -> Iterator[None]:
+    """Runs with room for ``frames`` more frames than the caller's depth. An endless recursion
+    then fails after a few hundred frames rather than thousands: the same RecursionError
+    and the same explanation, but IPython formats a far shorter traceback (each frame it formats
+    scans every loaded module, which made such a scenario take over a minute)."""
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(min(limit, depth + frames))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def fill(code: str, device: str) -> str:
@@ -175,7 +194,8 @@ class ScenarioRun:
     def other(self) -> None:
         import devinspect
 
-        result = self.run_failing()
+        with shallow_recursion():
+            result = self.run_failing()
         error = self.error_of(result)
         if error is None:
             raise Skip("the error did not happen")
@@ -183,7 +203,8 @@ class ScenarioRun:
         said = []
         if explanation.mismatch is not None:
             said.append(f"plain cell explained as a mismatch: {explanation.mismatch.summary().splitlines()[0]}")
-        self.cell("%%devcheck -v _scenario_report\n" + self.failing_source)
+        with shallow_recursion():
+            self.cell("%%devcheck -v _scenario_report\n" + self.failing_source)
         report = self.ip.user_ns.get("_scenario_report")
         if report is not None and report.mismatch is not None:
             said.append(f"%%devcheck explained a mismatch: {report.mismatch.summary().splitlines()[0]}")
