@@ -43,7 +43,7 @@ def _rank_main(rank: int, scenario: str, world_size: int, port: int, out: str) -
         report = dd.gather(namespace, **options)
         if rank == 0:
             with open(out, "wb") as f:
-                pickle.dump((report, repr(report), report._repr_html_()), f)
+                pickle.dump((report, repr(report), report._repr_mimebundle_()["text/html"]), f)
         else:
             assert report is None
     finally:

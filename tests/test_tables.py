@@ -117,3 +117,15 @@ def test_a_table_with_code_folds_each_row_to_read_at_any_width():
     assert "<th" in html and ">code<" not in html
     # Numbers right-aligned, breaking only after an arrow; a label keeps "line 2" together.
     assert "text-align:right" in html and "54.0\u00a0MiB\u00a0→ 108.0\u00a0MiB" in html and "line\u00a02" in html
+
+
+def test_results_give_a_frontend_only_the_types_it_asks_for(sim):
+    import torch
+
+    import devinspect
+
+    view = devinspect.scan({"x": torch.ones(2, device=sim)}).select()
+    assert set(view._repr_mimebundle_()) == {"text/plain", "text/html"}
+    assert set(view._repr_mimebundle_(include={"text/plain"})) == {"text/plain"}
+    assert set(view._repr_mimebundle_(exclude={"text/html"})) == {"text/plain"}
+    assert repr(view) == view._repr_mimebundle_()["text/plain"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .display import bundle, text
+from .display import Displayed, text
 from .fixes import Finding, Fix
 from .records import SourceLine
 
@@ -78,8 +78,8 @@ class Mismatch:
         return text(self)
 
 
-@dataclass(frozen=True)
-class CheckReport:
+@dataclass(frozen=True, repr=False)
+class CheckReport(Displayed):
     """What ``%%devcheck`` / :func:`devinspect.check` saw while the code ran.
 
     ``lines`` has one entry per source line that copied data between devices or made
@@ -139,9 +139,3 @@ class CheckReport:
     @property
     def has_findings(self) -> bool:
         return bool(self.findings or self.mismatch)
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return bundle(self)
-
-    def __repr__(self) -> str:
-        return text(self)

@@ -48,13 +48,32 @@ def text(obj: Any) -> str:
     return draw(obj) if draw is not None else object.__repr__(obj)
 
 
-def bundle(obj: Any) -> dict[str, Any]:
-    """The MIME bundle of ``obj``: ``text/plain`` always, ``text/html`` where registered."""
-    out = {"text/plain": text(obj)}
-    html = renderer(obj, "html")
+def bundle(obj: Any, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    """The MIME bundle of ``obj``: ``text/plain`` always, ``text/html`` where registered;
+    only the types in ``include`` (when given) and none in ``exclude``, as IPython asks."""
+
+    def wanted(mime: str) -> bool:
+        return (not include or mime in include) and not (exclude and mime in exclude)
+
+    out = {"text/plain": text(obj)} if wanted("text/plain") else {}
+    html = renderer(obj, "html") if wanted("text/html") else None
     if html is not None:
         out["text/html"] = html(obj)
     return out
+
+
+class Displayed:
+    """A result that shows itself through the registered renderers: its ``repr`` is its
+    text, and a frontend gets its MIME bundle. Dataclasses that use it pass ``repr=False``,
+    so that the generated repr does not replace this one."""
+
+    __slots__ = ()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        return bundle(self, include, exclude)
+
+    def __repr__(self) -> str:
+        return text(self)
 
 
 def draw(obj: Any, form: str) -> Any:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from .check_report import Mismatch
-from .display import bundle, text
+from .display import Displayed
 from .fixes import Fix
 
 
@@ -76,8 +75,8 @@ class OutOfMemory:
     advice: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True)
-class Explanation:
+@dataclass(frozen=True, repr=False)
+class Explanation(Displayed):
     """An error explained: ``mismatch`` for a device mismatch, ``out_of_memory`` when device
     memory ran out; neither (with ``note`` saying so) for any other error.
 
@@ -107,9 +106,3 @@ class Explanation:
 
     def __bool__(self) -> bool:
         return self.kind is not None
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return bundle(self)
-
-    def __repr__(self) -> str:
-        return text(self)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from .display import bundle, text
+from .display import Displayed
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +19,8 @@ class Reference:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class Holders:
+@dataclass(frozen=True, repr=False)
+class Holders(Displayed):
     """The references that keep ``name``'s tensor alive, and whether the search saw everything."""
 
     name: str
@@ -41,9 +40,3 @@ class Holders:
     too_deep: bool = False
     #: Why the tensor's size, device and dtype are unknown ("could not inspect: …"); "" when read.
     unread: str = ""
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return bundle(self)
-
-    def __repr__(self) -> str:
-        return text(self)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .display import bundle, text
+from .display import Displayed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -121,8 +121,8 @@ class PeakMoment:
     without_largest_temporary: int | None = None
 
 
-@dataclass(frozen=True)
-class LineMemoryProfile:
+@dataclass(frozen=True, repr=False)
+class LineMemoryProfile(Displayed):
     """What ``%%gpumem`` measured: the lines, the peak and the totals, on one device."""
 
     device: str
@@ -161,9 +161,3 @@ class LineMemoryProfile:
     def line(self, number: int, function: str = "<module>") -> LineMemory | None:
         """The row of ``number`` in the cell (or in ``function``)."""
         return next((m for m in self.lines if m.line == number and m.function == function), None)
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return bundle(self)
-
-    def __repr__(self) -> str:
-        return text(self)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from .display import bundle, draw, text
+from .display import Displayed, draw
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -269,8 +269,8 @@ def nullable(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-@dataclass(frozen=True, slots=True)
-class MemorySnapshot:
+@dataclass(frozen=True, slots=True, repr=False)
+class MemorySnapshot(Displayed):
     """Memory of every device at one moment, plus notes on what could not be read.
 
     Display it in IPython for tables; ``.frame`` has one row per device and
@@ -328,12 +328,6 @@ class MemorySnapshot:
         ]
         return nullable(pd.DataFrame(rows, columns=["device", "row", "bytes", "source", "total", "note"]))
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return bundle(self)
-
-    def __repr__(self) -> str:
-        return text(self)
-
 
 @dataclass(frozen=True, slots=True)
 class CellDevice:
@@ -366,8 +360,8 @@ HISTORY_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryHistory:
+@dataclass(frozen=True, slots=True, repr=False)
+class MemoryHistory(Displayed):
     """The cells recorded by ``%gpumem --track``, oldest first."""
 
     cells: tuple[CellMemory, ...]
@@ -387,9 +381,3 @@ class MemoryHistory:
     def figure(self) -> Any:
         """A matplotlib Figure of allocated/reserved/peak per cell, one panel per device."""
         return draw(self, "figure")
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return bundle(self)
-
-    def __repr__(self) -> str:
-        return text(self)

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .display import bundle, text
+from .display import Displayed
 from .memory import nullable
 
 if TYPE_CHECKING:
@@ -194,8 +194,8 @@ def skew(summaries: list[RankSummary] | tuple[RankSummary, ...]) -> tuple[int, i
     return median, rank, worst
 
 
-@dataclass(frozen=True)
-class RankReport:
+@dataclass(frozen=True, repr=False)
+class RankReport(Displayed):
     """What ``gather`` and ``from_view`` return: one :class:`RankSummary` per rank, in rank
     order, and the findings across ranks. ``.frame`` has one row per rank.
 
@@ -260,12 +260,3 @@ class RankReport:
                              for s in self.summaries for d in s.dtensors],
                             columns=["rank", "name", "mesh_shape", "mesh_device_type", "placements", "global_shape",
                                      "local_shape"])
-
-    def __repr__(self) -> str:
-        return text(self)
-
-    def _repr_html_(self) -> str:
-        return bundle(self)["text/html"]
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return bundle(self)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from .display import bundle, text
+from .display import Displayed
 from .fixes import Finding
 from .record_table import RecordTable, record_column
 from .records import (
@@ -219,8 +219,8 @@ class Display:
     findings_only: bool = False
 
 
-@dataclass(frozen=True)
-class ScanView:
+@dataclass(frozen=True, repr=False)
+class ScanView(Displayed):
     """Some records of a :class:`ScanResult`, the findings about them, and how to show them.
 
     Findings come from the whole result (computed once) and are kept when any record
@@ -312,12 +312,6 @@ class ScanView:
 
     def __len__(self) -> int:
         return len(self.records)
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        return bundle(self)
-
-    def __repr__(self) -> str:
-        return text(self)
 
 
 def is_under(name: str, prefix: str) -> bool:
