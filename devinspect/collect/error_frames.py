@@ -114,12 +114,12 @@ def _name_tensors(value: Any, name: str, out: dict[int, str]) -> None:
 
 
 def describe(name: str) -> tuple[str, str] | None:
-    """``("hidden in f", "the traceback of the ValueError from Cell In[3], line 1")`` for a name
-    given here; None for any other name."""
+    """``("hidden in f", "the ValueError from Cell In[3], line 1")``, the local and the error
+    whose traceback holds it, for a name given here; None for any other name."""
     m = ERROR_LOCAL.fullmatch(name)
     if m is None:
         return None
-    return f"{m['local']} in {m['function']}", f"the traceback of the {m['error']} from {m['where']}"
+    return f"{m['local']} in {m['function']}", f"the {m['error']} from {m['where']}"
 
 
 def error_of(name: str) -> str | None:

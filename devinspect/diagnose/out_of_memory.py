@@ -281,7 +281,7 @@ def _largest(records: list[TensorRecord]) -> tuple[HeldTensor, ...]:
     for r in records:
         held = _held(r)
         item = _ITEM.fullmatch(held.name)
-        key = (item.group(1), held.holder) if item else (held.name, held.holder, str(id(r)))
+        key = (item.group(1), held.holder, held.holder_note) if item else (held.name, held.holder, str(id(r)))
         groups.setdefault(key, []).append((int(item.group(2)) if item else 0, held))
     rows = []
     for key, items in groups.items():
@@ -294,7 +294,7 @@ def _largest(records: list[TensorRecord]) -> tuple[HeldTensor, ...]:
         first = items[0][1]
         same = all(h.dtype == first.dtype and h.shape == first.shape for _, h in items)
         rows.append(HeldTensor(name, first.holder, first.dtype if same else "mixed", first.shape if same else None,
-                               sum(h.nbytes for _, h in items), count=len(items)))
+                               sum(h.nbytes for _, h in items), count=len(items), holder_note=first.holder_note))
     rows.sort(key=lambda t: -t.nbytes)
     # Rows under 1% of the device's tensor bytes are left to the "and N smaller" line.
     total = sum(t.nbytes for t in rows)
@@ -305,6 +305,7 @@ def _held(r: TensorRecord) -> HeldTensor:
     from ..collect.error_frames import describe
 
     earlier = describe(r.name) if r.kind == "unnamed" else None
+    note = ""
     if r.root == "sys.last_traceback":
         # Scanned as "sys.last_traceback:forward.h": the local h of forward, in the last error.
         frame, _, local = r.name.removeprefix("sys.last_traceback:").partition(".")
@@ -312,10 +313,10 @@ def _held(r: TensorRecord) -> HeldTensor:
     elif r.hidden:
         name, holder = r.name, "output history"
     elif earlier is not None:  # a local of an earlier error, that error's traceback the only holder
-        name, holder = earlier
+        (name, note), holder = earlier, "earlier error's traceback"
     elif r.kind == "unnamed":
-        name, holder = r.name, "no name (found by the garbage collector)"
+        name, holder = r.name, "unnamed"
     else:
         name, holder = r.name, "namespace"
     shape = tuple(int(s) for s in r.shape) if r.shape is not None else None
-    return HeldTensor(name, holder, r.dtype or "?", shape, r.counted_bytes)
+    return HeldTensor(name, holder, r.dtype or "?", shape, r.counted_bytes, holder_note=note)

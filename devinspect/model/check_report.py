@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .display import Displayed, text
 from .fixes import Finding, Fix
@@ -44,13 +44,22 @@ class LineStats:
         return self.h2d_bytes + self.d2h_bytes + self.d2d_bytes
 
 
+#: How an operand's name was found: a variable of the namespace; a parameter, buffer, gradient,
+#: other tensor attribute or optimizer state reached from one; a local of the user's frame; a
+#: tensor made on the failing line or in library code ("created"), a result computed on the
+#: line ("result"), a temporary of the line, a value torch.compile traced; "unknown" when
+#: nothing names it.
+OperandSource = Literal["namespace", "parameter", "buffer", "gradient", "attribute", "optimizer_state", "local",
+                        "created", "result", "temporary", "traced", "unknown"]
+
+
 @dataclass(frozen=True, slots=True)
 class Operand:
     """One tensor input of the op that raised, named in the user's words."""
 
     name: str | None
-    #: How the name was found: namespace, parameter, buffer, attribute, local, created, unknown.
-    source: str
+    #: How the name was found (see :data:`OperandSource`).
+    source: OperandSource
     device: str
     dtype: str
     shape: tuple[Any, ...] | None

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from .check_report import Mismatch
 from .display import Displayed
 from .fixes import Fix
+
+#: What keeps a held tensor reachable.
+Holder = Literal["namespace", "output history", "last error's traceback", "earlier error's traceback", "unnamed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,14 +18,19 @@ class HeldTensor:
     """A live tensor on the device that ran out, by the name that holds it."""
 
     name: str
-    #: Where the name is: "namespace", "output history", "last error", "unnamed".
-    holder: str
+    #: What holds the name: the user's namespace, IPython's output history, the last error's
+    #: traceback, an earlier error's traceback (``holder_note`` says which), or nothing but
+    #: the garbage collector's list.
+    holder: Holder
     dtype: str
     shape: tuple[int, ...] | None
     #: Its storage's bytes, counted once however many names reach it.
     nbytes: int
     #: The items of one list or tuple are one row (``cache[0…15]``): how many, their bytes summed.
     count: int = 1
+    #: Which earlier error, for a tensor an earlier error's traceback holds
+    #: ("the ValueError from Cell In[3], line 1").
+    holder_note: str = ""
 
 
 @dataclass(frozen=True, slots=True)

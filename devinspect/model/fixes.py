@@ -8,7 +8,7 @@ request that :mod:`devinspect.actions` carries out (the Apply fix button).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .records import SourceLine
 
@@ -149,6 +149,11 @@ class Fix:
     rerun: bool = False
 
 
+#: How sure and how bad: an error (will fail or is certainly wrong), a warning (wastes memory
+#: or will bite later), a hint (worth a look).
+Severity = Literal["error", "warning", "hint"]
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """Something probably wrong, said in one line, with the fix.
@@ -159,7 +164,7 @@ class Finding:
     """
 
     code: str
-    severity: str
+    severity: Severity
     subject: str
     message: str
     fix: Fix | None = None
@@ -167,4 +172,4 @@ class Finding:
     names: tuple[str, ...] = ()
 
 
-SEVERITY_ORDER = {"error": 0, "warning": 1, "hint": 2}
+SEVERITY_ORDER: dict[Severity, int] = {"error": 0, "warning": 1, "hint": 2}

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .display import Displayed
+from .fixes import Severity
 from .memory import nullable
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class TopTensor:
 
 @dataclass(frozen=True, slots=True)
 class RankFinding:
-    severity: str
+    severity: Severity
     code: str
     message: str
 
@@ -179,7 +180,7 @@ def _build(cls: type, data: Mapping[str, Any]) -> Any:
 class CrossRankFinding:
     #: "skew", "desync", "foreign context", "versions", "failed rank".
     code: str
-    severity: str
+    severity: Severity
     message: str
     ranks: tuple[int, ...] = ()
 

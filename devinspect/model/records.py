@@ -10,19 +10,14 @@ something is said or drawn.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
+#: What a record is: a module's parameter or buffer, a gradient, another tensor attribute of
+#: an object, an optimizer's state, a tensor a name holds, one no name reaches (found by the
+#: garbage collector), or a value that could not be read.
+RecordKind = Literal["parameter", "buffer", "gradient", "attribute", "optimizer_state", "tensor", "unnamed", "error"]
 #: Record kinds, in the order a table groups them.
-KINDS = (
-    "parameter",
-    "buffer",
-    "gradient",
-    "attribute",
-    "optimizer_state",
-    "tensor",
-    "unnamed",
-    "error",
-)
+KINDS: tuple[RecordKind, ...] = get_args(RecordKind)
 
 
 #: Columns of :attr:`ScanResult.frame`, in order.
@@ -62,7 +57,7 @@ class TensorRecord(NamedTuple):
 
     name: str
     root: str
-    kind: str
+    kind: RecordKind
     device: str
     dtype: str | None
     shape: tuple[Any, ...] | None

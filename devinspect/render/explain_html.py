@@ -13,6 +13,7 @@ from .explain_text import (
     asked_text,
     figures_line,
     held_text,
+    holder_text,
     others_text,
     unwound_text,
     what_text,
@@ -36,7 +37,7 @@ def out_of_memory_html(m: OutOfMemory) -> str:
             out.append(f'<tr><td style="{_NOWRAP}"><code>{escape(t.name)}</code></td>'
                        f'<td style="{NUM}">{escape(human_bytes(t.nbytes))}</td>'
                        f'<td style="{_NOWRAP}">{escape(what_text(t))}</td>'
-                       f'<td style="{CELL}">{escape(t.holder)}</td></tr>')
+                       f'<td style="{CELL}">{escape(holder_text(t))}</td></tr>')
         if m.others:
             out.append(f'<tr><td colspan="4" style="{CELL}">{escape(others_text(m))}</td></tr>')
         out.append("</tbody></table>")

@@ -27,6 +27,15 @@ def unwound_text(m: OutOfMemory) -> str:
     return f" ({human_bytes(before - after)} freed as the error unwound the frames that held it)"
 
 
+def holder_text(t: HeldTensor) -> str:
+    """What holds ``t``, in words."""
+    if t.holder == "earlier error's traceback":
+        return f"the traceback of {t.holder_note}"
+    if t.holder == "unnamed":
+        return "no name (found by the garbage collector)"
+    return t.holder
+
+
 def what_text(t: HeldTensor) -> str:
     """``float32[1024, 1024]``; ``16 × float32[1024, 1024]`` for a list's items."""
     kind = f"{t.dtype}{shape_text(t.shape)}" if t.dtype != "mixed" else "tensors"
@@ -72,7 +81,7 @@ def out_of_memory_lines(m: OutOfMemory) -> list[str]:
         width = max(len(t.name) for t in m.largest)
         for t in m.largest:
             lines.append(f"    {t.name:<{width}}  {human_bytes(t.nbytes):>10}  {what_text(t)}  "
-                         f"[{t.holder}]")
+                         f"[{holder_text(t)}]")
         if m.others:
             lines.append(f"    {others_text(m)}")
     if held_text(m):
