@@ -235,3 +235,17 @@ def test_the_checks_fail_on_a_planted_circle_upward_and_private_import(tmp_path)
                for group in planted.circles())
     assert ("devinspect.model.records", "devinspect.ipython.extension") in planted.upward()
     assert ("devinspect.collect.scan", "devinspect.collect.walk", "_MODULE_INTERNALS") in planted.private
+
+
+def test_fixes_and_findings_are_built_in_diagnose_only():
+    """The one place that turns a problem into a typed Fix or Finding is diagnose (model defines them)."""
+    builders = ("Fix", "Finding", "SourceEdit")
+    outside = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        stage = path.relative_to(PACKAGE).parts[0]
+        if stage in ("diagnose", "model"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in builders:
+                outside.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.func.id}(…)")
+    assert outside == []

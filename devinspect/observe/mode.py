@@ -43,14 +43,13 @@ from ..collect.failing_call import first_line, names_a_device, op_name, tensor_i
 from ..collect.static import type_is_one_of
 from ..collect.values import object_at
 from ..diagnose.failed_call import Failure, diagnose
+from ..diagnose.transfer_findings import repeated_transfer, round_trip, sync_in_loop, unpinned_non_blocking
 from ..model.check_report import CheckReport, LineStats, Mismatch
-from ..model.fixes import SEVERITY_ORDER, Finding, Fix
+from ..model.fixes import SEVERITY_ORDER, Finding
 from ..model.records import SourceLine
-from ..model.units import human_bytes
 from . import tracebacks, warning_places
 from .fast_paths import FastPaths
 from .gradient_copies import GradientCopies
-from .sync_fixes import sync_in_loop
 
 _T = torch.Tensor
 
@@ -499,25 +498,13 @@ class DeviceCheckMode(TorchFunctionMode):
         count = (self._moved.get(t) or 0) + 1
         self._moved.set(t, count)
         if count == 2:
-            self._flag(
-                "repeated-transfer", where.label, "warning",
-                f"{where.label}: the same host tensor ({human_bytes(nbytes)}) is copied to the device again on every pass",
-                "move it to the device once, before the loop",
-            )
+            self._flag(repeated_transfer(where, nbytes))
         if non_blocking:
             if not _is_pinned(t):
-                self._flag(
-                    "non-blocking-unpinned", where.label, "hint",
-                    f"{where.label}: non_blocking=True from pageable (unpinned) memory copies synchronously",
-                    "pin the source: DataLoader(..., pin_memory=True) or tensor.pin_memory()",
-                )
+                self._flag(unpinned_non_blocking(where))
 
     def _round_trip(self, where: SourceLine, origin: str) -> None:
-        self._flag(
-            "round-trip", where.label, "warning",
-            f"{where.label}: data that left the device at {origin} comes back to it here",
-            "keep the computation on the device between these lines (avoid .cpu()/.item()/.tolist()/.numpy() there)",
-        )
+        self._flag(round_trip(where, origin))
 
     def _sync(self, kind: str, where: tuple[SourceLine, int | None, str] | None = None) -> None:
         where = where or self._where()
@@ -538,11 +525,11 @@ class DeviceCheckMode(TorchFunctionMode):
             counts.inside.add(inside)
         return counts
 
-    def _flag(self, code: str, subject: str, severity: str, message: str, fix: str) -> None:
-        if (code, subject) not in self._flagged:
-            self._flagged.add((code, subject))
-            self._flags.append(Finding(code=code, severity=severity, subject=subject, message=message,
-                                       fix=Fix(summary=fix)))
+    def _flag(self, finding: Finding) -> None:
+        """Keeps ``finding`` once per kind and line, however many passes meet it."""
+        if (finding.code, finding.subject) not in self._flagged:
+            self._flagged.add((finding.code, finding.subject))
+            self._flags.append(finding)
 
     # -- where in the user's code --------------------------------------------------
 

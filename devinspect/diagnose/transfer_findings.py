@@ -1,9 +1,12 @@
-"""The fix for a loop that reads a device value on every pass, written from the loop's own line.
+"""The findings of the device check behind ``%%devcheck``, with their fixes: a loop that makes
+the host wait for the device, a host tensor copied to the device on every pass, data that
+leaves the device and comes back, a non-blocking copy from pageable memory.
 
-``total += loss.item()`` makes the host wait for the device each time round. The fix keeps
-the sum on the device and reads it once: ``total += loss.detach()`` in the loop, then
-``total.item()`` after it; ``losses.append(loss.item())`` keeps ``loss.detach()`` and reads
-``torch.stack(losses).tolist()`` after the loop. The names come from the user's line (``acc += v.item()`` gives
+A wait in a loop gets its fix written from the loop's own line. ``total += loss.item()`` makes
+the host wait for the device each time round. The fix keeps the sum on the device and reads it
+once: ``total += loss.detach()`` in the loop, then ``total.item()`` after it;
+``losses.append(loss.item())`` keeps ``loss.detach()`` and reads ``torch.stack(losses).tolist()``
+after the loop. The names come from the user's line (``acc += v.item()`` gives
 ``acc += v.detach()``), never from a template, so the printed fix is the user's own code.
 """
 
@@ -12,6 +15,8 @@ from __future__ import annotations
 import ast
 
 from ..model.check_report import LineStats
+from ..model.records import SourceLine
+from ..model.units import human_bytes
 from ..model.fixes import Finding, Fix
 
 #: Calls that copy one device value to the host: ``x.item()``, ``float(x)``, ``int(x)``.
@@ -72,3 +77,26 @@ def sync_in_loop(s: LineStats) -> Finding:
         message=f"{s.where.label}: the host waits for the device {s.sync_count} times ({kinds}){inside}",
         fix=Fix(summary=fix),
     )
+
+
+def repeated_transfer(where: SourceLine, nbytes: int) -> Finding:
+    """The same host tensor copied to the device a second time (a loop that could move it once)."""
+    return Finding(code="repeated-transfer", severity="warning", subject=where.label,
+                   message=f"{where.label}: the same host tensor ({human_bytes(nbytes)}) is copied to the device "
+                           "again on every pass",
+                   fix=Fix(summary="move it to the device once, before the loop"))
+
+
+def unpinned_non_blocking(where: SourceLine) -> Finding:
+    """``non_blocking=True`` from pageable memory: the copy is synchronous all the same."""
+    return Finding(code="non-blocking-unpinned", severity="hint", subject=where.label,
+                   message=f"{where.label}: non_blocking=True from pageable (unpinned) memory copies synchronously",
+                   fix=Fix(summary="pin the source: DataLoader(..., pin_memory=True) or tensor.pin_memory()"))
+
+
+def round_trip(where: SourceLine, origin: str) -> Finding:
+    """Data copied off the device at ``origin`` and back onto it at ``where``."""
+    return Finding(code="round-trip", severity="warning", subject=where.label,
+                   message=f"{where.label}: data that left the device at {origin} comes back to it here",
+                   fix=Fix(summary="keep the computation on the device between these lines "
+                                   "(avoid .cpu()/.item()/.tolist()/.numpy() there)"))
