@@ -15,7 +15,7 @@ from ..collect import tensorbase as tb
 from ..model.units import parse_bytes
 from ..observe import warning_places
 from ..observe.tracebacks import tidy_traceback
-from . import autocast, device_rules, moves, pinned, storages
+from . import autocast, device_rules, gradients, moves, pinned, recurrent, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
 from .identity import DEVICE_COUNT, DEVICE_TYPE
@@ -372,6 +372,7 @@ def _function(func: Any, args: tuple, kwargs: dict) -> Any:
             f"can't convert {args[0].device} device type tensor to numpy. "
             "Use Tensor.cpu() to copy the tensor to host memory first."
         )
+    args, kwargs = gradients.checked(func, args, kwargs)  # a backward pass's first gradients, as CUDA checks them
     with torch._C.DisableTorchFunctionSubclass():
         return func(*args, **kwargs)
 
@@ -658,6 +659,7 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             autocast.install()
             storages.install()
             stream_module.install()
+            recurrent.install()
             if torch.accelerator.current_accelerator() == torch.device(DEVICE_TYPE):
                 pinned.install()  # where a GPU is present, pinning stays its own
             torch.autograd.set_multithreading_enabled(False)
