@@ -15,7 +15,7 @@ from ..collect import tensorbase as tb
 from ..model.units import parse_bytes
 from ..observe import warning_places
 from ..observe.tracebacks import tidy_traceback
-from . import autocast, device_rules, gradients, moves, pinned, recurrent, storages
+from . import autocast, device_rules, gradients, moves, pinned, real_devices, recurrent, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
 from .identity import DEVICE_COUNT, DEVICE_TYPE
@@ -638,9 +638,12 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
     worker thread for a Python backend makes the interpreter abort at exit
     ("terminate called without an active exception") in about half the runs.
 
-    Raises :class:`SimulatedDeviceError` when another PrivateUse1 backend already
-    owns the slot, or when this torch is older than 2.10 (it cannot host a backend
-    written in Python).
+    Raises :class:`SimulatedDeviceError`, having changed nothing, when a real accelerator
+    (a visible GPU) is in this process: PyTorch would take the simulated device for the
+    process's accelerator, for good, and the GPU's backward passes would fail (use the
+    simulated device in a process that hides the GPUs: ``CUDA_VISIBLE_DEVICES=""``); when
+    another PrivateUse1 backend already owns the slot; or when this torch is older than 2.10
+    (it cannot host a backend written in Python).
     """
     global _enabled
     capacity = _parse_capacity(memory) if memory is not _UNCHANGED else None  # a wrong size fails before anything
@@ -651,6 +654,9 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
                 raise SimulatedDeviceError(
                     f"PrivateUse1 is already registered as {current!r}; the simulated device needs it"
                 )
+            found = real_devices.real_accelerator()
+            if found is not None:
+                raise SimulatedDeviceError(real_devices.refusal(found))
             _setup = _python_backend_setup()
             if current == "privateuseone":
                 _setup(DEVICE_TYPE, backend_module=_BackendModule())
@@ -660,8 +666,7 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             storages.install()
             stream_module.install()
             recurrent.install()
-            if torch.accelerator.current_accelerator() == torch.device(DEVICE_TYPE):
-                pinned.install()  # where a GPU is present, pinning stays its own
+            pinned.install()
             torch.autograd.set_multithreading_enabled(False)
             warning_places.install()  # a warning an op raises names the user's line, as on a GPU
             _enabled = True
