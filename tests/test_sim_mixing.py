@@ -52,10 +52,10 @@ def test_the_reference_is_cudas_table():
 
 def test_an_entry_point_that_checks_devices_refuses_a_host_scalar(sim):
     x = torch.ones(3, device=sim)
-    with pytest.raises(RuntimeError, match=r"sim:0 and cpu! \(when checking argument for argument min"):
+    with pytest.raises(RuntimeError, match=r"but got min is on cpu, different from other tensors on sim:0 \(when"):
         torch.clamp_min(x, torch.tensor(0.0))
-    with pytest.raises(RuntimeError, match="argument index in method"):
-        torch.index_select(torch.ones(3, device=sim), 0, torch.tensor(0))
+    with pytest.raises(RuntimeError, match="got index is on sim:0, different from other tensors on cpu"):
+        torch.index_select(torch.ones(3), 0, torch.tensor([0], device=sim))
     with pytest.raises(RuntimeError, match="same device"):
         torch.equal(torch.tensor(1.0, device=sim), torch.tensor(1.0))
 

@@ -6,7 +6,8 @@ CUDA decides in three places, and so does the simulated device:
 1. **The entry point.** PyTorch generates each op's CUDA entry point from its declaration
    (:mod:`.op_declarations`). Unless the op declares ``device_check: NoCheck``, the entry point
    requires every positional and ``out`` tensor argument on one device, a 0-dim host tensor
-   included ("… (when checking argument for argument index in method wrapper_CUDA__index_select)").
+   included ("… but got index is on cpu, different from other tensors on cuda:0 (when checking
+   argument in method wrapper_CUDA__index_select)").
    Keyword-only tensors are not checked there.
 2. **The kernel.** A ``NoCheck`` op checks in its kernel, mostly through TensorIterator: every
    operand on the first non-host device, except that a 0-dim host tensor may stand in for a
@@ -105,12 +106,17 @@ def _written(argument: Any) -> bool:
     return argument.alias_info is not None and argument.alias_info.is_write
 
 
-def mismatch(first: Any, second: Any, argument: str = "", method: str = "") -> RuntimeError:
-    """CUDA's device-mismatch error, naming the argument and entry point where CUDA's names one."""
-    where = f" (when checking argument for argument {argument} in method {method})" if method else ""
+def mismatch(first: Any, second: Any) -> RuntimeError:
+    """TensorIterator's device-mismatch error (the first non-host device, then the other)."""
     return RuntimeError(
-        f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!{where}"
+        f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
     )
+
+
+def entry_point_mismatch(argument: str, device: Any, common: Any, method: str) -> RuntimeError:
+    """A generated entry point's device-mismatch error, worded as PyTorch words it."""
+    return RuntimeError(f"Expected all tensors to be on the same device, but got {argument} is on {device}, "
+                        f"different from other tensors on {common} (when checking argument in method {method})")
 
 
 def _entry_point(func: Any) -> str:
@@ -127,7 +133,7 @@ def _check_entry_point(func: Any, operands: list) -> None:
         if common is None:
             common = tensor.device
         elif tensor.device != common:
-            raise mismatch(common, tensor.device, argument.name, _entry_point(func))
+            raise entry_point_mismatch(argument.name, tensor.device, common, _entry_point(func))
 
 
 def _check_kernel(func: Any, operands: list) -> None:
