@@ -25,6 +25,8 @@ of their CUDA code, listed in :data:`KERNEL_REFUSES` with the reason.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import torch
@@ -86,24 +88,63 @@ def _kind(schema_type: Any) -> str:
     return ""
 
 
-def _operands(func: Any, args: tuple, kwargs: dict) -> list[tuple[Any, str, torch.Tensor]]:
-    """(schema argument, kind, tensor) for every tensor the call passes, in schema order."""
+@dataclasses.dataclass(frozen=True)
+class _Argument:
+    """A tensor argument of an op's schema, as the rules need it."""
+
+    index: int
+    name: str
+    kind: str
+    checked: bool  # the entry point checks it (positional or out)
+    written: bool  # the op writes it (an in-place self, an out)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Op:
+    """What the rules need of one op overload, read once from its schema and declaration."""
+
+    rule: str  # "cross", "convolution", "composite", "entry point" or "kernel"
+    checked_at_entry: bool  # declared without NoCheck (for a composite: judged so when it cannot run)
+    arguments: tuple[_Argument, ...]
+    method: str  # the entry point's name, as CUDA's is named (wrapper_CUDA__index_select)
+    refused: tuple[str, ...]
+    message: str
+
+
+@functools.lru_cache(maxsize=None)
+def _op(func: Any) -> _Op:
+    name = func._schema.name.split("::")[-1]
+    arguments = tuple(
+        _Argument(i, a.name, kind, not a.kwarg_only or a.is_out, a.alias_info is not None and a.alias_info.is_write)
+        for i, a in enumerate(func._schema.arguments) if (kind := _kind(a.type)))
+    overload = "" if func._overloadname == "default" else func._overloadname
+    declared = declaration(func._schema.name, func._overloadname)
+    if name in CROSS_DEVICE_OPS:
+        rule = "cross"
+    elif name in CONVOLUTIONS:
+        rule = "convolution"
+    elif declared is not None and not declared.cuda_kernel and _has_composite(func):
+        rule = "composite"
+    elif declared is not None and declared.checks_devices:
+        rule = "entry point"  # what its kernel then does with keyword-only tensors is its own
+    else:
+        rule = "kernel"
+    refused, message = KERNEL_REFUSES.get(name, ((), ""))
+    checked = declared is not None and declared.checks_devices
+    return _Op(rule, checked, arguments, f"wrapper_PrivateUse1_{overload}_{name}", refused, message)
+
+
+def _operands(op: _Op, args: tuple, kwargs: dict) -> list[tuple[_Argument, torch.Tensor]]:
+    """(argument, tensor) for every tensor the call passes, in schema order."""
     found = []
-    for i, argument in enumerate(func._schema.arguments):
-        kind = _kind(argument.type)
-        if not kind:
-            continue
-        value = args[i] if i < len(args) and not argument.kwarg_only else kwargs.get(argument.name)
-        if kind == "tensor":
-            values = (value,)
-        else:
-            values = value if isinstance(value, (list, tuple)) else ()
-        found.extend((argument, kind, v) for v in values if isinstance(v, torch.Tensor))
+    for argument in op.arguments:
+        value = args[argument.index] if argument.index < len(args) else kwargs.get(argument.name)
+        if argument.kind == "tensor":
+            if isinstance(value, torch.Tensor):
+                found.append((argument, value))
+        elif isinstance(value, (list, tuple)):
+            found.extend((argument, v) for v in value if isinstance(v, torch.Tensor))
     return found
-
-
-def _written(argument: Any) -> bool:
-    return argument.alias_info is not None and argument.alias_info.is_write
 
 
 def mismatch(first: Any, second: Any) -> RuntimeError:
@@ -119,30 +160,23 @@ def entry_point_mismatch(argument: str, device: Any, common: Any, method: str) -
                         f"different from other tensors on {common} (when checking argument in method {method})")
 
 
-def _entry_point(func: Any) -> str:
-    """The generated entry point's name, as CUDA's is named (``wrapper_CUDA__index_select``)."""
-    overload = "" if func._overloadname == "default" else func._overloadname
-    return f"wrapper_PrivateUse1_{overload}_{func._schema.name.split('::')[-1]}"
-
-
-def _check_entry_point(func: Any, operands: list) -> None:
+def _check_entry_point(op: _Op, operands: list) -> None:
     common = None
-    for argument, _, tensor in operands:
-        if argument.kwarg_only and not argument.is_out:
+    for argument, tensor in operands:
+        if not argument.checked:
             continue
         if common is None:
             common = tensor.device
         elif tensor.device != common:
-            raise entry_point_mismatch(argument.name, tensor.device, common, _entry_point(func))
+            raise entry_point_mismatch(argument.name, tensor.device, common, op.method)
 
 
-def _check_kernel(func: Any, operands: list) -> None:
-    indexed = next((t for a, kind, t in operands if kind == "tensor"), None)
-    common = next((t.device for a, kind, t in operands if kind != "indices" and t.device.type != "cpu"), None)
-    refused, message = KERNEL_REFUSES.get(func._schema.name.split("::")[-1], ((), ""))
-    for argument, kind, tensor in operands:
+def _check_kernel(op: _Op, operands: list) -> None:
+    indexed = next((t for a, t in operands if a.kind == "tensor"), None)
+    common = next((t.device for a, t in operands if a.kind != "indices" and t.device.type != "cpu"), None)
+    for argument, tensor in operands:
         device = tensor.device
-        if kind == "indices":
+        if argument.kind == "indices":
             if indexed is not None and device.type != "cpu" and device != indexed.device:
                 raise RuntimeError(
                     f"indices should be either on cpu or on the same device as the indexed tensor ({indexed.device})"
@@ -150,11 +184,12 @@ def _check_kernel(func: Any, operands: list) -> None:
             continue
         if common is None or device == common:
             continue
-        if device.type == "cpu" and tensor.dim() == 0 and not _written(argument) and argument.name not in refused:
+        refused = argument.name in op.refused
+        if device.type == "cpu" and tensor.dim() == 0 and not argument.written and not refused:
             continue  # a host scalar read as a number
-        if argument.name in refused and message:
-            devices = {a.name: t.device for a, _, t in operands}
-            raise RuntimeError(message.format(**devices, argument=argument.name, device=common))
+        if refused and op.message:
+            devices = {a.name: t.device for a, t in operands}
+            raise RuntimeError(op.message.format(**devices, argument=argument.name, device=common))
         raise mismatch(common, device)
 
 
@@ -186,21 +221,20 @@ def composite_key(func: Any) -> Any:
 def judge(func: Any, args: tuple, kwargs: dict, composite: bool = True) -> str:
     """:data:`RUN` or :data:`COMPOSITE` for a call whose tensors are not all on one simulated
     device, or the device error CUDA raises for it. ``composite=False`` judges an op whose
-    composite kernel cannot run on the simulated device by its own declaration instead."""
-    name = func._schema.name.split("::")[-1]
-    if name in CROSS_DEVICE_OPS:
+    composite kernel cannot run on the simulated device by the rule of its kernel instead."""
+    op = _op(func)
+    if op.rule == "cross":
         return RUN
-    if name in CONVOLUTIONS:
+    if op.rule == "convolution":
         _check_convolution(args)
         return RUN
-    declared = declaration(func._schema.name, func._overloadname)
-    if composite and declared is not None and not declared.cuda_kernel and _has_composite(func):
+    if op.rule == "composite" and composite:
         return COMPOSITE
-    operands = _operands(func, args, kwargs)
-    if declared is not None and declared.checks_devices:
-        _check_entry_point(func, operands)  # what its kernel then does with keyword-only tensors is its own
+    operands = _operands(op, args, kwargs)
+    if op.checked_at_entry:
+        _check_entry_point(op, operands)
     else:
-        _check_kernel(func, operands)
+        _check_kernel(op, operands)
     return RUN
 
 
