@@ -120,6 +120,16 @@ def test_gradients_flow_through_a_call_with_a_host_scalar(sim):
     assert x.grad.device == sim and x.grad.tolist() == [3.0, 3.0, 3.0]
 
 
+def test_gradients_flow_through_a_composite_run_on_the_device(sim):
+    # index_put has no CUDA kernel: its composite runs here with the host indices, under the op's own backward.
+    x = torch.ones(4, device=sim, requires_grad=True)
+    values = torch.full((2,), 3.0, device=sim, requires_grad=True)
+    y = x.index_put((torch.tensor([0, 2]),), values)
+    assert type(y.grad_fn).__name__ == "IndexPutBackward0" and y.tolist() == [3.0, 1.0, 3.0, 1.0]
+    (y * torch.arange(4.0, device=sim)).sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0, 0.0, 3.0] and values.grad.tolist() == [0.0, 2.0]
+
+
 # -- PyTorch's operator declarations ------------------------------------------------------------
 
 def test_the_declarations_reader_reads_what_a_yaml_parser_reads():
