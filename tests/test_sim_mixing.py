@@ -8,6 +8,9 @@ moved to the host in turn. The quick tests run a fixed share of the ops; the ful
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import opinfo_mixing
@@ -158,3 +161,18 @@ def test_declarations_of_known_ops():
     assert d("aten::index_select", "default").checks_devices
     assert not d("aten::select_scatter", "default").cuda_kernel
     assert d("prims::add", "default") is None and d("aten::no_such_op", "default") is None
+
+
+def test_the_table_script_writes_a_table_and_compares_it(tmp_path):
+    # The interface the GPU check uses: --device, --dtype, --out (with its metadata), --compare.
+    script = Path(__file__).parents[1] / "benchmarks" / "mixing_table.py"
+    out = tmp_path / "table.json"
+    done = subprocess.run([sys.executable, str(script), "--device", "sim", "--ops", "add,clamp_min,select_scatter",
+                           "--out", str(out), "--compare", str(Path(__file__).parent / "fixtures" / "mixing_float32.json")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    table = json.loads(out.read_text())
+    assert {"device", "device_name", "torch", "dtype", "python", "date", "cases", "unrunnable"} <= set(table)
+    assert table["device"] == "sim" and table["dtype"] == "float32" and table["torch"] == torch.__version__
+    assert table["cases"]["clamp_min.#0#input"] == "device" and table["cases"]["add.#1#arg/0"] == "ok"
+    assert re.search(r"(\d+)/\1 cases agree \(100\.00%\)", done.stdout), done.stdout
