@@ -15,7 +15,7 @@ from ..collect import tensorbase as tb
 from ..model.units import parse_bytes
 from ..observe import warning_places
 from ..observe.tracebacks import tidy_traceback
-from . import autocast, device_rules, gradients, moves, pinned, real_devices, recurrent, storages
+from . import autocast, device_rules, gradients, moves, pinned, plain_paths, real_devices, recurrent, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
 from .identity import DEVICE_COUNT, DEVICE_TYPE
@@ -666,6 +666,7 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             storages.install()
             stream_module.install()
             recurrent.install()
+            plain_paths.install(SimTensor)
             pinned.install()
             torch.autograd.set_multithreading_enabled(False)
             warning_places.install()  # a warning an op raises names the user's line, as on a GPU
