@@ -146,6 +146,15 @@ def test_enable_refuses_beside_a_real_accelerator_in_one_line_and_changes_nothin
     assert state.split() == ["privateuseone", "True", "False", "False", "False"]  # nothing was registered
 
 
+def test_the_refusal_names_a_way_to_hide_the_gpus_only_where_one_exists():
+    from devinspect.testing.real_devices import refusal
+
+    for kind, hint in (("cuda", 'hides the cuda devices (CUDA_VISIBLE_DEVICES="" python'),
+                       ("mps", "in a process where torch sees no mps device")):
+        message = refusal(torch.device(kind))
+        assert "\n" not in message and f"a real accelerator ({kind})" in message and hint in message
+
+
 def test_with_the_gpus_hidden_the_device_enables():
     # What the refusal tells a GPU machine to do: a process that sees no GPU may use the device.
     code = AS_IF_CUDA.replace("torch.device('cuda')", "None") + (

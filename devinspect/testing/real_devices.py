@@ -17,8 +17,9 @@ import torch
 
 from .identity import DEVICE_TYPE
 
-#: How to hide each kind of accelerator from a process, where an environment variable does.
-_HIDE = {"cuda": 'CUDA_VISIBLE_DEVICES=""', "xpu": 'ZE_AFFINITY_MASK=""'}
+#: How to hide each kind of accelerator from a process, where an environment variable is known
+#: to (an Apple GPU has none; for another kind the message says what is needed, not how).
+_HIDE = {"cuda": 'CUDA_VISIBLE_DEVICES=""'}
 
 
 def real_accelerator() -> torch.device | None:
