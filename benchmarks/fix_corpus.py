@@ -51,7 +51,11 @@ def main() -> int:
     else:
         from devinspect import testing
 
-        testing.enable()
+        try:
+            testing.enable()
+        except testing.SimulatedDeviceError as exc:  # a GPU in this process: run with CUDA_VISIBLE_DEVICES=""
+            print(f"fix_corpus: {exc}")
+            return 1
         device = "sim:0"
     ip = get_ipython()
     ip.display_formatter.active_types = ip.display_formatter.format_types

@@ -34,7 +34,11 @@ def main() -> int:
     parser.add_argument("--json", default="")
     parser.add_argument("--trace", action="store_true", help="print each op's name before it runs")
     args = parser.parse_args()
-    sim = testing.enable()
+    try:
+        sim = testing.enable()
+    except testing.SimulatedDeviceError as exc:  # a GPU in this process: run with CUDA_VISIBLE_DEVICES=""
+        print(f"sim_opinfo: {exc}")
+        return 1
     wanted = tuple(getattr(torch, d) for d in args.dtypes.split(",")) if args.dtypes else opinfo_sim.ALL_DTYPES
     only = set(args.ops.split(",")) if args.ops else None
     outcomes = []

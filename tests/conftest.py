@@ -3,16 +3,25 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from devinspect import testing
+from devinspect.testing.real_devices import refusal
 
 
 def has_cuda() -> bool:
     return torch.cuda.is_available()
+
+
+#: The real accelerator in this process (a visible GPU), asked before anything enables the
+#: simulated device, which cannot share a process with one (testing.enable() refuses).
+REAL_ACCELERATOR = testing.real_accelerator()
+#: How a test module enables the simulated device itself (in its process, a subprocess or a kernel).
+_ENABLES = ("testing.enable(", "testing.device(")
 
 
 def run_python(code: str, timeout: int = 180) -> subprocess.CompletedProcess:
@@ -21,18 +30,38 @@ def run_python(code: str, timeout: int = 180) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
 
 
+def _uses_simulated_device(item: Any, sources: dict) -> bool:
+    if "sim" in item.fixturenames:
+        return True
+    if "cuda" in item.keywords:
+        return False
+    path = str(item.fspath)
+    if path not in sources:
+        sources[path] = Path(path).read_text(encoding="utf-8")
+    return any(call in sources[path] for call in _ENABLES)
+
+
 def pytest_collection_modifyitems(config: Any, items: list) -> None:
-    if has_cuda():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "cuda" in item.keywords:
-            item.add_marker(skip)
+    if not has_cuda():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in items:
+            if "cuda" in item.keywords:
+                item.add_marker(skip)
+    if REAL_ACCELERATOR is not None:
+        # On a GPU machine the CUDA cases run without the simulated device in their process.
+        skip = pytest.mark.skip(reason=f"uses the simulated device, which cannot share a process with a real "
+                                       f"accelerator ({REAL_ACCELERATOR.type}); run it with CUDA_VISIBLE_DEVICES=\"\"")
+        sources: dict[str, str] = {}
+        for item in items:
+            if _uses_simulated_device(item, sources):
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
 def sim() -> torch.device:
-    """The simulated accelerator, ``sim:0``."""
+    """The simulated accelerator, ``sim:0`` (never beside a real accelerator: skipped there)."""
+    if REAL_ACCELERATOR is not None:
+        pytest.skip(refusal(REAL_ACCELERATOR))
     return testing.enable()
 
 

@@ -42,13 +42,26 @@ def op_db() -> list[Any]:
 
 
 def _samples(op: Any, device: torch.device, dtype: torch.dtype, grad: bool, count: int) -> list[Any]:
-    """The op's samples made on ``device`` from a fixed seed: the same values on both devices
-    (the simulated device draws from the host's generator), and each argument on the device
-    the op's authors chose for an accelerator (tensor_split's indices stay on the host)."""
+    """The op's first ``count`` samples made on ``device`` from a fixed seed: the same values on both
+    devices (the simulated device draws from the host's generator), and each argument on the device
+    the op's authors chose for an accelerator (tensor_split's indices stay on the host).
+
+    As ``op.sample_inputs`` makes them outside a unittest.TestCase (the generator reseeded before each
+    sample), without its tracking, which reads the whole call stack's source twice per op."""
+    from torch.testing._internal.common_utils import SEED, set_rng_seed
+
     torch.manual_seed(0)
+    made = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return list(op.sample_inputs(device, dtype, requires_grad=grad))[:count]
+        samples = iter(op.sample_inputs_func(op, device, dtype, grad))
+        for _ in range(count):
+            set_rng_seed(SEED)
+            sample = next(samples, None)
+            if sample is None:
+                break
+            made.append(sample)
+    return made
 
 
 def _aligned(host: Any, device_sample: Any, device: torch.device) -> Any:

@@ -122,9 +122,11 @@ class Session:
 
 
 @pytest.mark.parametrize("case, source, how, device", params("sim:0") + params("cuda:0"))
-def test_fix_runs_as_printed_and_the_problem_is_gone(ip, sim, case, source, how, device):
+def test_fix_runs_as_printed_and_the_problem_is_gone(ip, request, case, source, how, device):
     if device.startswith("cuda") and "DEVICE_1" in case.setup + case.failing and torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
+    if device.startswith("sim"):
+        request.getfixturevalue("sim")  # the CUDA cases run without the simulated device in their process
     if "transformers" in case.tags:
         pytest.importorskip("transformers")
     session = Session(ip, case, device)

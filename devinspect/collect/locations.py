@@ -4,8 +4,11 @@ Two rules used everywhere a line or a frame is shown or blamed:
 
 * **Library code** is anything under ``site-packages``/``dist-packages``, the
   standard library, the ``torch`` package and devinspect itself (``<frozen …>``
-  modules too). A fix never edits it, copies and syncs made inside it are blamed on
-  the user's line that called it, and its frames in a traceback are not the user's.
+  modules too), and any package an installer put elsewhere: a folder on ``sys.path``
+  that holds the package's ``*.dist-info`` beside it (``pip install --target DIR``, a
+  folder of wheels on ``PYTHONPATH``). A fix never edits it, copies and syncs made inside
+  it are blamed on the user's line that called it, and its frames in a traceback are not
+  the user's.
 * **Cells** are named the way IPython's tracebacks name them (``Cell In[3], line 8``)
   once the IPython layer registers how to map a compiled cell's file name to its
   execution count; without IPython, a file is ``path:line``.
@@ -87,9 +90,50 @@ def is_library_file(filename: str) -> bool:
             known = filename.startswith("<frozen")
         else:
             parts = filename.replace("\\", "/").split("/")
-            known = any(p in _PACKAGE_DIRS for p in parts) or filename.startswith(_LIBRARY_ROOTS)
+            known = (any(p in _PACKAGE_DIRS for p in parts) or filename.startswith(_LIBRARY_ROOTS)
+                     or filename.startswith(installed_elsewhere()))
         _library_cache[filename] = known
     return known
+
+
+_installed: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # (sys.path read, the roots found there)
+
+
+def installed_elsewhere() -> tuple[str, ...]:
+    """The top-level packages (``DIR/IPython/``) and modules (``DIR/six.py``) an installer put in a
+    folder of ``sys.path`` other than site-packages: those whose ``*.dist-info`` lies in the same
+    folder (its ``RECORD`` names them). Read again when ``sys.path`` changes."""
+    global _installed
+    path = tuple(sys.path)
+    if _installed[0] != path:
+        roots: set[str] = set()
+        for entry in path:
+            folder = os.path.abspath(entry or os.curdir)
+            if any(p in _PACKAGE_DIRS for p in folder.split(os.sep)) or (folder + os.sep).startswith(_LIBRARY_ROOTS):
+                continue
+            roots.update(_recorded_tops(folder))
+        _installed = (path, tuple(sorted(roots)))
+    return _installed[1]
+
+
+def _recorded_tops(folder: str) -> set[str]:
+    try:
+        metadata = [n for n in os.listdir(folder) if n.endswith(".dist-info")]
+    except OSError:
+        return set()
+    tops = set()
+    for name in metadata:
+        try:
+            with open(os.path.join(folder, name, "RECORD"), encoding="utf-8") as record:
+                lines = record.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            top = line.split(",", 1)[0].split("/", 1)
+            if top[0] and not top[0].startswith("..") and not top[0].endswith((".dist-info", ".data")) \
+                    and top[0] != "__pycache__":
+                tops.add(os.path.join(folder, top[0]) + (os.sep if len(top) > 1 else ""))
+    return tops
 
 
 #: Packages of the tools around the user (the shell, the kernel), not of their model.

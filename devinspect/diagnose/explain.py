@@ -95,7 +95,10 @@ def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any]) -> Mismat
                 return None
             traced = next((o for o in call.tensors if type_is_one_of(o, (Temporary, Traced))), None)
         users = [e for e in entries if locations.is_user_code(e.frame.f_code)]
-        cell = users[0].frame if users else None  # the outermost frame of the user's own code
+        # The outermost frame of the user's own code: a notebook cell's when a cell ran it (a
+        # shell installed where no metadata marks it as a library still runs the cell).
+        cells = [e for e in users if locations.cell_number(e.frame.f_code.co_filename) is not None]
+        cell = (cells or users)[0].frame if users else None
         lines = {id(e.frame): e.lineno for e in entries}
 
         def source(frame: types.FrameType) -> Any:

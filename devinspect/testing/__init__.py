@@ -35,7 +35,10 @@ keeping its Parameter objects (:mod:`.moves`). The README lists where it still d
 
 Limits: the PrivateUse1 slot is global and can be named only once per process, so
 ``enable()`` fails when another PrivateUse1 backend is loaded, and it needs torch 2.10
-or newer. Inductor does not target the simulated device. Arithmetic runs on the CPU at CPU speed; an
+or newer. It refuses, changing nothing, in a process with a real accelerator: PyTorch would
+take the simulated device for the process's accelerator and the GPU's backward passes would
+fail (:func:`real_accelerator` says which; hide the GPUs from a process that uses the
+simulated device: ``CUDA_VISIBLE_DEVICES=""``). Inductor does not target the simulated device. Arithmetic runs on the CPU at CPU speed; an
 op's result is computed before its memory is booked, so an op that runs out of
 simulated memory used host memory for a moment.
 """
@@ -53,6 +56,7 @@ from .device import (
     memory_observers,
     storage_addresses,
 )
+from .real_devices import real_accelerator
 
 __all__ = ["enable", "device", "is_enabled", "DEVICE_TYPE", "DEVICE_COUNT", "SimTensor", "SimulatedDeviceError",
-           "memory_observers", "storage_addresses"]
+           "memory_observers", "storage_addresses", "real_accelerator"]

@@ -15,7 +15,7 @@ from ..collect import tensorbase as tb
 from ..model.units import parse_bytes
 from ..observe import warning_places
 from ..observe.tracebacks import tidy_traceback
-from . import autocast, moves, pinned, storages
+from . import autocast, device_rules, gradients, moves, pinned, plain_paths, real_devices, recurrent, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
 from .identity import DEVICE_COUNT, DEVICE_TYPE
@@ -23,11 +23,6 @@ from .streams import DeviceContext, SimEvent, SimStream, StreamContext, streams
 
 _lock = threading.Lock()
 _enabled = False
-
-# Ops whose inputs may legitimately sit on different devices (CUDA also takes host index tensors).
-_CROSS_DEVICE_OPS = frozenset({"copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "to", "set_",
-                               "index", "index_put", "index_put_", "_index_put_impl_"})
-
 
 class SimulatedDeviceError(RuntimeError):
     """The simulated device cannot be set up in this process."""
@@ -377,6 +372,7 @@ def _function(func: Any, args: tuple, kwargs: dict) -> Any:
             f"can't convert {args[0].device} device type tensor to numpy. "
             "Use Tensor.cpu() to copy the tensor to host memory first."
         )
+    args, kwargs = gradients.checked(func, args, kwargs)  # a backward pass's first gradients, as CUDA checks them
     with torch._C.DisableTorchFunctionSubclass():
         return func(*args, **kwargs)
 
@@ -406,34 +402,31 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return dst
     if name == "_to_copy":
         return _to_copy(*args, **kwargs)
-    devices: set[torch.device] = set()
     on: list[torch.device] = []
+    mixed = False
 
     def unwrap(x: Any) -> Any:
+        nonlocal mixed
         if type(x) is SimTensor:
-            devices.add(x.device)
             on.append(x.device)
             return x._data
-        if isinstance(x, torch.Tensor) and x.device.type == DEVICE_TYPE:
-            # A tensor torch.compile made on this device while tracing (a fake factory result):
-            # it holds no data, so a host stand-in of the same shape takes its place.
-            devices.add(x.device)
-            on.append(x.device)
-            return x.to("cpu")
-        if isinstance(x, torch.Tensor) and x.dim() > 0:
-            # As on CUDA, a CPU scalar tensor may join a device op; nothing larger.
-            devices.add(x.device)
+        if isinstance(x, torch.Tensor):
+            if x.device.type == DEVICE_TYPE:
+                # A tensor torch.compile made on this device while tracing (a fake factory result):
+                # it holds no data, so a host stand-in of the same shape takes its place.
+                on.append(x.device)
+                return x.to("cpu")
+            mixed = True
         return x
 
     plain_args = tree_map(unwrap, args)
     plain_kwargs = tree_map(unwrap, kwargs)
-    if len(devices) > 1 and name not in _CROSS_DEVICE_OPS:
-        first, second = _two_devices(devices)
-        raise _mismatch(first, second)
-    if name in _CROSS_DEVICE_OPS and name.startswith(("index", "_index")) and args and type(args[0]) is not SimTensor \
-            and isinstance(args[0], torch.Tensor) and on:
-        # A host tensor indexed by device indices: CUDA refuses it (the other way round is allowed).
-        raise RuntimeError("indices should be either on cpu or on the same device as the indexed tensor (cpu)")
+    if mixed or any(d != on[0] for d in on):
+        # Tensors on more than one device: raise where CUDA raises (device_rules).
+        if device_rules.judge(func, args, kwargs) == device_rules.COMPOSITE:
+            done, out = _composite(func, args, kwargs)
+            if done:
+                return out
     with _host_keys():
         if name == "histc" and plain_args and not plain_args[0].is_floating_point():
             # CUDA counts integer tensors too (MoE routers do); the CPU kernel has floats only.
@@ -468,18 +461,20 @@ def _rewrap(x: Any, device: torch.device) -> Any:
     return x
 
 
-def _mismatch(first: str, second: str) -> RuntimeError:
-    """CUDA's device-mismatch error (decided from the inputs' devices, as CUDA's kernels do)."""
-    return RuntimeError(
-        f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!"
-    )
-
-
-def _two_devices(devices: set[torch.device]) -> tuple[str, str]:
-    names = sorted(str(d) for d in devices)
-    sim = [n for n in names if n.startswith(DEVICE_TYPE)]
-    others = [n for n in names if n not in sim[:1]]
-    return (sim[0], others[0]) if sim else (names[0], names[1])
+def _composite(func: Any, args: tuple, kwargs: dict) -> tuple[bool, Any]:
+    """(True, result) of ``func``'s composite kernel run on the device's own tensors, as CUDA runs
+    an op that has no CUDA kernel: the ops it calls decide where each result lives and which
+    device errors are raised. Where that kernel takes a path a backend written in Python cannot
+    (convolution's ``convolution_overrideable``) or fails otherwise than on devices, (False, None):
+    the op is judged by its own declaration and runs on the host data."""
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            return True, func._op_dk(device_rules.composite_key(func), *args, **kwargs)
+    except Exception as exc:
+        if device_rules.is_device_error(exc):
+            raise
+    device_rules.judge(func, args, kwargs, composite=False)
+    return False, None
 
 
 def _wrap(data: torch.Tensor, device: torch.device, block: Block | None = None) -> SimTensor:
@@ -643,9 +638,12 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
     worker thread for a Python backend makes the interpreter abort at exit
     ("terminate called without an active exception") in about half the runs.
 
-    Raises :class:`SimulatedDeviceError` when another PrivateUse1 backend already
-    owns the slot, or when this torch is older than 2.10 (it cannot host a backend
-    written in Python).
+    Raises :class:`SimulatedDeviceError`, having changed nothing, when a real accelerator
+    (a visible GPU) is in this process: PyTorch would take the simulated device for the
+    process's accelerator, for good, and the GPU's backward passes would fail (use the
+    simulated device in a process that hides the GPUs: ``CUDA_VISIBLE_DEVICES=""``); when
+    another PrivateUse1 backend already owns the slot; or when this torch is older than 2.10
+    (it cannot host a backend written in Python).
     """
     global _enabled
     capacity = _parse_capacity(memory) if memory is not _UNCHANGED else None  # a wrong size fails before anything
@@ -656,6 +654,9 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
                 raise SimulatedDeviceError(
                     f"PrivateUse1 is already registered as {current!r}; the simulated device needs it"
                 )
+            found = real_devices.real_accelerator()
+            if found is not None:
+                raise SimulatedDeviceError(real_devices.refusal(found))
             _setup = _python_backend_setup()
             if current == "privateuseone":
                 _setup(DEVICE_TYPE, backend_module=_BackendModule())
@@ -664,8 +665,9 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             autocast.install()
             storages.install()
             stream_module.install()
-            if torch.accelerator.current_accelerator() == torch.device(DEVICE_TYPE):
-                pinned.install()  # where a GPU is present, pinning stays its own
+            recurrent.install()
+            plain_paths.install(SimTensor)
+            pinned.install()
             torch.autograd.set_multithreading_enabled(False)
             warning_places.install()  # a warning an op raises names the user's line, as on a GPU
             _enabled = True

@@ -5,8 +5,8 @@ in Python cannot give, so ``pin_memory()`` (and ``DataLoader(pin_memory=True)``)
 As on CUDA, pinning copies the tensor into a new host allocation that ``is_pinned()``
 then recognises; copies from it with ``non_blocking=True`` work as any copy does.
 
-Installed only where the simulated device is the machine's accelerator: on a machine with
-a GPU, pinning stays PyTorch's own.
+The simulated device is then the process's only accelerator (``enable()`` refuses to share a
+process with a GPU), so the host's pinning is its pinning.
 """
 
 from __future__ import annotations

@@ -1,0 +1,182 @@
+"""Which calls raise a device error when one operand is on the host: the mixing table.
+
+PyTorch's own op samples (``op_db``), made on an accelerator (``cuda:0`` or ``sim:0``) from
+seed 0, the first two per op. For every sample with at least two tensor operands, each
+tensor operand in turn (the input, a positional argument, the first tensor of a tensor-list
+argument, a keyword argument) is moved to the host and the op is called, then the device is
+synchronised. Each case is keyed ``"{op.name}.{op.variant_test_name}#{sample}#{position}"``
+with position ``input``, ``input/0``, ``arg/I``, ``arg/I/0`` or ``kw/NAME``, and answered
+``ok`` (it ran), ``device`` (it raised an error whose message names devices) or
+``other:<ErrorClass>``.
+
+A table captured on a real GPU is the reference the simulated device is held to
+(``tests/fixtures/mixing_float32.json``; ``benchmarks/mixing_table.py`` captures and compares).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import opinfo_sim
+import torch
+
+
+def _is_tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def _first_tensor(items: Any) -> int | None:
+    if not isinstance(items, (list, tuple)):
+        return None
+    return next((i for i, x in enumerate(items) if _is_tensor(x)), None)
+
+
+def _count(value: Any) -> int:
+    if _is_tensor(value):
+        return 1
+    if isinstance(value, (list, tuple)):
+        return sum(_is_tensor(x) for x in value)
+    return 0
+
+
+def operand_count(sample: Any) -> int:
+    """The tensor operands of a sample: tensors passed directly or inside a list argument."""
+    return _count(sample.input) + sum(_count(a) for a in sample.args) + sum(_count(v) for v in sample.kwargs.values())
+
+
+def positions(sample: Any) -> Iterator[str]:
+    """Every position of a tensor operand that one case moves to the host, in call order."""
+    if _is_tensor(sample.input):
+        yield "input"
+    elif _first_tensor(sample.input) is not None:
+        yield "input/0"
+    for i, arg in enumerate(sample.args):
+        if _is_tensor(arg):
+            yield f"arg/{i}"
+        elif _first_tensor(arg) is not None:
+            yield f"arg/{i}/0"
+    for name, value in sample.kwargs.items():
+        if _is_tensor(value):
+            yield f"kw/{name}"
+
+
+def _to_host(value: Any, inner: bool) -> Any:
+    if not inner:
+        return value.detach().to("cpu")
+    i = _first_tensor(value)
+    items = list(value)
+    items[i] = items[i].detach().to("cpu")
+    return type(value)(items) if isinstance(value, tuple) else items
+
+
+def moved(sample: Any, position: str) -> tuple[Any, tuple, dict]:
+    """(input, args, kwargs) of ``sample`` with the operand at ``position`` on the host."""
+    value, args, kwargs = sample.input, list(sample.args), dict(sample.kwargs)
+    part, _, rest = position.partition("/")
+    if part == "input":
+        value = _to_host(value, inner=bool(rest))
+    elif part == "arg":
+        index, _, inner = rest.partition("/")
+        args[int(index)] = _to_host(args[int(index)], inner=bool(inner))
+    else:
+        kwargs[rest] = _to_host(kwargs[rest], inner=False)
+    return value, tuple(args), kwargs
+
+
+def names_devices(message: str, device_type: str) -> bool:
+    """Whether an error's message is about devices: "same device", the host (``cpu``) or a device
+    (``cuda:0``) named, or convolution's "Input type … and weight type …"."""
+    return ("same device" in message or "cpu" in message or f"{device_type}:" in message
+            or ("Input type" in message and "weight type" in message))
+
+
+def answer(op: Any, value: Any, args: tuple, kwargs: dict, device: torch.device) -> str:
+    """``ok``, ``device`` or ``other:<ErrorClass>`` for one call of ``op``."""
+    module = torch.get_device_module(device.type)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            op(value, *args, **kwargs)
+            module.synchronize()
+    except Exception as exc:  # the table records what each call raises
+        return "device" if names_devices(str(exc), device.type) else f"other:{type(exc).__name__}"
+    return "ok"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    key: str
+    answer: str
+
+
+@dataclasses.dataclass
+class Table:
+    """A captured table: its cases, and the samples the device cannot run even with every
+    operand on it (they say nothing about mixing devices: CUDA-only ops on another device)."""
+
+    cases: dict[str, str] = dataclasses.field(default_factory=dict)
+    unrunnable: list[str] = dataclasses.field(default_factory=list)  # "op.variant#sample"
+
+
+def capture_op(op: Any, device: torch.device, dtype: torch.dtype, samples: int, table: Table) -> None:
+    """Add one op's cases to ``table`` (none when its samples cannot be made on ``device``)."""
+    try:
+        made = opinfo_sim._samples(op, device, dtype, grad=False, count=samples)
+    except Exception:  # the device cannot hold the op's samples (sparse ones): no cases
+        return
+    for index, sample in enumerate(made):
+        if operand_count(sample) < 2:
+            continue
+        name = f"{op.name}.{op.variant_test_name}#{index}"
+        if answer(op, sample.input, tuple(sample.args), dict(sample.kwargs), device) not in ("ok", "device"):
+            table.unrunnable.append(name)
+        for position in positions(sample):
+            value, args, kwargs = moved(sample, position)
+            table.cases[f"{name}#{position}"] = answer(op, value, args, kwargs, device)
+
+
+def capture(device: torch.device, dtype: torch.dtype = torch.float32, ops: set[str] | None = None,
+            samples: int = 2) -> Table:
+    """The whole table on ``device``, for the ops PyTorch declares ``dtype`` for on CUDA."""
+    table = Table()
+    for op in opinfo_sim.op_db():
+        if ops is not None and op.name not in ops:
+            continue
+        if dtype not in op.supported_dtypes("cuda"):
+            continue  # the table is CUDA's: the dtypes PyTorch declares for CUDA
+        capture_op(op, device, dtype, samples, table)
+    return table
+
+
+@dataclasses.dataclass
+class Agreement:
+    """How two tables agree on whether each case they share raises a device error."""
+
+    shared: int
+    agree: int
+    differ: list[tuple[str, str, str]]  # (key, this table's answer, the reference's)
+    only_here: int
+    only_there: int
+    unrunnable: int  # shared cases left out: a sample one of the devices cannot run at all
+
+    @property
+    def rate(self) -> float:
+        return self.agree / self.shared if self.shared else 1.0
+
+
+def _sample_of(key: str) -> str:
+    return key.rsplit("#", 1)[0]
+
+
+def compare(table: Table, reference: dict[str, str], reference_unrunnable: list[str] = ()) -> Agreement:
+    """``table`` against a reference table's cases (and the samples its device could not run)."""
+    cases = table.cases
+    skipped = set(table.unrunnable) | set(reference_unrunnable)
+    both = set(cases) & set(reference)
+    shared = sorted(k for k in both if _sample_of(k) not in skipped)
+    differ = [(k, cases[k], reference[k]) for k in shared if (cases[k] == "device") != (reference[k] == "device")]
+    return Agreement(len(shared), len(shared) - len(differ), differ, len(set(cases) - set(reference)),
+                     len(set(reference) - set(cases)), len(both) - len(shared))
