@@ -481,7 +481,8 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
     for call in result.calls:
         module = modules.get(call.module)
         real = [d for d in module.devices if d != "meta"] if module is not None else []
-        if module is not None and not real and call.module not in reported:
+        # Wholly on meta: it holds tensors, all without data (a loss or activation holds none).
+        if module is not None and module.devices and not real and call.module not in reported:
             yield from _meta_call(result, module, call, reported)
             continue
         if module is None or len(real) != 1 or module.unmaterialised or module.moves_inputs:
