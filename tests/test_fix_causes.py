@@ -325,7 +325,9 @@ def test_a_tensor_of_a_plain_object_moves_itself_and_a_comprehension_over_new_te
     run(ip, "class W:\n    def __init__(self):\n        self.t = torch.ones(2)\n"
             "    def go(self):\n        return x + self.t\nw = W()\nw.go()")
     fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
-    assert fix.code == 'w.t = w.t.to("sim:0")' and not fix.edits  # a plain object has no .to()
+    assert fix.code == 'w.t = w.t.to("sim:0")'  # a plain object has no .to(): its tensor moves
+    (made,) = fix.edits  # and its class makes it on the device from now on
+    assert (made.old, made.new, made.context) == ("self.t = torch.ones(2)", "self.t = torch.ones(2, device=dev)", "__init__")
     assert run(ip, fix.code)[0].success and run(ip, "w.go()")[0].success
     result, _, _, _ = run(ip, "z = [x + v for v in [torch.ones(2)]]")
     assert result.error_in_exec is not None

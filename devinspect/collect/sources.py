@@ -108,6 +108,26 @@ def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
                                       [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body])
 
 
+def bound_before(code: types.CodeType, name: str, line: int) -> bool:
+    """Whether the local ``name`` of the function of ``code`` has a value when line ``line`` starts:
+    a parameter, or bound by a statement that starts before it (a loop holding the line binds its
+    target on every pass). A name bound only further down (later in a loop body) is not: an edit
+    reading it there raises on the first pass. Unknown source: True (nothing to contradict)."""
+    node = function_node(code)
+    if node is None:
+        return True
+    a = node.args
+    if name in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}:
+        return True
+    return any(name in assigned_names(s) or name in _imported(s) for s in statements(node.body) if s.lineno < line)
+
+
+def _imported(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    return set()
+
+
 def assigned_names(node: ast.stmt) -> set[str]:
     """Top-level names a statement binds (assignment targets, ``for`` targets, ``with … as``)."""
     targets: list[ast.expr] = []

@@ -42,6 +42,14 @@ class Origin:
     edit: SourceEdit | None
     #: Whether the line is in the cell that failed (its edit can be made there and run again).
     in_failed_cell: bool = False
+    #: More edits of the same cause (the factory lines of a function the line calls).
+    also: tuple[SourceEdit, ...] = ()
+    #: The names the line binds together (``s, a, r = buffer.sample(8)``): what one fix moves.
+    together: tuple[str, ...] = ()
+
+    @property
+    def edits(self) -> tuple[SourceEdit, ...]:
+        return ((self.edit,) if self.edit is not None else ()) + self.also
 
 
 # -- naming the device in the user's own words ---------------------------------------------------
@@ -73,30 +81,45 @@ def device_variable(namespace: Mapping[str, Any], device: str) -> str | None:
 
 
 def device_in_frame(frame: types.FrameType | None, device: str, avoid: set[str] = frozenset(),
-                    prefer: tuple[str, ...] = ()) -> str | None:
+                    prefer: tuple[str, ...] = (), line: int | None = None) -> str | None:
     """``h.device`` for a local tensor of ``frame`` on ``device`` (the user's own code keeps working
-    when the model moves), else None; the names in ``prefer`` (the failing call's operands) first."""
+    when the model moves), else None; the names in ``prefer`` (the failing call's operands) first.
+    With ``line`` (where the edit goes), only locals that already have a value there."""
     if frame is None or frame.f_locals is frame.f_globals:
         return None
     local_vars = locations.frame_locals(frame)
+
+    def usable(name: Any) -> bool:
+        return type(name) is str and name.isidentifier() and (
+            line is None or sources.bound_before(frame.f_code, name, line))
+
     for name, value in dict.items(local_vars):
-        if type(name) is str and name.isidentifier() and type(value) is torch.device and str(value) == device:
-            if not any(n in local_vars for n in prefer):
+        if type(value) is torch.device and str(value) == device and usable(name):
+            if not any(n in local_vars and usable(n) for n in prefer):
                 return name  # the function's own device variable
     ordered = [(n, dict.get(local_vars, n)) for n in prefer if n in local_vars] + list(dict.items(local_vars))
     for name, value in ordered:
-        if (type(name) is str and name.isidentifier() and name != "self" and name not in avoid
-                and issubclass(type(value), _T) and str(tb.device(value)) == device):
+        if (name != "self" and name not in avoid and issubclass(type(value), _T) and str(tb.device(value)) == device
+                and usable(name)):
             return f"{name}.device"
     return None
 
 
 def device_expression(namespace: Mapping[str, Any], device: str, frame: types.FrameType | None = None,
-                      avoid: set[str] = frozenset(), prefer: tuple[str, ...] = ()) -> str:
-    """How an edit names ``device``: a local tensor's ``.device`` inside a function, else the
-    user's device variable, else a literal."""
-    return (device_in_frame(frame, device, avoid, prefer) or device_variable(namespace, device)
+                      avoid: set[str] = frozenset(), prefer: tuple[str, ...] = (), line: int | None = None) -> str:
+    """How an edit names ``device``: a local tensor's ``.device`` inside a function (one that has a
+    value at ``line``, where the edit goes), else the user's device variable, else a literal."""
+    return (device_in_frame(frame, device, avoid, prefer, line) or device_variable(namespace, device)
             or fixes.device_literal(device))
+
+
+def local_statement_line(name: str, frame: types.FrameType, failing_line: int) -> int | None:
+    """The line of the statement :func:`local_origin` edits for the local ``name``."""
+    node = sources.function_node(frame.f_code)
+    if node is None:
+        return None
+    statement = sources.last_assignment(name, frame.f_code.co_filename, node.body, failing_line, None)
+    return statement.line if statement is not None else None
 
 
 # -- edits -------------------------------------------------------------------------------------
@@ -184,6 +207,8 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
         if new is not None and new != text:
             return "factory", SourceEdit(where, text, new, statement.function)
     if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        if isinstance(node.targets[0], (ast.Tuple, ast.List)):
+            return None  # several values unpacked: .to() of the whole would move a tuple (see unpacking_edit)
         if wrap and _moved_already(node.value):
             return None
         moved = _host_move(node.value)
@@ -258,6 +283,17 @@ def loop_edit(statement: sources.Statement, names: list[str], device_expr: str,
     indent = " " * max(4, node.body[0].col_offset - node.col_offset)
     line = moved or f"{', '.join(names)} = {', '.join(f'{n}.to({device_expr})' for n in names)}"
     return SourceEdit(where, where.text, f"{where.text}\n{indent}{line}", statement.function)
+
+
+def unpacking_edit(statement: sources.Statement, moved: list[tuple[str, str]]) -> SourceEdit | None:
+    """``s, a, r = buffer.sample(8)`` whose values come from the host: a line after it moves each
+    of them (``moved``: name, expression), as a loop's first line moves its batch."""
+    node = statement.node
+    if not moved or not _single_line(statement) or not isinstance(node, ast.Assign):
+        return None
+    where = _source_line(statement)
+    line = f"{', '.join(n for n, _ in moved)} = {', '.join(e for _, e in moved)}"
+    return SourceEdit(where, where.text, f"{where.text}\n{line}", statement.function)
 
 
 def _loop_binding(root: str, cell_file: str | None, failing_line: int) -> sources.Statement | None:
