@@ -426,7 +426,7 @@ class Corpus:
     def _entry(self, mutant: Mutant, cells: list[str], failed: int, line: str, entry: str,
                host_names: frozenset[str]) -> tuple[Outcome, bool]:
         scenario = Scenario(0, mutant.program.name, mutant.kind, entry, tuple(cells[:failed]), cells[failed],
-                            devices=frozenset({"cpu", "DEVICE"}), line=line,
+                            devices=mutant.program.devices, line=line,
                             after="\n".join(cells[failed + 1:]))
         workspace = Workspace(mutant.files(), mutant.program.data)
         try:

@@ -40,6 +40,8 @@ class Program:
     needs: tuple[str, ...] = ()
     #: Cell indices whose code is the harness's own wiring rather than the program's: never mutated.
     fixed_cells: frozenset[int] = field(default_factory=frozenset)
+    #: The devices of the call that fails when a placement is missing (``DEVICE``: the accelerator).
+    devices: frozenset[str] = frozenset({"cpu", "DEVICE"})
 
 
 def absolute_imports(module_name: str) -> str:

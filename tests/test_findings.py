@@ -318,3 +318,14 @@ def test_a_models_optimizer_follows_it_whichever_name_its_parameters_go_by(sim):
     result = devinspect.scan({"net": net, "wrapper": wrapper, "opt": opt})
     assert {r.param for r in result.of_kind("optimizer_state")} == {"net.weight", "net.bias"}
     assert optimizers_with_state_under(result, "wrapper") == ("opt",)
+
+
+def test_a_model_split_over_accelerators_is_model_parallel_not_a_model_to_move(sim):
+    """Parts put on two accelerators one by one are on purpose: a hint says where each part is and
+    that activations move where parts meet; no fix moves everything to one device."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    model[0].to("sim:0")
+    model[1].to("sim:1")
+    f = only(devinspect.scan({"model": model}), "mixed-device-module")
+    assert f.severity == "hint" and f.fix is None
+    assert "model[0] on sim:0" in f.message and "model[1] on sim:1" in f.message and ".to()" in f.message

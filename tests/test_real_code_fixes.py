@@ -163,3 +163,244 @@ def test_an_edit_names_the_device_by_what_its_line_can_read(ip, sim):
     """The tensors on the device in the failing frame are bound after the line that made the host
     one (in the loop below it): the edit there names the notebook's device variable instead."""
     check(ip, BALANCE_LOSS)
+
+
+# -- a tensor no name holds: the line of the user's code that makes it ---------------------------------
+
+NOISE_HELPER = session(
+    "temporary_in_a_helper",
+    "def jitter(x, scale=0.1):\n"
+    "    return x + torch.randn(x.shape) * scale",
+    "encoder = nn.Linear(8, 4).to(dev)\nx = torch.randn(5, 8, device=dev)",
+    "z = encoder(jitter(x))",
+)
+
+AUTOGRAD_FUNCTION = session(
+    "autograd_function",
+    "class ClampGrad(torch.autograd.Function):\n"
+    "    @staticmethod\n"
+    "    def forward(ctx, x, limit):\n"
+    "        ctx.limit = limit\n"
+    "        return x.clone()\n"
+    "\n"
+    "    @staticmethod\n"
+    "    def backward(ctx, grad):\n"
+    "        bound = torch.full(grad.shape, ctx.limit)\n"
+    "        return torch.minimum(torch.maximum(grad, -bound), bound), None",
+    "layer = nn.Linear(4, 4).to(dev)\nx = torch.randn(3, 4, device=dev)",
+    "y = ClampGrad.apply(layer(x), 0.5)\ny.sum().backward()",
+)
+
+AUTOGRAD_FUNCTION_FORWARD = session(
+    "autograd_function_forward",
+    "class ScaleByTemperature(torch.autograd.Function):\n"
+    "    @staticmethod\n"
+    "    def forward(ctx, logits):\n"
+    "        t = torch.tensor([2.0])\n"
+    "        ctx.save_for_backward(t)\n"
+    "        return logits / t\n"
+    "\n"
+    "    @staticmethod\n"
+    "    def backward(ctx, grad):\n"
+    "        (t,) = ctx.saved_tensors\n"
+    "        return grad / t",
+    "head = nn.Linear(4, 3).to(dev)\nx = torch.randn(2, 4, device=dev)",
+    "scaled = ScaleByTemperature.apply(head(x))",
+)
+
+CACHED_MASK = session(
+    "lru_cache_helper",
+    "import functools\n"
+    "\n"
+    "@functools.lru_cache(maxsize=8)\n"
+    "def causal_mask(n):\n"
+    "    return torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)",
+    "scores = torch.randn(2, 6, 6, device=dev)",
+    "masked = scores.masked_fill(causal_mask(6), float('-inf')).softmax(-1)",
+)
+
+GENERATION_LOOP = session(
+    "generation_loop",
+    "lm = nn.Sequential(nn.Embedding(20, 8), nn.Linear(8, 20)).to(dev)\n"
+    "ids = torch.tensor([[1, 2, 3]], device=dev)",
+    "for _ in range(4):\n"
+    "    logits = lm(ids)[:, -1]\n"
+    "    tok = int(logits.argmax(-1))\n"
+    "    ids = torch.cat([ids, torch.tensor([[tok]])], dim=1)",
+)
+
+
+@pytest.mark.parametrize("program", [NOISE_HELPER, AUTOGRAD_FUNCTION, AUTOGRAD_FUNCTION_FORWARD, CACHED_MASK,
+                                     GENERATION_LOOP], ids=lambda p: p.name)
+def test_a_tensor_no_name_holds_is_named_and_made_on_the_device_where_the_users_code_makes_it(ip, sim, program):
+    check(ip, program)
+
+POSITIONS = session(
+    "helper_returning_a_table",
+    "def sinusoids(length, dim):\n"
+    "    return torch.sin(torch.arange(length * dim, dtype=torch.float32).view(length, dim) / 100)\n"
+    "\n"
+    "def add_positions(x):\n"
+    "    return x + sinusoids(x.shape[1], x.shape[2])",
+    "tokens = torch.randn(2, 5, 8, device=dev)\nproj = nn.Linear(8, 8).to(dev)",
+    "h = proj(add_positions(tokens))",
+)
+
+
+def test_a_table_a_helper_returns_is_made_on_the_device_where_the_helper_makes_it(ip, sim):
+    check(ip, POSITIONS)
+
+
+# -- half of a cache registered: the other half becomes a buffer too ---------------------------------------
+
+LAZY_ROTARY = session(
+    "lazy_rotary_cache",
+    "class Rotary(nn.Module):\n"
+    "    def __init__(self, dim):\n"
+    "        super().__init__()\n"
+    "        self.dim, self.cached = dim, 0\n"
+    "\n"
+    "    def build(self, n):\n"
+    "        inv = 1.0 / (10000 ** (torch.arange(0, self.dim, 2).float() / self.dim))\n"
+    "        freqs = torch.outer(torch.arange(n).float(), inv)\n"
+    "        self.register_buffer('cos', freqs.cos().repeat(1, 2), persistent=False)\n"
+    "        self.sin = freqs.sin().repeat(1, 2)\n"
+    "        self.cached = n\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        n = x.shape[1]\n"
+    "        if n > self.cached:\n"
+    "            self.build(n)\n"
+    "        return x * self.cos[:n] + x.flip(-1) * self.sin[:n]",
+    "rope = Rotary(8)\nwarm = rope(torch.randn(1, 6, 8))  # a first call on the host builds the cache\nrope.to(dev)",
+    "q = rope(torch.randn(2, 6, 8, device=dev))",
+)
+
+CACHE_IN_INIT = session(
+    "cache_in_init",
+    "class Rotary(nn.Module):\n"
+    "    def __init__(self, dim, max_len=16):\n"
+    "        super().__init__()\n"
+    "        inv = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))\n"
+    "        freqs = torch.outer(torch.arange(max_len).float(), inv)\n"
+    "        self.register_buffer('cos', freqs.cos().repeat(1, 2), persistent=False)\n"
+    "        self.sin = freqs.sin().repeat(1, 2)\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        n = x.shape[1]\n"
+    "        return x * self.cos[:n] + x.flip(-1) * self.sin[:n]",
+    "rope = Rotary(8).to(dev)",
+    "k = rope(torch.randn(2, 6, 8, device=dev))",
+)
+
+
+@pytest.mark.parametrize("program", [LAZY_ROTARY, CACHE_IN_INIT], ids=lambda p: p.name)
+def test_the_half_of_a_cache_left_unregistered_becomes_a_buffer_where_it_is_made(ip, sim, program):
+    check(ip, program, ("plain", "devcheck", "button", "devices"))
+
+
+# -- a model split by hand across two devices: the missing move is added --------------------------------
+
+_TWO = "import torch\nfrom torch import nn\nfirst, second = torch.device('DEVICE'), torch.device('DEVICE_1')"
+PIPELINE_FORWARD = Program("two_stages", "own", (
+    _TWO,
+    "class TwoStages(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.stage1 = nn.Sequential(nn.Linear(8, 16), nn.ReLU()).to(first)\n"
+    "        self.stage2 = nn.Linear(16, 4).to(second)\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        h = self.stage1(x.to(first))\n"
+    "        return self.stage2(h)",
+    "model = TwoStages()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
+    "out = model(torch.randn(3, 8))\nout.sum().backward()\nopt.step()",
+), devices=frozenset({"DEVICE", "DEVICE_1"}))
+
+PIPELINE_CELL = Program("two_stages_in_a_cell", "own", (
+    _TWO,
+    "encoder = nn.Linear(8, 16).to(first)\ndecoder = nn.Linear(16, 4).to(second)\n"
+    "x = torch.randn(3, 8, device=first)",
+    "h = encoder(x)\ny = decoder(h)",
+), devices=frozenset({"DEVICE", "DEVICE_1"}))
+
+
+@pytest.mark.parametrize("program", [PIPELINE_FORWARD, PIPELINE_CELL], ids=lambda p: p.name)
+def test_a_model_split_by_hand_gets_the_missing_move_not_one_device(ip, sim, program):
+    check(ip, program)
+
+
+def test_the_missing_move_of_a_split_model_is_not_called_a_wasted_copy(ip, sim):
+    import devinspect
+
+    ip.run_cell(_TWO.replace("DEVICE_1", "sim:1").replace("DEVICE", "sim:0"))
+    ip.run_cell(PIPELINE_FORWARD.cells[1])
+    ip.run_cell(PIPELINE_FORWARD.cells[2])
+    ip.run_cell(PIPELINE_FORWARD.cells[3])
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    assert [e.new.strip() for e in fix.edits] == ["return self.stage2(h.to(second))"] and fix.note is None
+
+
+# -- sessions that are right get no warning --------------------------------------------------------------
+
+_DISTILL = ("teacher = nn.Linear(8, 4).to(dev).eval()\nstudent = nn.Linear(8, 4).to(dev)\n"
+            "opt = torch.optim.SGD(student.parameters(), lr=0.1)\n"
+            "loader = [(torch.randn(4, 8), torch.randint(0, 4, (4,))) for _ in range(3)]")
+
+MOVED_IN_A_FUNCTION = session(
+    "moved_in_a_step_function", _DISTILL,
+    "def distill_step(xb, yb):\n"
+    "    xb, yb = xb.to(dev), yb.to(dev)\n"
+    "    with torch.no_grad():\n"
+    "        soft = teacher(xb).softmax(-1)\n"
+    "    logits = student(xb)\n"
+    "    loss = nn.functional.cross_entropy(logits, yb) + nn.functional.kl_div(logits.log_softmax(-1), soft,\n"
+    "                                                                          reduction='batchmean')\n"
+    "    opt.zero_grad()\n"
+    "    loss.backward()\n"
+    "    opt.step()\n"
+    "\n"
+    "for xb, yb in loader:\n"
+    "    distill_step(xb, yb)",
+)
+
+MOVED_IN_THE_CALL = session(
+    "moved_in_the_call", _DISTILL,
+    "for xb, yb in loader:\n"
+    "    logits = student(input=xb.to(dev))\n"
+    "    loss = nn.functional.cross_entropy(logits, yb.to(dev))\n"
+    "    opt.zero_grad()\n"
+    "    loss.backward()\n"
+    "    opt.step()",
+)
+
+MOVED_BY_A_LAMBDA = session(
+    "passed_to_a_lambda", _DISTILL,
+    "loss_of = lambda xb, yb: nn.functional.cross_entropy(student(xb), yb)\n"
+    "for xb, yb in loader:\n"
+    "    loss = loss_of(xb.to(dev), yb.to(dev))\n"
+    "    opt.zero_grad()\n"
+    "    loss.backward()\n"
+    "    opt.step()",
+)
+
+
+@pytest.mark.parametrize("program", [MOVED_IN_A_FUNCTION, MOVED_IN_THE_CALL, MOVED_BY_A_LAMBDA],
+                         ids=lambda p: p.name)
+def test_inputs_moved_where_they_are_passed_get_no_warning(ip, sim, program):
+    outcome = Corpus(ip).original(program)
+    assert outcome.probe == "clean", outcome.error
+    assert outcome.clean_findings == []
+
+
+# -- at rest: %devices finds it before the cell runs, and its fix edits the line that made it -------------
+
+INPUT_AT_REST = session("input_made_on_the_host", "model = nn.Linear(4, 2).to(dev)", "x = torch.randn(3, 4)",
+                        "y = model(x)")
+MODEL_AT_REST = session("model_left_on_the_host", "model = nn.Linear(4, 2)\nopt = torch.optim.Adam(model.parameters())",
+                        "x = torch.randn(3, 4, device=dev)", "y = model(x)\ny.sum().backward()\nopt.step()")
+
+
+@pytest.mark.parametrize("program", [INPUT_AT_REST, MODEL_AT_REST], ids=lambda p: p.name)
+def test_a_culprit_at_rest_is_found_before_the_cell_runs_and_its_line_is_edited(ip, sim, program):
+    check(ip, program, ("plain", "devcheck", "button", "devices"))

@@ -221,9 +221,7 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
         # its call (images = images.to(dev)) is what the call gets, whatever the name holds now.
         bindings = [(node.end_lineno or node.lineno, name) for node in statements(tree.body)
                     for name in assigned_names(node)]
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
+        for node, local in calls_with_locals(tree):
             callee = _root(node.func)
             if callee not in modules or callee in found or (isinstance(node.func, ast.Attribute)
                                                              and node.func.attr in _MODULE_METHODS):
@@ -235,8 +233,8 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                      for g in comp.generators if isinstance(g.target, ast.Name)}
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 text = ast.unparse(arg)
-                if _root(arg) in set_before:
-                    continue
+                if _root(arg) in set_before or _root(arg) in local:
+                    continue  # set before the call, or a local of the function the call is in
                 container = None
                 if isinstance(arg, ast.Name) and arg.id in loops:
                     text = loops[arg.id]
@@ -253,6 +251,26 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
         if len(found) == len(modules):
             break
     return [c for made in found.values() for c in made]
+
+
+def calls_with_locals(tree: ast.AST) -> Iterator[tuple[ast.Call, frozenset[str]]]:
+    """Every call in a cell's code, with the names that are locals where it is (the parameters and
+    assignments of the functions and lambdas around it): those are not the notebook's variables,
+    whatever the namespace holds under the same name."""
+    def visit(node: ast.AST, local: frozenset[str]) -> Iterator[tuple[ast.Call, frozenset[str]]]:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            names = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+            if not isinstance(node, ast.Lambda):
+                declared = {n for g in ast.walk(node) if isinstance(g, (ast.Global, ast.Nonlocal)) for n in g.names}
+                names |= {n for s in statements(node.body) for n in assigned_names(s)} - declared
+            local = local | names
+        if isinstance(node, ast.Call):
+            yield node, local
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child, local)
+
+    yield from visit(tree, frozenset())
 
 
 def _root(node: ast.AST) -> str:
@@ -302,14 +320,14 @@ def function_calls(namespace: Any, modules: set[str]) -> list[Any]:
     out = []
     seen: set[str] = set()
     for cell, tree in _recent_cells():
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call) or _root(node.func) in modules:
+        for node, local in calls_with_locals(tree):
+            if _root(node.func) in modules:
                 continue
             arguments = []
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 parts = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
                 for part in parts:
-                    if isinstance(part, (ast.Name, ast.Attribute, ast.Subscript)):
+                    if isinstance(part, (ast.Name, ast.Attribute, ast.Subscript)) and _root(part) not in local:
                         text = ast.unparse(part)
                         if issubclass(type(object_at(namespace, text)), torch.Tensor):
                             arguments.append(text)

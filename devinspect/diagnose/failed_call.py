@@ -402,9 +402,10 @@ class _Diagnosis(ContainerFixes):
         edit = fixes.wrap_name_edit(self.failure.source(frame), local, device_expr)
         if edit is None:
             return None
+        split = device_is_accelerator(n.device) and device_is_accelerator(target)  # model parallel: the move is the design
         return Fix(summary=f"move {local} to the device of the other inputs where it is used", edits=(edit,),
-                   note=f"{local} is computed from values on {n.device}: this copies it on every call; making "
-                        "those values on the right device avoids the copy")
+                   note=None if split else f"{local} is computed from values on {n.device}: this copies it on every "
+                                           "call; making those values on the right device avoids the copy")
 
     def _passed_in(self, frame: Any, local: str, line: int, target: str) -> Fix | None:
         """A local computed from (or being) a parameter of the user's function: the caller passed a
@@ -439,7 +440,9 @@ class _Diagnosis(ContainerFixes):
         in_cell = where.file == self.cell_file
         operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
         here = frame is not None and where.file == frame.f_code.co_filename
-        device_expr = origins.device_expression(self.failure.namespace, target, None if in_cell else frame,
+        # A file's line sees its module's names, not the notebook's: no device variable of the namespace.
+        namespace = self.failure.namespace if where.cell is not None else {}
+        device_expr = origins.device_expression(namespace, target, None if in_cell else frame,
                                                 prefer=operands, line=where.line if here else None)
         origin = origins.line_origin(where, device_expr, in_cell)
         if origin is None:

@@ -74,8 +74,12 @@ def scan(
     """
     if namespace is None:
         namespace = sys._getframe(1).f_globals
-    return collect_scan(namespace, roots, include_hidden=include_hidden, all_objects=all_objects, exclude=exclude,
-                        max_depth=max_depth, max_items=max_items, max_objects=max_objects, rules=find)
+    from .origins import device_names
+
+    result = collect_scan(namespace, roots, include_hidden=include_hidden, all_objects=all_objects, exclude=exclude,
+                          max_depth=max_depth, max_items=max_items, max_objects=max_objects, rules=find)
+    result.options["device_names"] = device_names(namespace)  # how an edit of a cell names each device
+    return result
 
 
 # -- helpers shared by the rules ------------------------------------------------------------
@@ -225,7 +229,10 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
         if module.deliberate_split:
             severity, why = "hint", "its device_map puts parts on different devices on purpose"
         elif len(accelerators) == len(real):
-            severity, why = "warning", "fine if deliberate (model parallel); otherwise it raises a device mismatch"
+            # Parts put on accelerators one by one are model parallel, not a slip: moving it all to one
+            # device is no fix. Where the parts meet, the activations move (what a mismatch there names).
+            severity, why = "hint", ("model parallel: where one part's output goes into the next, it moves to that "
+                                     "part's device (.to())")
         else:
             severity, why = "error", "a forward pass raises a device mismatch where the parts meet"
         yield Finding(
@@ -233,7 +240,8 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
             severity=severity,
             subject=module.name,
             message=f"{module.name} ({module.type_name}) has parameters/buffers on {' and '.join(real)}: {where}; {why}",
-            fix=_with_its_inputs(result, module, target, move_fix(result, module, target))
+            fix=_with_its_inputs(result, module, target,
+                                 made_on(result, move_fix(result, module, target), module.name, target, module=True))
             if target and severity != "hint" else None,
             names=_module_records(result, module.name),
         )
@@ -470,9 +478,27 @@ def _as_unparsed(name: str) -> str:
 
 def _move_record(result: ScanResult, r: TensorRecord, target: str) -> fixes.Fix:
     grads = {x.param for x in result.of_kind("gradient")}
-    return fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad, is_leaf=r.is_leaf,
-                             is_parameter=r.type_name == "Parameter", has_grad=r.name in grads,
-                             swap_flag=bool(result.options.get("swap_flag")))
+    return made_on(result, fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad,
+                                             is_leaf=r.is_leaf, is_parameter=r.type_name == "Parameter",
+                                             has_grad=r.name in grads, swap_flag=bool(result.options.get("swap_flag"))),
+                   r.name, target)
+
+
+def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: bool = False) -> fixes.Fix:
+    """``fix`` (a move now) with the edit of the cell line that made the variable ``name``, so that
+    the cells make it on ``target`` when they run again (``.to()`` on a model's line, ``device=`` on
+    a factory's, the loop's first line for a batch)."""
+    from .origins import namespace_origin
+
+    if not name.isidentifier():
+        return fix
+    device_expr = dict.get(result.options.get("device_names", {}), target) or fixes.device_literal(target)
+    origin = namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module)
+    if origin is None or not origin.edits:
+        return fix
+    note = f"With the edit, {origin.where.where} makes it on {target} from now on."
+    return dataclasses.replace(fix, edits=tuple(dict.fromkeys(fix.edits + origin.edits)),
+                               note=" ".join(filter(None, [fix.note, note])))
 
 
 def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding]:
@@ -501,7 +527,7 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
             what = f"{call.argument} is on {', '.join(sorted({r.device for r in wrong}))}"
             names = tuple(r.name for r in wrong)
         else:
-            fix = move_fix(result, module, target)
+            fix = made_on(result, move_fix(result, module, target), module.name, target, module=True)
             what = f"{module.name} is on {here} while {call.argument} is on {target}"
             names = tuple(r.name for r in wrong) + _module_records(result, module.name)
         reported.update(r.name for r in wrong)

@@ -21,69 +21,30 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from ..collect import locations, sources
-from ..collect.static import FUNCTION_CODE, instance_dict, mro, plain_class_dict, static_class_attr
+from ..collect import locations, sources, user_functions
+from ..collect.static import FUNCTION_CODE, instance_dict, mro, plain_class_dict
 from ..collect.values import MISSING, object_at
 from ..model.fixes import SourceEdit
 from . import fixes, origins
 
 _Module = torch.nn.Module
-_METHOD_FUNC = types.MethodType.__dict__["__func__"].__get__
-_METHOD_SELF = types.MethodType.__dict__["__self__"].__get__
 _FIELD_FACTORY = dataclasses.Field.__dict__["default_factory"].__get__
 
 
-@dataclass(frozen=True)
-class Called:
-    """The user's function a call runs: its code, and the object it is a method of (or MISSING)."""
-
-    code: types.CodeType
-    instance: Any = MISSING
-    #: The class the call makes an object of (``Standardize(...)``), else None.
-    makes: type | None = None
-
-
-def called_function(call: ast.Call, namespace: Mapping[str, Any]) -> Called | None:
+def called_function(call: ast.Call, namespace: Mapping[str, Any]) -> user_functions.Function | None:
     """The user's own function that ``call`` (as written on a line of theirs) runs, read statically:
-    a function, a method of a namespace object, a class's ``__init__``; wrappers that keep the
-    function in ``__wrapped__`` (``functools.lru_cache``, ``functools.wraps``) are seen through."""
-    func, instance = call.func, MISSING
+    a function, a method of a namespace object, a class's ``__init__``, seen through wrappers."""
+    func = call.func
     if isinstance(func, ast.Name):
-        value = dict.get(namespace, func.id, MISSING) if issubclass(type(namespace), dict) else MISSING
-    elif isinstance(func, ast.Attribute):
-        owner = object_at(namespace, ast.unparse(func.value))
-        if owner is MISSING:
-            return None
-        value = object_at(namespace, ast.unparse(func))
-        if value is MISSING and not issubclass(type(owner), (type, types.ModuleType)):
-            value, instance = static_class_attr(type(owner), func.attr), owner
-    else:
+        return user_functions.user_function(dict.get(namespace, func.id, MISSING)
+                                            if issubclass(type(namespace), dict) else MISSING)
+    if not isinstance(func, ast.Attribute):
         return None
-    return _called(value, instance)
-
-
-def _called(value: Any, instance: Any, depth: int = 0) -> Called | None:
-    if value is None or value is MISSING or depth > 4:
+    owner = object_at(namespace, ast.unparse(func.value))
+    if owner is MISSING:
         return None
-    vt = type(value)
-    if vt is types.MethodType:
-        return _called(_METHOD_FUNC(value), _METHOD_SELF(value), depth + 1)
-    if vt in (staticmethod, classmethod):
-        return _called(value.__func__, MISSING if vt is staticmethod else instance, depth + 1)
-    wrapped = dict.get(instance_dict(value), "__wrapped__", MISSING) if vt is not type else MISSING
-    if wrapped is not MISSING:
-        return _called(wrapped, instance, depth + 1)
-    if vt is types.FunctionType:
-        code = FUNCTION_CODE(value)
-        return Called(code, instance) if locations.is_user_code(code) else None
-    if issubclass(vt, type):  # a class: what its __init__ makes
-        init = static_class_attr(value, "__init__")
-        made = _called(init, MISSING, depth + 1) if type(init) is types.FunctionType else None
-        return Called(made.code if made else _NO_CODE, MISSING, value)
-    return None
-
-
-_NO_CODE = (lambda: None).__code__
+    value = object_at(namespace, ast.unparse(func))
+    return user_functions.user_function(value) if value is not MISSING else user_functions.method_of(owner, func.attr)
 
 
 # -- statements that make tensors ------------------------------------------------------------------
@@ -264,7 +225,7 @@ def edits_for_call(statement: sources.Statement, namespace: Mapping[str, Any], t
     if not isinstance(value, ast.Call):
         return []
     called = called_function(value, namespace)
-    if called is None or called.makes is not None:
+    if called is None or called.makes is not None or called.code is None:
         return []
     made = returned_statements(called.code)
     return factory_edits(made, lambda s: device_inside(s, namespace, target, called.instance))

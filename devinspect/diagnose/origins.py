@@ -80,6 +80,21 @@ def device_variable(namespace: Mapping[str, Any], device: str) -> str | None:
     return found[0] if found else None
 
 
+def device_names(namespace: Mapping[str, Any]) -> dict[str, str]:
+    """For each device a namespace variable holds (``dev = torch.device("cuda")``), the variable an
+    edit names it by (what :func:`device_variable` picks); kept with a scan, which keeps no value."""
+    devices = set()
+    for name, value in namespace_items(namespace):
+        if not name.startswith("_") and type(value) in (torch.device, str) and (type(value) is torch.device
+                                                                                  or len(value) < 20):
+            try:
+                device = torch.device(value)
+            except (RuntimeError, ValueError, TypeError):
+                continue
+            devices.add(device.type if device.type == "cpu" else f"{device.type}:{device.index or 0}")
+    return {d: n for d in devices if (n := device_variable(namespace, d)) is not None}
+
+
 def device_in_frame(frame: types.FrameType | None, device: str, avoid: set[str] = frozenset(),
                     prefer: tuple[str, ...] = (), line: int | None = None) -> str | None:
     """``h.device`` for a local tensor of ``frame`` on ``device`` (the user's own code keeps working
