@@ -282,6 +282,8 @@ class Corpus:
         self.ip, self.device, self.entries = ip, device, entries
         #: program name -> per cell index: {name: device} of the namespace before that cell ran.
         self.original_states: dict[str, list[dict[str, str]]] = {}
+        #: program name -> how the unmutated program ran.
+        self.originals: dict[str, MutantOutcome] = {}
 
     # -- running cells ----------------------------------------------------------------------
 
@@ -328,6 +330,7 @@ class Corpus:
     def original(self, program: Program) -> MutantOutcome:
         mutant = Mutant(program)
         outcome = MutantOutcome(mutant)
+        self.originals[program.name] = outcome
         states: list[dict[str, str]] = []
         findings: list[str] = []
 

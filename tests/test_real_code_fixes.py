@@ -14,6 +14,8 @@ import pytest
 from mutation_runner import Corpus, Mutant
 from programs import Program
 
+SLOW = pytest.mark.slow
+
 _HEAD = "import torch\nfrom torch import nn\ndev = torch.device('DEVICE')"
 
 
@@ -103,8 +105,13 @@ SCHEDULER_OBJECT = session(
 )
 
 
-@pytest.mark.parametrize("program", [INIT_HIDDEN, CACHE_DICT, TRANSFORM, DATACLASS_FIELDS, SCHEDULER_OBJECT],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("program", [
+    INIT_HIDDEN,
+    pytest.param(CACHE_DICT, marks=SLOW),
+    TRANSFORM,
+    pytest.param(DATACLASS_FIELDS, marks=SLOW),
+    pytest.param(SCHEDULER_OBJECT, marks=SLOW),
+], ids=lambda p: p.name)
 def test_a_tensor_made_again_by_the_code_the_cell_runs_is_fixed_where_it_is_made(ip, sim, program):
     check(ip, program)
 
@@ -139,7 +146,7 @@ SAMPLED_EARLIER = session(
 )
 
 
-@pytest.mark.parametrize("program", [REPLAY_BUFFER, SAMPLED_EARLIER], ids=lambda p: p.name)
+@pytest.mark.parametrize("program", [REPLAY_BUFFER, pytest.param(SAMPLED_EARLIER, marks=SLOW)], ids=lambda p: p.name)
 def test_several_tensors_returned_together_are_each_moved(ip, sim, program):
     check(ip, program)
 
@@ -152,13 +159,15 @@ BALANCE_LOSS = session(
     "    counts = torch.zeros(4)\n"
     "    for logits in gate_logits:\n"
     "        chosen = logits.topk(k, dim=-1).indices.flatten()\n"
-    "        counts = counts + torch.zeros(4, device=logits.device).scatter_add_(0, chosen, torch.ones(len(chosen), device=logits.device))\n"
+    "        ones = torch.ones(len(chosen), device=logits.device)\n"
+    "        counts = counts + torch.zeros(4, device=logits.device).scatter_add_(0, chosen, ones)\n"
     "    return counts / counts.sum()",
     "gates = [torch.randn(6, 4, device=dev) for _ in range(2)]",
     "load = expert_load(gates, 2)",
 )
 
 
+@SLOW
 def test_an_edit_names_the_device_by_what_its_line_can_read(ip, sim):
     """The tensors on the device in the failing frame are bound after the line that made the host
     one (in the loop below it): the edit there names the notebook's device variable instead."""
@@ -230,8 +239,13 @@ GENERATION_LOOP = session(
 )
 
 
-@pytest.mark.parametrize("program", [NOISE_HELPER, AUTOGRAD_FUNCTION, AUTOGRAD_FUNCTION_FORWARD, CACHED_MASK,
-                                     GENERATION_LOOP], ids=lambda p: p.name)
+@pytest.mark.parametrize("program", [
+    pytest.param(NOISE_HELPER, marks=SLOW),
+    AUTOGRAD_FUNCTION,
+    pytest.param(AUTOGRAD_FUNCTION_FORWARD, marks=SLOW),
+    CACHED_MASK,
+    pytest.param(GENERATION_LOOP, marks=SLOW),
+], ids=lambda p: p.name)
 def test_a_tensor_no_name_holds_is_named_and_made_on_the_device_where_the_users_code_makes_it(ip, sim, program):
     check(ip, program)
 
@@ -247,6 +261,7 @@ POSITIONS = session(
 )
 
 
+@SLOW
 def test_a_table_a_helper_returns_is_made_on_the_device_where_the_helper_makes_it(ip, sim):
     check(ip, POSITIONS)
 
@@ -294,7 +309,7 @@ CACHE_IN_INIT = session(
 )
 
 
-@pytest.mark.parametrize("program", [LAZY_ROTARY, CACHE_IN_INIT], ids=lambda p: p.name)
+@pytest.mark.parametrize("program", [LAZY_ROTARY, pytest.param(CACHE_IN_INIT, marks=SLOW)], ids=lambda p: p.name)
 def test_the_half_of_a_cache_left_unregistered_becomes_a_buffer_where_it_is_made(ip, sim, program):
     check(ip, program, ("plain", "devcheck", "button", "devices"))
 
@@ -325,7 +340,7 @@ PIPELINE_CELL = Program("two_stages_in_a_cell", "own", (
 ), devices=frozenset({"DEVICE", "DEVICE_1"}))
 
 
-@pytest.mark.parametrize("program", [PIPELINE_FORWARD, PIPELINE_CELL], ids=lambda p: p.name)
+@pytest.mark.parametrize("program", [PIPELINE_FORWARD, pytest.param(PIPELINE_CELL, marks=SLOW)], ids=lambda p: p.name)
 def test_a_model_split_by_hand_gets_the_missing_move_not_one_device(ip, sim, program):
     check(ip, program)
 
@@ -385,8 +400,11 @@ MOVED_BY_A_LAMBDA = session(
 )
 
 
-@pytest.mark.parametrize("program", [MOVED_IN_A_FUNCTION, MOVED_IN_THE_CALL, MOVED_BY_A_LAMBDA],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("program", [
+    MOVED_IN_A_FUNCTION,
+    pytest.param(MOVED_IN_THE_CALL, marks=SLOW),
+    pytest.param(MOVED_BY_A_LAMBDA, marks=SLOW),
+], ids=lambda p: p.name)
 def test_inputs_moved_where_they_are_passed_get_no_warning(ip, sim, program):
     outcome = Corpus(ip).original(program)
     assert outcome.probe == "clean", outcome.error
@@ -401,6 +419,6 @@ MODEL_AT_REST = session("model_left_on_the_host", "model = nn.Linear(4, 2)\nopt 
                         "x = torch.randn(3, 4, device=dev)", "y = model(x)\ny.sum().backward()\nopt.step()")
 
 
-@pytest.mark.parametrize("program", [INPUT_AT_REST, MODEL_AT_REST], ids=lambda p: p.name)
+@pytest.mark.parametrize("program", [INPUT_AT_REST, pytest.param(MODEL_AT_REST, marks=SLOW)], ids=lambda p: p.name)
 def test_a_culprit_at_rest_is_found_before_the_cell_runs_and_its_line_is_edited(ip, sim, program):
     check(ip, program, ("plain", "devcheck", "button", "devices"))
