@@ -422,3 +422,33 @@ MODEL_AT_REST = session("model_left_on_the_host", "model = nn.Linear(4, 2)\nopt 
 @pytest.mark.parametrize("program", [INPUT_AT_REST, pytest.param(MODEL_AT_REST, marks=SLOW)], ids=lambda p: p.name)
 def test_a_culprit_at_rest_is_found_before_the_cell_runs_and_its_line_is_edited(ip, sim, program):
     check(ip, program, ("plain", "devcheck", "button", "devices"))
+
+
+SCAN_STATE = session(
+    "state_made_over_several_lines",
+    "def scan(decay, inputs):\n"
+    "    state = torch.zeros(\n"
+    "        inputs.shape[0],\n"
+    "        inputs.shape[2],\n"
+    "        dtype=inputs.dtype,\n"
+    "    )\n"
+    "    outputs = []\n"
+    "    for t in range(inputs.shape[1]):\n"
+    "        state = decay * state + inputs[:, t]\n"
+    "        outputs.append(state)\n"
+    "    return torch.stack(outputs, dim=1)",
+    "decay = torch.rand(4, device=dev)\nu = torch.randn(2, 5, 4, device=dev)",
+    "y = scan(decay, u)",
+)
+
+
+def test_a_state_a_loop_carries_is_made_on_the_device_by_its_factory_over_several_lines(ip, sim):
+    """The state is read by the line that failed and reassigned there on every step: the fix is the
+    call that made it before the loop (written over several lines), not a copy on each step."""
+    import devinspect
+
+    check(ip, SCAN_STATE)
+    for cell in SCAN_STATE.cells:
+        ip.run_cell(cell.replace("DEVICE", "sim:0"))
+    (edit,) = devinspect.explain(namespace=ip.user_ns).mismatch.fix.edits
+    assert (edit.old, edit.new) == ("dtype=inputs.dtype,", "dtype=inputs.dtype, device=decay.device,")

@@ -206,9 +206,10 @@ def _cut(text: str, start: int, end: int | None = None) -> str:
 def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = False) -> tuple[str, SourceEdit] | None:
     """The edit that makes ``statement`` create its tensors on the right device: ``device=`` on its
     factory calls, or ``.to()`` of its value (always, with ``wrap``: a module or model that is
-    built on the host). None for a statement spanning several lines."""
+    built on the host). A statement over several lines gets ``device=`` after its factory call's
+    last argument, on that argument's line; otherwise None."""
     if not _single_line(statement):
-        return None
+        return None if wrap else _multiline_factory_edit(statement, device_expr)
     where = _source_line(statement)
     text = where.text
     node = statement.node
@@ -244,6 +245,26 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
             wrapped = value if _is_atom(target) else f"({value})"
             return "value", SourceEdit(where, text, f"{head}{wrapped}.to({device_expr}){tail}", statement.function)
     return None
+
+
+def _multiline_factory_edit(statement: sources.Statement, device_expr: str) -> tuple[str, SourceEdit] | None:
+    """``device=`` added after the last argument of the one factory call without it in a statement
+    written over several lines (``torch.zeros(\n    batch,\n    dtype=dtype,\n)``), on the line
+    that argument ends on; None when that is not one such call with arguments."""
+    calls = factory_calls(statement.node)
+    if len(calls) != 1 or not (calls[0].args or calls[0].keywords):
+        return None
+    last = max([*calls[0].args, *calls[0].keywords], key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
+    if last.end_lineno is None or last.end_col_offset is None or isinstance(last, ast.keyword) and last.arg is None:
+        return None
+    line = linecache.getline(statement.filename, last.end_lineno).rstrip("\n").encode()
+    indent = len(line) - len(line.lstrip())
+    if not line.strip() or last.end_col_offset > len(line):
+        return None
+    new = line[:last.end_col_offset] + f", device={device_expr}".encode() + line[last.end_col_offset:]
+    where = locations.source_line(statement.filename, last.end_lineno, statement.function or "<module>")
+    old, new_text = line[indent:].decode(errors="replace").rstrip(), new[indent:].decode(errors="replace").rstrip()
+    return "factory", SourceEdit(where, old, new_text, statement.function)
 
 
 def _callee(call: ast.Call) -> str:
