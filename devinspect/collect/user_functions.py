@@ -30,9 +30,6 @@ class Function:
     code: types.CodeType | None
     instance: Any = MISSING
     makes: type | None = None
-    #: Whether a wrapper keeps the function's results (``functools.lru_cache``): the tensor it made
-    #: once is handed out again until the function is defined anew.
-    cached: bool = False
 
 
 def user_function(value: Any, instance: Any = MISSING, depth: int = 0) -> Function | None:
@@ -42,13 +39,11 @@ def user_function(value: Any, instance: Any = MISSING, depth: int = 0) -> Functi
     vt = type(value)
     if vt is types.MethodType:
         return user_function(_METHOD_FUNC(value), _METHOD_SELF(value), depth + 1)
-    if vt in (staticmethod, classmethod):
+    if vt is staticmethod or vt is classmethod:
         return user_function(value.__func__, MISSING if vt is staticmethod else instance, depth + 1)
     wrapped = dict.get(instance_dict(value), "__wrapped__", MISSING) if not issubclass(vt, type) else MISSING
     if wrapped is not MISSING:
-        inner = user_function(wrapped, instance, depth + 1)
-        cached = vt.__name__ == "_lru_cache_wrapper" and vt.__module__ == "functools"
-        return Function(inner.code, inner.instance, inner.makes, inner.cached or cached) if inner else None
+        return user_function(wrapped, instance, depth + 1)
     if vt is types.FunctionType:
         code = FUNCTION_CODE(value)
         return Function(code, instance) if locations.is_user_code(code) else None

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from ..collect import locations, sources, user_functions
-from ..collect.static import FUNCTION_CODE, instance_dict, mro, plain_class_dict
+from ..collect.static import FUNCTION_CODE, instance_dict, mro, plain_class_dict, type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.fixes import SourceEdit
 from . import fixes, origins
@@ -141,7 +141,7 @@ def _field_factory(cls: type, attr: str) -> list[sources.Statement]:
             if isinstance(node, (ast.AnnAssign, ast.Assign)) and node.lineno == code.co_firstlineno \
                     and origins.factory_calls(node):
                 return [sources.Statement(code.co_filename, node.lineno, node, locations.cell_number(code.co_filename),
-                                          klass.__name__)]
+                                          type_name(klass))]
         return []
     return []
 
@@ -234,7 +234,7 @@ def edits_for_call(statement: sources.Statement, namespace: Mapping[str, Any], t
 def edits_for_attributes(owner: Any, attrs: list[str], namespace: Mapping[str, Any], target: str) -> list[SourceEdit]:
     """The edits that make the tensors ``owner.<attr>`` on ``target`` where the object's class makes them."""
     cls = type(owner)
-    if issubclass(cls, (torch.Tensor, _Module, type, types.ModuleType)) or cls in (list, tuple, dict, set):
+    if issubclass(cls, (torch.Tensor, _Module, type, types.ModuleType)) or type_is_one_of(owner, (list, tuple, dict, set)):
         return []
     statements = _unique([s for attr in attrs for s in attribute_statements(cls, attr)])
     edits = factory_edits(statements, lambda s: device_inside(s, namespace, target, owner))

@@ -85,8 +85,8 @@ def device_names(namespace: Mapping[str, Any]) -> dict[str, str]:
     edit names it by (what :func:`device_variable` picks); kept with a scan, which keeps no value."""
     devices = set()
     for name, value in namespace_items(namespace):
-        if not name.startswith("_") and type(value) in (torch.device, str) and (type(value) is torch.device
-                                                                                  or len(value) < 20):
+        vt = type(value)
+        if not name.startswith("_") and (vt is torch.device or (vt is str and len(value) < 20)):
             try:
                 device = torch.device(value)
             except (RuntimeError, ValueError, TypeError):
