@@ -329,3 +329,16 @@ def test_a_model_split_over_accelerators_is_model_parallel_not_a_model_to_move(s
     f = only(devinspect.scan({"model": model}), "mixed-device-module")
     assert f.severity == "hint" and f.fix is None
     assert "model[0] on sim:0" in f.message and "model[1] on sim:1" in f.message and ".to()" in f.message
+
+
+def test_a_model_or_a_loss_left_on_the_host_next_to_models_on_an_accelerator_is_found(sim):
+    """Before anything runs: a teacher model on the host next to a student on the device, a loss
+    whose class weights stay on the host; a module without tensors (an activation) is fine."""
+    ns = {"student": torch.nn.Linear(4, 2).to(sim), "teacher": torch.nn.Linear(4, 2),
+          "criterion": torch.nn.CrossEntropyLoss(weight=torch.tensor([1.0, 3.0])), "act": torch.nn.ReLU()}
+    found = [f for f in devinspect.scan(ns).findings if f.code == "module-on-other-device"]
+    assert sorted(f.subject for f in found) == ["criterion", "teacher"] and {f.severity for f in found} == {"hint"}
+    for f in found:
+        exec(f.fix.code, ns)
+    assert ns["criterion"].weight.device == sim and ns["teacher"].weight.device == sim
+    assert [f for f in devinspect.scan(ns).findings if f.code == "module-on-other-device"] == []

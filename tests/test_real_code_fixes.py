@@ -419,7 +419,15 @@ MODEL_AT_REST = session("model_left_on_the_host", "model = nn.Linear(4, 2)\nopt 
                         "x = torch.randn(3, 4, device=dev)", "y = model(x)\ny.sum().backward()\nopt.step()")
 
 
-@pytest.mark.parametrize("program", [INPUT_AT_REST, pytest.param(MODEL_AT_REST, marks=SLOW)], ids=lambda p: p.name)
+TEACHER_AT_REST = session(
+    "teacher_left_on_the_host", "student = nn.Linear(8, 4).to(dev)\nteacher = nn.Linear(8, 4)",
+    "x = torch.randn(3, 8, device=dev)",
+    "with torch.no_grad():\n    soft = teacher(x).softmax(-1)\n"
+    "loss = nn.functional.kl_div(student(x).log_softmax(-1), soft, reduction='batchmean')")
+
+
+@pytest.mark.parametrize("program", [INPUT_AT_REST, pytest.param(MODEL_AT_REST, marks=SLOW),
+                                     pytest.param(TEACHER_AT_REST, marks=SLOW)], ids=lambda p: p.name)
 def test_a_culprit_at_rest_is_found_before_the_cell_runs_and_its_line_is_edited(ip, sim, program):
     check(ip, program, ("plain", "devcheck", "button", "devices"))
 

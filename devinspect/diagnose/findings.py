@@ -247,6 +247,29 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
         )
 
 
+def modules_left_on_the_host(result: ScanResult) -> Iterator[Finding]:
+    """A model, or a loss that holds tensors (class weights), wholly on the host while the session's
+    other models are on one accelerator: what goes between them fails, so it is found before it runs."""
+    placed = [m for m in result.modules if m.devices and all(device_is_accelerator(d) for d in m.devices)]
+    accelerators = {d for m in placed for d in m.devices}
+    if len(accelerators) != 1:
+        return
+    target = accelerators.pop()
+    shown = ", ".join(m.name for m in placed[:3]) + (" …" if len(placed) > 3 else "")
+    for module in result.modules:
+        if module.devices != ("cpu",) or module.unmaterialised or module.offloaded or module.moves_inputs:
+            continue
+        yield Finding(
+            code="module-on-other-device",
+            severity="hint",
+            subject=module.name,
+            message=(f"{module.name} ({module.type_name}) is on cpu while {shown} {'is' if len(placed) == 1 else 'are'} "
+                     f"on {target}: tensors passed between them fail; move it there if they meet"),
+            fix=made_on(result, move_fix(result, module, target), module.name, target, module=True),
+            names=_module_records(result, module.name),
+        )
+
+
 def _with_its_inputs(result: ScanResult, module: ModuleSummary, target: str, fix: fixes.Fix) -> fixes.Fix:
     """``fix`` (the model moved to ``target``) and the tensors the cells pass to the model that are
     off ``target``: once the model is whole there, they would fail at its first layer."""
@@ -623,6 +646,7 @@ def could_not_inspect(result: ScanResult) -> Iterator[Finding]:
 
 RULES: tuple[Rule, ...] = (
     mixed_device_modules,
+    modules_left_on_the_host,
     partly_materialised_modules,
     unregistered_tensor_attributes,
     optimizer_state_elsewhere,
