@@ -460,3 +460,65 @@ def test_a_state_a_loop_carries_is_made_on_the_device_by_its_factory_over_severa
         ip.run_cell(cell.replace("DEVICE", "sim:0"))
     (edit,) = devinspect.explain(namespace=ip.user_ns).mismatch.fix.edits
     assert (edit.old, edit.new) == ("dtype=inputs.dtype,", "dtype=inputs.dtype, device=decay.device,")
+
+
+# -- a batch that enters through the user's training function: fixed where it enters ----------------------
+
+_VAE = ("class AutoEncoder(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.enc, self.dec = nn.Linear(12, 4), nn.Linear(4, 12)\n"
+        "\n"
+        "    def encode(self, x):\n"
+        "        return torch.relu(self.enc(x))\n"
+        "\n"
+        "    def forward(self, x):\n"
+        "        return self.dec(self.encode(x.view(-1, 12)))")
+
+BATCH_IN_A_FUNCTION = session(
+    "batch_through_a_training_function", _VAE,
+    "model = AutoEncoder().to(dev)\nopt = torch.optim.Adam(model.parameters())\n"
+    "data_set = torch.utils.data.TensorDataset(torch.rand(12, 3, 4), torch.zeros(12))\n"
+    "loader = torch.utils.data.DataLoader(data_set, batch_size=4)",
+    "def train():\n"
+    "    for step, (data, _) in enumerate(loader):\n"
+    "        data = data\n"
+    "        opt.zero_grad()\n"
+    "        loss = (model(data) - data.view(-1, 12)).pow(2).mean()\n"
+    "        loss.backward()\n"
+    "        opt.step()",
+    "train()",
+)
+
+ONE_OF_A_PAIR = session(
+    "one_of_a_pair_moved",
+    "model = nn.Linear(6, 3).to(dev)\n"
+    "loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 6), "
+    "torch.randint(0, 3, (8,))), batch_size=4)",
+    "def evaluate():\n"
+    "    correct = 0\n"
+    "    with torch.no_grad():\n"
+    "        for data, target in loader:\n"
+    "            data, target = data.to(dev), target\n"
+    "            output = model(data)\n"
+    "            loss = nn.functional.cross_entropy(output, target)\n"
+    "            correct += (output.argmax(1) == target).sum().item()\n"
+    "    return correct",
+    "evaluate()",
+)
+
+FORMATTED_LOG = session(
+    "a_loop_that_prints_with_percent_formatting",
+    "net = nn.Linear(4, 1).to(dev)\nloader = [(torch.randn(2, 4), torch.zeros(2)) for _ in range(2)]",
+    "for i, data in enumerate(loader):\n"
+    "    real = data[0]\n"
+    "    out = net(real)\n"
+    "    print('[%d] %.3f'\n"
+    "          % (i, out.sum().item()))",
+)
+
+
+@pytest.mark.parametrize("program", [BATCH_IN_A_FUNCTION, pytest.param(ONE_OF_A_PAIR, marks=SLOW),
+                                     pytest.param(FORMATTED_LOG, marks=SLOW)], ids=lambda p: p.name)
+def test_a_batch_is_moved_where_the_users_code_takes_it_in(ip, sim, program):
+    check(ip, program)

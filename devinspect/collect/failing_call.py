@@ -47,7 +47,7 @@ _DEVICE_WORDS = re.compile(r"\b(?:devices?|cpu|cuda|gpu|host|accelerator)\b", re
 _CROSS_DEVICE = frozenset({"to", "copy_", "cuda", "cpu", "xpu", "mps", "set_", "type", "index_put_",
                            "pin_memory", "_to_copy"})
 #: Methods that give a tensor on the same device as ``self`` (a stand-in for the operand).
-_SAME_DEVICE_METHODS = frozenset({
+SAME_DEVICE_METHODS = frozenset({
     "view", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "contiguous", "t", "float",
     "half", "bfloat16", "double", "long", "int", "bool", "detach", "clone", "expand", "expand_as", "view_as",
     "narrow", "chunk", "split", "T", "mT", "data", "mean", "sum", "abs", "exp", "log", "sqrt", "softmax",
@@ -498,7 +498,7 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
         base = _value(node.value, frame, depth, lineno)
         if base is _MISSING:
             return _MISSING
-        if (_is_tensor(base) or type_is_one_of(base, (Temporary, Result))) and node.attr in _SAME_DEVICE_METHODS:
+        if (_is_tensor(base) or type_is_one_of(base, (Temporary, Result))) and node.attr in SAME_DEVICE_METHODS:
             return base  # same device: it stands in for the attribute
         if type_is_one_of(base, (Temporary, Result)):
             return _MISSING
@@ -523,11 +523,11 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
             made = _returned_by_users_function(node, frame, depth, lineno)
         if made is not _MISSING:
             return made
-        if isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_DEVICE_METHODS:
+        if isinstance(node.func, ast.Attribute) and node.func.attr in SAME_DEVICE_METHODS:
             base = _value(node.func.value, frame, depth, lineno)
             if _is_tensor(base) or type_is_one_of(base, (Temporary, Result)):
                 return base  # same device: it stands in for the result
-    if isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp)) and depth < _MAX_DEPTH:
+    if isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare)) and depth < _MAX_DEPTH:
         # A result we may not compute (self.fc(x), a * b): when every input sits on one
         # device, so does the result, and one of the inputs stands in for it.
         inputs = _operands(operand_nodes(node, frame), frame, lineno, depth + 1)

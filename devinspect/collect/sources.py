@@ -61,13 +61,20 @@ def parse(filename: str) -> ast.Module | None:
     if key not in _parsed:
         if len(_parsed) > 512:
             _parsed.clear()
-        # IPython's own syntax (%magic, %%cell magic, !shell) becomes blank lines: the Python
-        # around it parses, and every line keeps its number.
-        text = "".join("\n" if line.lstrip().startswith(("%", "!")) else line for line in lines)
-        try:
-            _parsed[key] = ast.parse(text, filename)
-        except (SyntaxError, ValueError):
-            _parsed[key] = None
+        # Python first: a line may start with the % operator inside brackets ("..." % args). Else
+        # IPython's own syntax (%magic, %%cell magic, !shell) becomes blank lines, those that start
+        # a line first, then indented ones too: the Python around it parses, every line keeps its number.
+        def blank(indented: bool) -> str:
+            return "".join("\n" if (line.lstrip() if indented else line).startswith(("%", "!")) else line
+                           for line in lines)
+
+        _parsed[key] = None
+        for text in ("".join(lines), blank(False), blank(True)):
+            try:
+                _parsed[key] = ast.parse(text, filename)
+                break
+            except (SyntaxError, ValueError):
+                continue
     return _parsed[key]
 
 
@@ -120,6 +127,17 @@ def bound_before(code: types.CodeType, name: str, line: int) -> bool:
     if name in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}:
         return True
     return any(name in assigned_names(s) or name in _imported(s) for s in statements(node.body) if s.lineno < line)
+
+
+def rebound_from(code: types.CodeType, name: str, line: int) -> bool:
+    """Whether a statement of the function of ``code`` at or after line ``line`` binds ``name``: then
+    the value the frame shows now is not the one a line there reads (``data, t = data.to(d), t``
+    reads the old ``data``)."""
+    node = function_node(code)
+    if node is None:
+        return False
+    return any(name in assigned_names(s) for s in statements(node.body) if s.lineno >= line
+               and not isinstance(s, (ast.For, ast.AsyncFor)))
 
 
 def _imported(node: ast.stmt) -> set[str]:

@@ -21,7 +21,7 @@ from ..collect.static import type_is_one_of, type_name
 from ..collect.values import object_at
 from ..model.fixes import Fix
 from ..model.scan_result import is_under
-from . import fixes, made_in_code, origins
+from . import device_names, fixes, made_in_code, origins
 
 _T = torch.Tensor
 _Module = torch.nn.Module
@@ -34,7 +34,7 @@ class ContainerFixes:
 
     def _namedtuple_fix(self, root: str, holder: Any, target: str) -> Fix:
         """A namedtuple batch, made again with ``_replace`` (on the loop's first line when a loop binds it)."""
-        device_expr = origins.device_expression(self.failure.namespace, target)
+        device_expr = device_names.device_expression(self.failure.namespace, target)
         loop = origins.loop_line(root, self.cell_file, self.failing_line, self.failure.namespace,
                                  lambda n, v: origins.moved_expression(n, v, target, device_expr))
         origin = made_in_code.namespace_origin(root, self.cell, self.failing_line, [root] if loop else [],
@@ -68,7 +68,7 @@ class ContainerFixes:
 
     def _container_fix(self, name: str, container: Any, target: str) -> Fix:
         """A list, tuple or dict of tensors: moved whole, keeping its type, and the line making it edited."""
-        device_expr = origins.device_expression(self.failure.namespace, target)
+        device_expr = device_names.device_expression(self.failure.namespace, target)
         values = list(dict.values(container)) if type(container) is dict else list(container)
         kind, all_tensors = type_name(type(container)), all(issubclass(type(v), _T) for v in values)
         # A loop over batches that binds the container (for batch in loader) moves what it binds on its
@@ -106,6 +106,18 @@ class ContainerFixes:
 
     def _plain_tensors_under(self, root: str) -> list[Any]:
         """The records of the plain tensors below ``root`` (each memory once, none that needs a
-        gradient): what one fix moves line by line when ``root`` is a cache, a config or a batch."""
+        gradient): what one fix moves line by line when ``root`` is a cache, a config or a batch.
+        None inside a tuple: ``pair[0] = …`` cannot be written (its tuple moves whole instead)."""
         return [r for r in self.index.result_under(root).records if is_under(r.name, root) and r.kind == "tensor"
-                and r.alias_of is None and not r.requires_grad]
+                and r.alias_of is None and not r.requires_grad and not self._in_a_tuple(r.name)]
+
+    def _in_a_tuple(self, name: str) -> bool:
+        try:
+            node = ast.parse(name, mode="eval").body
+        except SyntaxError:
+            return False
+        while isinstance(node, (ast.Subscript, ast.Attribute)):
+            node = node.value
+            if type_is_one_of(object_at(self.failure.namespace, ast.unparse(node)), (tuple,)):
+                return True
+        return False

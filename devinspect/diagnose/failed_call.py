@@ -40,7 +40,7 @@ from ..model.check_report import Mismatch, Operand
 from ..model.fixes import EditCell, Fix
 from ..model.records import SourceLine, device_is_accelerator
 from ..model.scan_result import is_under
-from . import fixes, made_in_code, origins
+from . import device_names, fixes, made_in_code, origins
 from .container_fixes import MOVED_AT_MOST, ContainerFixes
 
 _T = torch.Tensor
@@ -285,8 +285,8 @@ class _Diagnosis(ContainerFixes):
             return None
         where = self.failure.source(frame)
         in_cell = where.file == self.cell_file
-        device_expr = origins.device_expression(self.failure.namespace, target, None if in_cell else frame,
-                                                line=where.line)
+        device_expr = device_names.device_expression(self.failure.namespace, target, None if in_cell else frame,
+                                                     line=where.line)
         edit = origins.default_device_edit(where, device_expr)
         if edit is None:
             return None
@@ -342,7 +342,7 @@ class _Diagnosis(ContainerFixes):
             return self._container_fix(parent, container, target)
         if parent is None and origins.named_fields(holder := object_at(self.failure.namespace, root)) is not None:
             return self._namedtuple_fix(root, holder, target)
-        device_expr = origins.device_expression(self.failure.namespace, target)
+        device_expr = device_names.device_expression(self.failure.namespace, target)
         wrong = origins.wrong_loop_targets(root, target, self.cell_file, self.failing_line, self.failure.namespace)
         # The variable's own line is the fix only for the tensor or module that moves (not w of w.t).
         movable = record.name == root or self._movable(root)
@@ -388,8 +388,8 @@ class _Diagnosis(ContainerFixes):
         line = self.failure.source(frame).line
         operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
         made_at = origins.local_statement_line(local, frame, line) or line  # where the edit goes
-        device_expr = origins.device_expression(self.failure.namespace, target, frame, avoid={local}, prefer=operands,
-                                                line=made_at)
+        device_expr = device_names.device_expression(self.failure.namespace, target, frame, avoid={local},
+                                                     prefer=operands, line=made_at)
         origin = origins.local_origin(local, frame, line, [local], device_expr)
         if origin is None and n.created is not None:
             origin = origins.line_origin(n.created[0], device_expr, n.created[0].file == self.cell_file)
@@ -408,18 +408,32 @@ class _Diagnosis(ContainerFixes):
                                            "call; making those values on the right device avoids the copy")
 
     def _passed_in(self, frame: Any, local: str, line: int, target: str) -> Fix | None:
-        """A local computed from (or being) a parameter of the user's function: the caller passed a
-        namespace tensor on the wrong device there (``project(x)``), and that tensor is the fix."""
-        caller = next((f for f in self.user_frames if f is frame.f_back), None)
-        if caller is None:
-            return None
-        caller_line = self.failure.source(caller).text
-        for name in origins.local_inputs(local, frame, line):
-            argument = origins.call_argument(caller, caller_line, frame.f_code.co_name, frame.f_code, name)
-            record = self.index.record(argument or "")
-            if record is not None and record.kind == "tensor" and record.alias_of is None and record.device != target:
-                return self._namespace_fix(_Named(Operand(record.name, "namespace", record.device, "?", None),
-                                                  None, record=record), target)
+        """A local computed from (or being) a parameter of the user's function: the value came from
+        the caller. Up the user's frames (``encode(x)`` ← ``forward(x)`` ← ``model(data)`` in a loop),
+        each call's argument leads to where the value was made: a namespace tensor (moved, its line
+        edited) or a local a caller made (a loop's batch, ``data = batch[0]``: that line edited)."""
+        frames = self.user_frames
+        while frame in frames and frames.index(frame) + 1 < len(frames):
+            caller = frames[frames.index(frame) + 1]
+            where = self.failure.source(caller)
+            arguments = [origins.call_argument(caller, where.text, frame.f_code.co_name, frame.f_code, name)
+                         for name in origins.local_inputs(local, frame, line)]
+            for record in filter(None, (self.index.record(a or "") for a in arguments)):
+                if record.kind == "tensor" and record.alias_of is None and record.device != target:
+                    return self._namespace_fix(_Named(Operand(record.name, "namespace", record.device, "?", None),
+                                                      None, record=record), target)
+            caller_locals = locations.frame_locals(caller) if caller.f_locals is not caller.f_globals else {}
+            found = next((r for r in map(origins.argument_root, filter(None, arguments)) if r in caller_locals), None)
+            if found is None:
+                return None
+            made_at = origins.local_statement_line(found, caller, where.line)
+            if made_at is not None:  # made in the caller: that line, or nothing
+                device_expr = device_names.device_expression(self.failure.namespace, target, caller, avoid={found},
+                                                             line=made_at)
+                origin = origins.local_origin(found, caller, where.line, [found], device_expr, plain_values=True)
+                return self._edit_fix(origin, f"make {found} on {target} where {caller.f_code.co_name} gets it") \
+                    if origin is not None and origin.edit is not None else None
+            frame, local, line = caller, found, where.line  # a parameter of the caller too: one more up
         return None
 
     def _traced_fix(self, n: _Named, target: str) -> Fix | None:
@@ -429,7 +443,7 @@ class _Diagnosis(ContainerFixes):
             return None
         anchor = next((o.local for o in self._named if o.operand.source == "traced" and o.device == target
                        and o.local and o.local.isidentifier()), None)
-        device_expr = f"{anchor}.device" if anchor else origins.device_expression(self.failure.namespace, target)
+        device_expr = f"{anchor}.device" if anchor else device_names.device_expression(self.failure.namespace, target)
         origin = origins.local_origin_at(traced.filename, traced.function, traced.lineno, traced.name, device_expr)
         if origin is None or origin.edit is None:
             return None
@@ -442,8 +456,8 @@ class _Diagnosis(ContainerFixes):
         here = frame is not None and where.file == frame.f_code.co_filename
         # A file's line sees its module's names, not the notebook's: no device variable of the namespace.
         namespace = self.failure.namespace if where.cell is not None else {}
-        device_expr = origins.device_expression(namespace, target, None if in_cell else frame,
-                                                prefer=operands, line=where.line if here else None)
+        device_expr = device_names.device_expression(namespace, target, None if in_cell else frame,
+                                                     prefer=operands, line=where.line if here else None)
         origin = origins.line_origin(where, device_expr, in_cell)
         if origin is None:
             return None
@@ -478,8 +492,8 @@ class _Diagnosis(ContainerFixes):
         frame = next((f for f in self.user_frames if f.f_code.co_filename == statement.filename
                       and f.f_code.co_name == statement.function), None)
         operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
-        device_expr = origins.device_expression(self.failure.namespace, target, frame, prefer=operands,
-                                                line=statement.line)
+        device_expr = device_names.device_expression(self.failure.namespace, target, frame, prefer=operands,
+                                                     line=statement.line)
         made = origins.creation_edit(statement, device_expr)
         if made is None or made[0] != "factory":
             return None
@@ -517,7 +531,7 @@ class _Diagnosis(ContainerFixes):
         return dataclasses.replace(fix, edits=tuple(dict.fromkeys(edits)), rerun=True)
 
     def _module_origin(self, path: str, target: str) -> origins.Origin | None:
-        device_expr = origins.device_expression(self.failure.namespace, target)
+        device_expr = device_names.device_expression(self.failure.namespace, target)
         for name in (path, root_of(path)):
             if not self._movable(name):
                 continue  # models[2]'s list: .to() on the line that made the list would raise
@@ -568,7 +582,7 @@ class _Diagnosis(ContainerFixes):
         """A variable on the meta device holds no data to move: it is made again on ``target``,
         by an edit of the line that makes it when that line is known."""
         root = root_of(n.record.name)
-        device_expr = origins.device_expression(self.failure.namespace, target)
+        device_expr = device_names.device_expression(self.failure.namespace, target)
         origin = origins.namespace_origin(root, self.cell, self.failing_line, [], device_expr)
         if origin is not None and origin.edit is not None:
             return self._edit_fix(origin, f"make {root} on {target} where it is made (on meta it holds no data to move)")

@@ -74,7 +74,7 @@ def scan(
     """
     if namespace is None:
         namespace = sys._getframe(1).f_globals
-    from .origins import device_names
+    from .device_names import device_names
 
     result = collect_scan(namespace, roots, include_hidden=include_hidden, all_objects=all_objects, exclude=exclude,
                           max_depth=max_depth, max_items=max_items, max_objects=max_objects, rules=find)

@@ -26,6 +26,7 @@ from ..collect.static import FUNCTION_CODE, instance_dict, mro, plain_class_dict
 from ..collect.values import MISSING, object_at
 from ..model.fixes import SourceEdit
 from . import fixes, origins
+from .device_names import device_variable
 
 _Module = torch.nn.Module
 _FIELD_FACTORY = dataclasses.Field.__dict__["default_factory"].__get__
@@ -171,7 +172,7 @@ def device_inside(statement: sources.Statement, namespace: Mapping[str, Any], ta
     first = function.args.args[0].arg if function is not None and function.args.args else None
     if first is not None and issubclass(type(instance), _Module) and _parameter_on(instance, target):
         return f"next({first}.parameters()).device"
-    name = origins.device_variable(namespace, target)
+    name = device_variable(namespace, target)
     if name is not None and statement.cell is not None and not _local_names(function) & {name}:
         return name
     return fixes.device_literal(target)

@@ -21,8 +21,7 @@ import torch
 
 from ..collect import locations, sources
 from ..collect import tensorbase as tb
-from ..collect.failing_call import FACTORIES, LIKE_FACTORIES
-from ..collect.names import namespace_items
+from ..collect.failing_call import FACTORIES, LIKE_FACTORIES, SAME_DEVICE_METHODS
 from ..collect.static import static_class_attr
 from ..model.fixes import SourceEdit
 from ..model.records import SourceLine
@@ -50,82 +49,6 @@ class Origin:
     @property
     def edits(self) -> tuple[SourceEdit, ...]:
         return ((self.edit,) if self.edit is not None else ()) + self.also
-
-
-# -- naming the device in the user's own words ---------------------------------------------------
-
-
-def device_variable(namespace: Mapping[str, Any], device: str) -> str | None:
-    """A namespace variable holding ``device`` (``dev = torch.device("cuda")``), if the user has one."""
-    wanted = torch.device(device)
-    found = []
-    for name, value in namespace_items(namespace):
-        if name.startswith("_"):
-            continue
-        vt = type(value)
-        if vt is torch.device:
-            same = value == wanted or (value.index is None and value.type == wanted.type and (wanted.index or 0) == 0)
-        elif vt is str and len(value) < 20:
-            try:
-                parsed = torch.device(value)
-            except (RuntimeError, ValueError):
-                continue
-            same = parsed == wanted or (parsed.index is None and parsed.type == wanted.type and (wanted.index or 0) == 0)
-        else:
-            continue
-        if same:
-            found.append(name)
-    preferred = ("device", "dev", "DEVICE")
-    found.sort(key=lambda n: (n not in preferred, len(n), n))
-    return found[0] if found else None
-
-
-def device_names(namespace: Mapping[str, Any]) -> dict[str, str]:
-    """For each device a namespace variable holds (``dev = torch.device("cuda")``), the variable an
-    edit names it by (what :func:`device_variable` picks); kept with a scan, which keeps no value."""
-    devices = set()
-    for name, value in namespace_items(namespace):
-        vt = type(value)
-        if not name.startswith("_") and (vt is torch.device or (vt is str and len(value) < 20)):
-            try:
-                device = torch.device(value)
-            except (RuntimeError, ValueError, TypeError):
-                continue
-            devices.add(device.type if device.type == "cpu" else f"{device.type}:{device.index or 0}")
-    return {d: n for d in devices if (n := device_variable(namespace, d)) is not None}
-
-
-def device_in_frame(frame: types.FrameType | None, device: str, avoid: set[str] = frozenset(),
-                    prefer: tuple[str, ...] = (), line: int | None = None) -> str | None:
-    """``h.device`` for a local tensor of ``frame`` on ``device`` (the user's own code keeps working
-    when the model moves), else None; the names in ``prefer`` (the failing call's operands) first.
-    With ``line`` (where the edit goes), only locals that already have a value there."""
-    if frame is None or frame.f_locals is frame.f_globals:
-        return None
-    local_vars = locations.frame_locals(frame)
-
-    def usable(name: Any) -> bool:
-        return type(name) is str and name.isidentifier() and (
-            line is None or sources.bound_before(frame.f_code, name, line))
-
-    for name, value in dict.items(local_vars):
-        if type(value) is torch.device and str(value) == device and usable(name):
-            if not any(n in local_vars and usable(n) for n in prefer):
-                return name  # the function's own device variable
-    ordered = [(n, dict.get(local_vars, n)) for n in prefer if n in local_vars] + list(dict.items(local_vars))
-    for name, value in ordered:
-        if (name != "self" and name not in avoid and issubclass(type(value), _T) and str(tb.device(value)) == device
-                and usable(name)):
-            return f"{name}.device"
-    return None
-
-
-def device_expression(namespace: Mapping[str, Any], device: str, frame: types.FrameType | None = None,
-                      avoid: set[str] = frozenset(), prefer: tuple[str, ...] = (), line: int | None = None) -> str:
-    """How an edit names ``device``: a local tensor's ``.device`` inside a function (one that has a
-    value at ``line``, where the edit goes), else the user's device variable, else a literal."""
-    return (device_in_frame(frame, device, avoid, prefer, line) or device_variable(namespace, device)
-            or fixes.device_literal(device))
 
 
 def local_statement_line(name: str, frame: types.FrameType, failing_line: int) -> int | None:
@@ -203,7 +126,8 @@ def _cut(text: str, start: int, end: int | None = None) -> str:
     return text.encode()[max(start, 0):end].decode(errors="replace")
 
 
-def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = False) -> tuple[str, SourceEdit] | None:
+def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = False,
+                  name: str | None = None) -> tuple[str, SourceEdit] | None:
     """The edit that makes ``statement`` create its tensors on the right device: ``device=`` on its
     factory calls, or ``.to()`` of its value (always, with ``wrap``: a module or model that is
     built on the host). A statement over several lines gets ``device=`` after its factory call's
@@ -224,7 +148,9 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
             return "factory", SourceEdit(where, text, new, statement.function)
     if isinstance(node, ast.Assign) and len(node.targets) == 1:
         if isinstance(node.targets[0], (ast.Tuple, ast.List)):
-            return None  # several values unpacked: .to() of the whole would move a tuple (see unpacking_edit)
+            # Several values at once: only the one called ``name`` moves, never the tuple (.to() of a
+            # tuple raises): its own expression (x, y = a.to(dev), b), or a line after the unpacking.
+            return _element_edit(statement, name, device_expr, column) if name else None
         if wrap and _moved_already(node.value):
             return None
         moved = _host_move(node.value)
@@ -245,6 +171,29 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
             wrapped = value if _is_atom(target) else f"({value})"
             return "value", SourceEdit(where, text, f"{head}{wrapped}.to({device_expr}){tail}", statement.function)
     return None
+
+
+def _element_edit(statement: sources.Statement, name: str, device_expr: str, column: int) -> tuple[str, SourceEdit] | None:
+    """``x, y = a.to(dev), b`` with ``y``'s own expression moved (``b.to(dev)``)."""
+    node = statement.node
+    targets = node.targets[0].elts
+    names = [t.id if isinstance(t, ast.Name) else None for t in targets]
+    if name not in names:
+        return None
+    value = node.value
+    where = _source_line(statement)
+    text = where.text
+    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(targets) \
+            and not any(isinstance(e, ast.Starred) for e in value.elts):
+        element = value.elts[names.index(name)]
+        start, end = element.col_offset - column, (element.end_col_offset or 0) - column
+        part = _cut(text, start, end)
+        if not part:
+            return None
+        moved = part if _is_atom(element) else f"({part})"
+        new = f"{_cut(text, 0, start)}{moved}.to({device_expr}){_cut(text, end)}"
+        return "value", SourceEdit(where, text, new, statement.function)
+    return None  # unpacked from one value: what made that value decides (see unpacking_edit)
 
 
 def _multiline_factory_edit(statement: sources.Statement, device_expr: str) -> tuple[str, SourceEdit] | None:
@@ -487,9 +436,11 @@ def _placement_origin(name: str, statement: sources.Statement, device_expr: str,
 
 
 def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: list[str],
-                 device_expr: str) -> Origin | None:
+                 device_expr: str, plain_values: bool = False) -> Origin | None:
     """Where a local of a user function got its value: its last assignment before the failing
-    line (or the ``for`` loop binding it), read from the function's source."""
+    line (or the ``for`` loop binding it), read from the function's source. A factory call is
+    edited; with ``plain_values``, so is an assignment of data that only passes through
+    (``data = batch[0]``: the value moves there), never a computed one (``h = self.fc(x)``)."""
     node = sources.function_node(frame.f_code)
     if node is None:
         return None
@@ -500,10 +451,41 @@ def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: li
     if isinstance(statement.node, (ast.For, ast.AsyncFor)):
         edit = loop_edit(statement, wrong, device_expr)
         return Origin(_source_line(statement), "loop", edit) if edit is not None else None
-    made = creation_edit(statement, device_expr)
-    if made is None or made[0] != "factory":
+    made = creation_edit(statement, device_expr, name=name)
+    if made is None or (made[0] != "factory" and not _unpacks(statement)
+                        and not (plain_values and _passes_through(statement))):
         return None
     return Origin(_source_line(statement), made[0], made[1])
+
+
+def _unpacks(statement: sources.Statement) -> bool:
+    node = statement.node
+    return isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], (ast.Tuple, ast.List))
+
+
+def _passes_through(statement: sources.Statement) -> bool:
+    """``data = batch[0]``, ``x = x``, ``inputs = sample.x``: a value bound, indexed or read, not computed."""
+    value = getattr(statement.node, "value", None)
+    return value is not None and all(isinstance(n, (ast.Name, ast.Subscript, ast.Attribute, ast.Constant, ast.Load,
+                                                    ast.Slice, ast.Tuple)) for n in ast.walk(value))
+
+
+def argument_root(expression: str) -> str | None:
+    """The name an argument is of, through what keeps a tensor's device (``x`` for ``x.view(-1, 784)``,
+    ``batch[0]``, ``x.float()``); None for anything computed or moved."""
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SAME_DEVICE_METHODS:
+            node = node.func.value
+        else:
+            return None
 
 
 def local_origin_at(filename: str, function: str, lineno: int, name: str, device_expr: str) -> Origin | None:
@@ -593,7 +575,8 @@ def call_argument(caller: types.FrameType, caller_line: str, function: str, code
         if not isinstance(node, ast.Call):
             continue
         callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-        if callee != function and not (function == "forward" and callee is not None):
+        # A forward runs when a module is called (model(x)): the callee is a module, not any call (.mean()).
+        if callee != function and not (function == "forward" and _calls_a_module(caller, node.func)):
             continue
         offset = 1 if names and names[0] == "self" else 0
         for keyword in node.keywords:
@@ -604,6 +587,17 @@ def call_argument(caller: types.FrameType, caller_line: str, function: str, code
             if 0 <= index < len(node.args) and not isinstance(node.args[index], ast.Starred):
                 return ast.unparse(node.args[index])
     return None
+
+
+def _calls_a_module(frame: types.FrameType, func: ast.expr) -> bool:
+    """Whether ``func`` (as written in ``frame``'s line) names an ``nn.Module``, read statically."""
+    from ..collect.values import MISSING, object_at
+
+    scope = dict(frame.f_globals) if type(frame.f_globals) is dict else {}
+    if frame.f_locals is not frame.f_globals:
+        scope.update(locations.frame_locals(frame))
+    value = object_at(scope, ast.unparse(func))
+    return value is not MISSING and issubclass(type(value), torch.nn.Module)
 
 
 def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Origin | None:
