@@ -342,3 +342,12 @@ def test_a_model_or_a_loss_left_on_the_host_next_to_models_on_an_accelerator_is_
         exec(f.fix.code, ns)
     assert ns["criterion"].weight.device == sim and ns["teacher"].weight.device == sim
     assert [f for f in devinspect.scan(ns).findings if f.code == "module-on-other-device"] == []
+
+
+def test_a_model_on_the_host_in_a_notebook_whose_device_is_an_accelerator_is_found(sim):
+    ns = {"device": sim, "model": torch.nn.Linear(4, 2), "act": torch.nn.ReLU()}
+    (f,) = [f for f in devinspect.scan(ns).findings if f.code == "module-on-other-device"]
+    assert f.subject == "model" and f.severity == "hint" and "your device is sim:0 (device)" in f.message
+    assert [e.new for e in f.fix.edits] == [] and f.fix.code == 'model.to("sim:0")'
+    assert [f for f in devinspect.scan({"device": torch.device("cpu"), "model": torch.nn.Linear(4, 2)}).findings
+            if f.code == "module-on-other-device"] == []

@@ -522,3 +522,46 @@ FORMATTED_LOG = session(
                                      pytest.param(FORMATTED_LOG, marks=SLOW)], ids=lambda p: p.name)
 def test_a_batch_is_moved_where_the_users_code_takes_it_in(ip, sim, program):
     check(ip, program)
+
+
+MODEL_OVER_SEVERAL_LINES = session(
+    "a_model_made_over_several_lines",
+    "class Net(nn.Module):\n"
+    "    def __init__(self, d_in, d_out, dropout):\n"
+    "        super().__init__()\n"
+    "        self.lin, self.drop = nn.Linear(d_in, d_out), nn.Dropout(dropout)\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        return self.drop(self.lin(x))",
+    "features = torch.randn(5, 8, device=dev)",
+    "net = Net(\n"
+    "    d_in=8,       # features per node\n"
+    "    d_out=3,      # classes\n"
+    "    dropout=0.1,\n"
+    ")",
+    "logits = net(features)",
+)
+
+
+def test_a_model_made_over_several_lines_gets_to_after_its_closing_bracket(ip, sim):
+    check(ip, MODEL_OVER_SEVERAL_LINES, ("plain", "devcheck", "button", "devices"))
+
+
+# -- values a loader of the user's returns: its device argument, or its return ------------------------------
+
+_LOADER = ("def load_graph(n=6, device='cpu'):\n"
+           "    x = torch.randn(n, 4)\n"
+           "    adj = (torch.rand(n, n) > 0.5).float()\n"
+           "    return {returned}")
+DEVICE_LEFT_TO_ITS_DEFAULT = session(
+    "device_argument_left_to_its_default", _LOADER.format(returned="x.to(device), adj.to(device)"),
+    "gnn = nn.Linear(4, 2).to(dev)", "x, adj = load_graph()", "h = adj @ gnn(x)")
+RETURNED_UNMOVED = session(
+    "one_returned_value_not_moved", _LOADER.format(returned="x, adj.to(device)"),
+    "gnn = nn.Linear(4, 2).to(dev)", "x, adj = load_graph(device=dev)", "h = adj @ gnn(x)")
+
+
+@pytest.mark.parametrize("program", [DEVICE_LEFT_TO_ITS_DEFAULT, pytest.param(RETURNED_UNMOVED, marks=SLOW)],
+                         ids=lambda p: p.name)
+def test_values_a_loader_returns_are_fixed_by_its_device_argument_or_at_its_return(ip, sim, program):
+    check(ip, program, ("plain", "devcheck", "button", "devices"))

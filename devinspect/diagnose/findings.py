@@ -249,13 +249,19 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
 
 def modules_left_on_the_host(result: ScanResult) -> Iterator[Finding]:
     """A model, or a loss that holds tensors (class weights), wholly on the host while the session's
-    other models are on one accelerator: what goes between them fails, so it is found before it runs."""
+    other models are on one accelerator, or while the notebook names one accelerator as its device
+    (``device = torch.device("cuda")``) and no model is there yet: found before anything runs."""
     placed = [m for m in result.modules if m.devices and all(device_is_accelerator(d) for d in m.devices)]
     accelerators = {d for m in placed for d in m.devices}
-    if len(accelerators) != 1:
+    named = {d for d in dict.keys(result.options.get("device_names", {})) if device_is_accelerator(d)}
+    if len(accelerators) > 1 or not (accelerators or len(named) == 1):
         return
-    target = accelerators.pop()
+    target = next(iter(accelerators or named))
+    names = dict.get(result.options.get("device_names", {}), target)
     shown = ", ".join(m.name for m in placed[:3]) + (" …" if len(placed) > 3 else "")
+    why = (f"{shown} {'is' if len(placed) == 1 else 'are'} on {target}: tensors passed between them fail; move it "
+           "there if they meet") if placed else (f"your device is {target} ({names}): device tensors passed to it "
+                                                 "fail; move it there if it gets them")
     for module in result.modules:
         if module.devices != ("cpu",) or module.unmaterialised or module.offloaded or module.moves_inputs:
             continue
@@ -263,8 +269,7 @@ def modules_left_on_the_host(result: ScanResult) -> Iterator[Finding]:
             code="module-on-other-device",
             severity="hint",
             subject=module.name,
-            message=(f"{module.name} ({module.type_name}) is on cpu while {shown} {'is' if len(placed) == 1 else 'are'} "
-                     f"on {target}: tensors passed between them fail; move it there if they meet"),
+            message=f"{module.name} ({module.type_name}) is on cpu while {why}",
             fix=made_on(result, move_fix(result, module, target), module.name, target, module=True),
             names=_module_records(result, module.name),
         )
@@ -516,12 +521,33 @@ def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: 
     if not name.isidentifier():
         return fix
     device_expr = dict.get(result.options.get("device_names", {}), target) or fixes.device_literal(target)
-    origin = namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module)
+    origin = namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module) or \
+        _unpacked_origin(result, name, target, device_expr)
     if origin is None or not origin.edits:
         return fix
+    # The other tensors the same line made (x, adj = load()) would fail next: they move too.
+    records = {r.name: r for r in result.of_kind("tensor") if r.name in origin.together and r.name != name}
+    moves = [fixes.move_tensor(r.name, target, source=r.device) for r in records.values()
+             if r.device != target and r.alias_of is None]
     note = f"With the edit, {origin.where.where} makes it on {target} from now on."
+    fix = fixes.combine([fix, *moves]) if moves else fix
     return dataclasses.replace(fix, edits=tuple(dict.fromkeys(fix.edits + origin.edits)),
                                note=" ".join(filter(None, [fix.note, note])))
+
+
+def _unpacked_origin(result: ScanResult, name: str, target: str, device_expr: str) -> Any:
+    """``x, adj = load()``: a line after it moves each of the tensors it unpacks that sit elsewhere."""
+    from ..collect.sources import assignment_in_session
+    from .origins import Origin, unpacking_edit
+
+    statement = assignment_in_session(name, None, 1 << 30)
+    node = statement.node if statement is not None else None
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple)):
+        return None
+    names = tuple(e.id for e in node.targets[0].elts if isinstance(e, ast.Name))
+    host = {r.name for r in result.of_kind("tensor") if r.name in names and r.device != target and r.alias_of is None}
+    edit = unpacking_edit(statement, [(n, f"{n}.to({device_expr})") for n in names if n in host])
+    return Origin(edit.where, "value", edit, False, together=names) if edit is not None else None
 
 
 def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import linecache
 import types
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
@@ -217,10 +218,13 @@ def factory_edits(statements: list[sources.Statement], device_of: Any) -> list[S
     return out
 
 
-def edits_for_call(statement: sources.Statement, namespace: Mapping[str, Any], target: str) -> list[SourceEdit]:
-    """The edits that make the tensors a statement receives from the user's function it calls
-    (``hidden = model.init_hidden(4)``, ``cache = new_cache()``) on ``target``, where that function
-    makes them; ``[]`` when the value is not made by a factory there (the statement is the place)."""
+def edits_for_call(statement: sources.Statement, namespace: Mapping[str, Any], target: str,
+                   name: str | None = None) -> list[SourceEdit]:
+    """The edits that make the tensors a statement receives from the user's function it calls on
+    ``target``: the call passes the device the function takes (``load(…)`` whose ``device='cpu'``
+    was left to its default), or the function makes them there (``hidden = model.init_hidden(4)``:
+    its factory line; ``return a, b`` of values it did not move: ``name``'s own value moved, by its
+    device parameter); ``[]`` when the statement itself is the place."""
     node = statement.node
     value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
     if not isinstance(value, ast.Call):
@@ -228,8 +232,77 @@ def edits_for_call(statement: sources.Statement, namespace: Mapping[str, Any], t
     called = called_function(value, namespace)
     if called is None or called.makes is not None or called.code is None:
         return []
+    function = sources.function_node(called.code)
+    parameter = _device_parameter(function) if function is not None else None
+    if parameter is not None and not _passes(value, function, parameter):
+        here = device_variable(namespace, target) if statement.cell is not None else None
+        edit = _argument_added(statement, value, f"{parameter}={here or fixes.device_literal(target)}")
+        return [edit] if edit is not None else []
     made = returned_statements(called.code)
-    return factory_edits(made, lambda s: device_inside(s, namespace, target, called.instance))
+    if made:  # by the device the call passes it, where it takes one
+        return factory_edits(made, lambda s: parameter or device_inside(s, namespace, target, called.instance))
+    return _returned_value_moved(called, function, statement, name, namespace, target, parameter)
+
+
+def _device_parameter(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The parameter of the user's function that takes a device (``device='cpu'``, ``dev=None``)."""
+    a = function.args
+    names = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    return next((n for n in names if n in ("device", "dev") or n.endswith("_device")), None)
+
+
+def _passes(call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str) -> bool:
+    """Whether ``call`` gives ``parameter`` (by keyword, by position, or through ``*``/``**``)."""
+    if any(k.arg == parameter or k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred)
+                                                                            for a in call.args):
+        return True
+    positional = [p.arg for p in (*function.args.posonlyargs, *function.args.args)]
+    offset = 1 if positional and positional[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
+    return parameter in positional and positional.index(parameter) - offset < len(call.args)
+
+
+def _argument_added(statement: sources.Statement, call: ast.Call, argument: str) -> SourceEdit | None:
+    """The statement's line with ``argument`` added to ``call`` after its last argument (on that
+    argument's line when the call spans several)."""
+    items = [*call.args, *call.keywords]
+    last = max(items, key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0)) if items else None
+    line_number = (last.end_lineno if last is not None else call.end_lineno) or statement.line
+    line = linecache.getline(statement.filename, line_number).rstrip("\n").encode()
+    column = (last.end_col_offset if last is not None else (call.end_col_offset or 1) - 1) or 0
+    if not line.strip() or column > len(line):
+        return None
+    new = line[:column] + (f", {argument}" if last is not None else argument).encode() + line[column:]
+    indent = len(line) - len(line.lstrip())
+    where = locations.source_line(statement.filename, line_number, statement.function or "<module>")
+    return SourceEdit(where, line[indent:].decode(errors="replace").rstrip(),
+                      new[indent:].decode(errors="replace").rstrip(), statement.function)
+
+
+def _returned_value_moved(called: user_functions.Function, function: Any, statement: sources.Statement,
+                          name: str | None, namespace: Mapping[str, Any], target: str,
+                          parameter: str | None) -> list[SourceEdit]:
+    """``return a, b.to(device)`` whose ``a`` (what ``name`` receives) is not moved: ``a.to(device)``
+    there, by the function's own device parameter when it has one."""
+    if function is None:
+        return []
+    returns = [s for s in sources.statements(function.body) if isinstance(s, ast.Return) and s.value is not None]
+    targets = statement.node.targets[0] if isinstance(statement.node, ast.Assign) else None
+    if len(returns) != 1 or targets is None:
+        return []
+    value = returns[0].value
+    if isinstance(targets, (ast.Tuple, ast.List)):
+        names = [t.id if isinstance(t, ast.Name) else None for t in targets.elts]
+        if name not in names or not isinstance(value, (ast.Tuple, ast.List)) or len(value.elts) != len(names):
+            return []
+        element = value.elts[names.index(name)]
+    else:
+        element = value
+    if isinstance(element, ast.Call) and isinstance(element.func, ast.Attribute) and element.func.attr in ("to", "cuda"):
+        return []  # moved already: the cause is elsewhere
+    made = _statement(called.code, returns[0])
+    device_expr = parameter or device_inside(made, namespace, target, called.instance)
+    edit = origins.wrapped_part(made, element, device_expr)
+    return [edit] if edit is not None else []
 
 
 def edits_for_attributes(owner: Any, attrs: list[str], namespace: Mapping[str, Any], target: str) -> list[SourceEdit]:
@@ -254,7 +327,7 @@ def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line
         targets = statement.node.targets
         unpacked = len(targets) == 1 and isinstance(targets[0], (ast.Tuple, ast.List))
         names = tuple(e.id for e in targets[0].elts if isinstance(e, ast.Name)) if unpacked else ()
-        inside = edits_for_call(statement, namespace, target)
+        inside = edits_for_call(statement, namespace, target, name)
         if inside:
             return origins.Origin(inside[0].where, "inside", inside[0], here, also=tuple(inside[1:]), together=names)
         if unpacked:

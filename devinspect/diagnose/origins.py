@@ -133,7 +133,8 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
     built on the host). A statement over several lines gets ``device=`` after its factory call's
     last argument, on that argument's line; otherwise None."""
     if not _single_line(statement):
-        return None if wrap else _multiline_factory_edit(statement, device_expr)
+        return (None if wrap else _multiline_factory_edit(statement, device_expr)) \
+            or _multiline_value_edit(statement, device_expr, wrap)
     where = _source_line(statement)
     text = where.text
     node = statement.node
@@ -194,6 +195,44 @@ def _element_edit(statement: sources.Statement, name: str, device_expr: str, col
         new = f"{_cut(text, 0, start)}{moved}.to({device_expr}){_cut(text, end)}"
         return "value", SourceEdit(where, text, new, statement.function)
     return None  # unpacked from one value: what made that value decides (see unpacking_edit)
+
+
+def wrapped_part(statement: sources.Statement, part: ast.expr, device_expr: str) -> SourceEdit | None:
+    """The statement's line with the expression ``part`` (on it) moved: ``part.to(device_expr)``."""
+    if part.lineno != part.end_lineno:
+        return None
+    line = linecache.getline(statement.filename, part.lineno).rstrip("\n")
+    data = line.encode()
+    indent = len(data) - len(data.lstrip())
+    start, end = part.col_offset, part.end_col_offset or 0
+    text = data[start:end].decode(errors="replace")
+    if not text:
+        return None
+    moved = text if _is_atom(part) else f"({text})"
+    new = (data[:start].decode(errors="replace") + f"{moved}.to({device_expr})" + data[end:].decode(errors="replace"))
+    where = locations.source_line(statement.filename, part.lineno, statement.function or "<module>")
+    return SourceEdit(where, line[indent:].rstrip(), new.encode()[indent:].decode(errors="replace").rstrip(),
+                      statement.function)
+
+
+def _multiline_value_edit(statement: sources.Statement, device_expr: str, wrap: bool) -> tuple[str, SourceEdit] | None:
+    """``model = Net(\n    …\n)`` written over several lines: ``.to()`` after the call's closing
+    bracket, on its last line (``).to(dev)``)."""
+    node = statement.node
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)) or (wrap and _moved_already(node.value)):
+        return None
+    value = node.value
+    if value.end_lineno is None or value.end_col_offset is None:
+        return None
+    line = linecache.getline(statement.filename, value.end_lineno).rstrip("\n").encode()
+    indent = len(line) - len(line.lstrip())
+    if value.end_col_offset > len(line) or not line[:value.end_col_offset].endswith(b")"):
+        return None
+    new = line[:value.end_col_offset] + f".to({device_expr})".encode() + line[value.end_col_offset:]
+    where = locations.source_line(statement.filename, value.end_lineno, statement.function or "<module>")
+    old, new_text = line[indent:].decode(errors="replace").rstrip(), new[indent:].decode(errors="replace").rstrip()
+    return "value", SourceEdit(where, old, new_text, statement.function)
 
 
 def _multiline_factory_edit(statement: sources.Statement, device_expr: str) -> tuple[str, SourceEdit] | None:
