@@ -294,15 +294,24 @@ def _returned_value_moved(called: user_functions.Function, function: Any, statem
         names = [t.id if isinstance(t, ast.Name) else None for t in targets.elts]
         if name not in names or not isinstance(value, (ast.Tuple, ast.List)) or len(value.elts) != len(names):
             return []
-        element = value.elts[names.index(name)]
+        # What the line unpacks with it from the host goes too (states, actions, rewards = buffer.sample()).
+        elements = [e for n, e in zip(names, value.elts) if n == name or (n is not None and _off(namespace, n, target))]
     else:
-        element = value
-    if isinstance(element, ast.Call) and isinstance(element.func, ast.Attribute) and element.func.attr in ("to", "cuda"):
+        elements = [value]
+    if any(isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("to", "cuda")
+           for e in elements):
         return []  # moved already: the cause is elsewhere
     made = _statement(called.code, returns[0])
     device_expr = parameter or device_inside(made, namespace, target, called.instance)
-    edit = origins.wrapped_part(made, element, device_expr)
+    edit = origins.wrapped_parts(made, elements, device_expr)
     return [edit] if edit is not None else []
+
+
+def _off(namespace: Mapping[str, Any], name: str, target: str) -> bool:
+    from ..collect import tensorbase as tb
+
+    value = dict.get(namespace, name) if issubclass(type(namespace), dict) else None
+    return tb.is_tensor(value) and str(tb.device(value)) != target
 
 
 def edits_for_attributes(owner: Any, attrs: list[str], namespace: Mapping[str, Any], target: str) -> list[SourceEdit]:

@@ -197,22 +197,22 @@ def _element_edit(statement: sources.Statement, name: str, device_expr: str, col
     return None  # unpacked from one value: what made that value decides (see unpacking_edit)
 
 
-def wrapped_part(statement: sources.Statement, part: ast.expr, device_expr: str) -> SourceEdit | None:
-    """The statement's line with the expression ``part`` (on it) moved: ``part.to(device_expr)``."""
-    if part.lineno != part.end_lineno:
+def wrapped_parts(statement: sources.Statement, parts: list[ast.expr], device_expr: str) -> SourceEdit | None:
+    """The statement's line with each expression of ``parts`` (all on that line) moved: ``part.to(dev)``."""
+    if not parts or any(p.lineno != p.end_lineno or p.lineno != parts[0].lineno for p in parts):
         return None
-    line = linecache.getline(statement.filename, part.lineno).rstrip("\n")
+    line = linecache.getline(statement.filename, parts[0].lineno).rstrip("\n")
     data = line.encode()
-    indent = len(data) - len(data.lstrip())
-    start, end = part.col_offset, part.end_col_offset or 0
-    text = data[start:end].decode(errors="replace")
-    if not text:
-        return None
-    moved = text if _is_atom(part) else f"({text})"
-    new = (data[:start].decode(errors="replace") + f"{moved}.to({device_expr})" + data[end:].decode(errors="replace"))
-    where = locations.source_line(statement.filename, part.lineno, statement.function or "<module>")
-    return SourceEdit(where, line[indent:].rstrip(), new.encode()[indent:].decode(errors="replace").rstrip(),
-                      statement.function)
+    for part in sorted(parts, key=lambda p: -p.col_offset):
+        start, end = part.col_offset, part.end_col_offset or 0
+        text = data[start:end].decode(errors="replace")
+        if not text:
+            return None
+        moved = text if _is_atom(part) else f"({text})"
+        data = data[:start] + f"{moved}.to({device_expr})".encode() + data[end:]
+    indent = len(line) - len(line.lstrip())
+    where = locations.source_line(statement.filename, parts[0].lineno, statement.function or "<module>")
+    return SourceEdit(where, line[indent:].rstrip(), data.decode(errors="replace")[indent:].rstrip(), statement.function)
 
 
 def _multiline_value_edit(statement: sources.Statement, device_expr: str, wrap: bool) -> tuple[str, SourceEdit] | None:
