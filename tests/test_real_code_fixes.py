@@ -565,3 +565,31 @@ RETURNED_UNMOVED = session(
                          ids=lambda p: p.name)
 def test_values_a_loader_returns_are_fixed_by_its_device_argument_or_at_its_return(ip, sim, program):
     check(ip, program, ("plain", "devcheck", "button", "devices"))
+
+
+# -- modules kept in a plain list: model.to() leaves them, so each moves, and where they are made ------------
+
+MODULE_LIST = session(
+    "layers_in_a_plain_list",
+    "class Layer(nn.Linear):\n"
+    "    def forward(self, x):\n"
+    "        return super().forward(x).relu()\n"
+    "\n"
+    "class Net(nn.Module):\n"
+    "    def __init__(self, dims):\n"
+    "        super().__init__()\n"
+    "        self.layers = []\n"
+    "        for d in range(len(dims) - 1):\n"
+    "            self.layers = self.layers + [Layer(dims[d], dims[d + 1])]\n"
+    "\n"
+    "    def predict(self, x):\n"
+    "        for layer in self.layers:\n"
+    "            x = layer(x)\n"
+    "        return x",
+    "net = Net([4, 8, 2])\nx = torch.randn(3, 4, device=dev)",
+    "out = net.predict(x)",
+)
+
+
+def test_modules_kept_in_a_plain_list_are_each_moved_and_made_on_the_device(ip, sim):
+    check(ip, MODULE_LIST)

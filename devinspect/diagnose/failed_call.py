@@ -521,13 +521,20 @@ class _Diagnosis(ContainerFixes):
             return dataclasses.replace(fixes.redispatch(model.name, model.off_map, offloaded=model.offloaded > 0),
                                        rerun=True)
         parts = fixes.parts_off(model, target)
+        # Modules it keeps in a plain list or dict attribute are not registered: its .to() leaves them.
+        held = made_in_code.held_modules(self.index.result.modules, model, target)
+        if held:
+            parts = list(dict.fromkeys([*(parts or ([model.name] if model.parameters or model.buffers else [])),
+                                        *(m.name for m in held)]))
         if not model.deliberate_split:
             self.whole_moves.add(model.name)  # wholly on the target once this is done
         fix = self._move(model, target, parts)
         # The line that made the part (model.head = nn.Linear(...)) or the model gets .to(): it does
         # not come back when those cells run again.
         edits = [origin.edit for origin in (self._module_origin(p, target) for p in (parts or [model.name]))
-                 if origin is not None and origin.edit is not None]
+                 if origin is not None and origin.edit is not None and not held]
+        edits += made_in_code.held_module_edits(object_at(self.failure.namespace, model.name), model.name, held,
+                                                self.failure.namespace, target)
         return dataclasses.replace(fix, edits=tuple(dict.fromkeys(edits)), rerun=True)
 
     def _module_origin(self, path: str, target: str) -> origins.Origin | None:

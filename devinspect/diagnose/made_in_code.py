@@ -371,3 +371,41 @@ def rerun_note(edits: tuple[SourceEdit, ...], cell_file: str | None) -> str | No
         shown = ", ".join(locations.source_line(f, 1, "").where.rsplit(":", 1)[0] for f in files)
         parts.append(f"{shown} is imported once per kernel: restart the kernel and run the cells again to use the edit")
     return "; ".join(parts) or None
+
+
+def held_modules(modules: Any, model: Any, target: str) -> list[Any]:
+    """The summaries of modules below ``model`` that it holds without registering them (a plain list
+    of layers): ``model.to()`` does not move them; those off ``target``."""
+    return [m for m in modules if m.name != model.name and m.name.startswith((model.name + ".", model.name + "["))
+            and any(d != target for d in m.devices)]
+
+
+def held_module_edits(owner: Any, root: str, held: list[Any], namespace: Mapping[str, Any],
+                      target: str) -> list[SourceEdit]:
+    """The lines of the owner's class that make the modules it keeps in a plain attribute
+    (``self.layers = self.layers + [Layer(...)]``, ``self.heads.append(nn.Linear(...))``): each
+    module made there gets ``.to()``."""
+    if owner is MISSING or not held:
+        return []
+    attrs = {m.name[len(root) + 1:].split("[")[0].split(".")[0] for m in held}
+    out = []
+    for attr in sorted(a for a in attrs if a.isidentifier()):
+        for statement in _statements_filling(type(owner), attr):
+            calls = [c for c in ast.walk(statement.node) if isinstance(c, ast.Call) and _makes_a_module(c, namespace)]
+            edit = origins.wrapped_parts(statement, calls, device_inside(statement, namespace, target, owner))
+            if edit is not None:
+                out.append(edit)
+    return out
+
+
+def _statements_filling(cls: type, attr: str) -> list[sources.Statement]:
+    """``self.<attr> = …`` and ``self.<attr>.append(…)`` (``extend``, ``insert``) in the class's methods."""
+    out = list(origins.assignments_in_methods(cls, attr, skip=()))
+    for statement in origins.assignments_in_methods(cls, "", skip=(), calls_on=attr):
+        out.append(statement)
+    return out
+
+
+def _makes_a_module(call: ast.Call, namespace: Mapping[str, Any]) -> bool:
+    made = object_at(namespace, ast.unparse(call.func)) if isinstance(call.func, (ast.Name, ast.Attribute)) else MISSING
+    return issubclass(type(made), type) and issubclass(made, _Module)

@@ -658,9 +658,11 @@ def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Or
     return Origin(where, "factory", SourceEdit(where, text, new, where.function), in_failed_cell)
 
 
-def assignments_in_methods(cls: type, attr: str, skip: tuple[str, ...] = ("__init__",)) -> list[sources.Statement]:
+def assignments_in_methods(cls: type, attr: str, skip: tuple[str, ...] = ("__init__",),
+                           calls_on: str | None = None) -> list[sources.Statement]:
     """``self.<attr> = …`` statements in the user's own methods of ``cls`` other than ``skip``
-    (a buffer reassigned in ``forward`` gets its device there on every call)."""
+    (a buffer reassigned in ``forward`` gets its device there on every call); with ``calls_on``,
+    the ``self.<calls_on>.append(…)`` (``extend``, ``insert``) statements instead."""
     from ..collect.static import FUNCTION_CODE, mro, plain_class_dict
 
     out = []
@@ -679,8 +681,15 @@ def assignments_in_methods(cls: type, attr: str, skip: tuple[str, ...] = ("__ini
             for statement in sources.statements(node.body):
                 targets = statement.targets if isinstance(statement, ast.Assign) else \
                     [statement.target] if isinstance(statement, (ast.AnnAssign, ast.AugAssign)) else []
-                if any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
-                       and t.value.id == "self" for t in targets):
+                if calls_on is not None:
+                    call = statement.value if isinstance(statement, ast.Expr) else None
+                    hit = (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                           and call.func.attr in ("append", "extend", "insert")
+                           and ast.unparse(call.func.value) == f"self.{calls_on}")
+                else:
+                    hit = any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+                              and t.value.id == "self" for t in targets)
+                if hit:
                     out.append(sources.Statement(code.co_filename, statement.lineno, statement,
                                                  locations.cell_number(code.co_filename), code.co_name))
     return out
