@@ -70,6 +70,30 @@ def test_unregistered_attribute_on_same_device_is_a_warning():
     assert f.severity == "warning" and f.subject == "m.lookup" and "buffer" in f.fix.summary
 
 
+def test_state_a_module_makes_as_it_runs_is_a_hint_on_its_device_and_an_error_elsewhere(sim):
+    class CausalLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+            self.mask = None
+            self.state = None
+
+        def forward(self, x):
+            if self.mask is None or self.mask.size(0) != len(x):
+                self.mask = torch.triu(torch.ones(len(x), len(x)), 1).to(x.device)
+            self.state = self.proj(x).detach().sum(0)
+            return self.proj(self.mask @ x)
+
+    model = CausalLM().to(sim)
+    model(torch.randn(3, 4, device=sim))
+    found = [f for f in devinspect.scan({"model": model}).findings if f.code == "unregistered-tensor-attribute"]
+    assert sorted(f.subject for f in found) == ["model.mask", "model.state"]
+    assert all(f.severity == "hint" and "CausalLM makes it as it runs" in f.message for f in found)
+    model.to("cpu")  # .to() leaves the mask behind: that is an error again
+    mask = next(f for f in devinspect.scan({"model": model}).findings if f.subject == "model.mask")
+    assert mask.severity == "error" and "It is on sim:0 while model is on cpu" in mask.message
+
+
 def test_optimizer_state_left_on_cpu_after_checkpoint_load(stale_optimizer):
     model, opt = stale_optimizer
     f = only(devinspect.scan({"model": model, "opt": opt}), "optimizer-state-device")
@@ -351,3 +375,13 @@ def test_a_model_on_the_host_in_a_notebook_whose_device_is_an_accelerator_is_fou
     assert [e.new for e in f.fix.edits] == [] and f.fix.code == 'model.to("sim:0")'
     assert [f for f in devinspect.scan({"device": torch.device("cpu"), "model": torch.nn.Linear(4, 2)}).findings
             if f.code == "module-on-other-device"] == []
+
+
+def test_a_model_on_the_host_known_by_two_names_is_one_hint_on_the_one_that_holds_it(sim):
+    inner = torch.nn.Linear(4, 2)
+    ns = {"device": sim, "inner": inner, "wrapped": torch.nn.Sequential(inner, torch.nn.ReLU()),
+          "head": torch.nn.Linear(2, 2)}
+    found = [f for f in devinspect.scan(ns).findings if f.code == "module-on-other-device"]
+    assert sorted(f.subject for f in found) == ["head", "wrapped"]
+    exec(next(f for f in found if f.subject == "wrapped").fix.code, ns)
+    assert inner.weight.device == sim

@@ -24,6 +24,7 @@ from ..model.records import ModuleSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, is_under
 from ..model.units import human_bytes
 from . import fixes
+from .overlaps import outermost, said_once
 
 #: Variable names that usually hold a model's inputs or targets.
 INPUT_NAMES = frozenset(
@@ -42,6 +43,7 @@ def find(result: ScanResult) -> list[Finding]:
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(result))
+    found = said_once(result, found)
     found.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
     if result.options.get("torch_bound", True) is False:
         found = [dataclasses.replace(f, fix=fixes.importing_torch(f.fix, False)) for f in found]
@@ -262,9 +264,9 @@ def modules_left_on_the_host(result: ScanResult) -> Iterator[Finding]:
     why = (f"{shown} {'is' if len(placed) == 1 else 'are'} on {target}: tensors passed between them fail; move it "
            "there if they meet") if placed else (f"your device is {target} ({names}): device tensors passed to it "
                                                  "fail; move it there if it gets them")
-    for module in result.modules:
-        if module.devices != ("cpu",) or module.unmaterialised or module.offloaded or module.moves_inputs:
-            continue
+    left = [m for m in result.modules
+            if m.devices == ("cpu",) and not (m.unmaterialised or m.offloaded or m.moves_inputs)]
+    for module in outermost(result, left):
         yield Finding(
             code="module-on-other-device",
             severity="hint",
@@ -325,6 +327,9 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
             elsewhere = target is not None and any(r.device != target for r in records)
             direct = first.name == u.name
             where = f" It is on {first.device} while {module.name} is on {target}." if elsewhere else ""
+            # State its own methods make as it runs (a mask, a recurrent state) follows their inputs: a hint.
+            running = not elsewhere and u.made_while_running
+            where = where or (f" {u.class_name} makes it as it runs, on its inputs' device." if running else "")
             if direct:
                 fix = fixes.register_buffer(u, target)
             elif u.container in ("list", "tuple", "dict") and target and elsewhere:
@@ -338,7 +343,7 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
                 )
             yield Finding(
                 code="unregistered-tensor-attribute",
-                severity="error" if elsewhere else "warning",
+                severity="error" if elsewhere else "hint" if running else "warning",
                 subject=u.name,
                 message=(f"{u.name} is a {u.container} of tensors in a plain attribute: .to() and state_dict() skip "
                          f"them.{where}" if u.container else
