@@ -561,8 +561,20 @@ RETURNED_UNMOVED = session(
     "gnn = nn.Linear(4, 2).to(dev)", "x, adj = load_graph(device=dev)", "h = adj @ gnn(x)")
 
 
-@pytest.mark.parametrize("program", [DEVICE_LEFT_TO_ITS_DEFAULT, pytest.param(RETURNED_UNMOVED, marks=SLOW)],
-                         ids=lambda p: p.name)
+ONE_HELPER_SEVERAL_VALUES = session(
+    "several_values_one_helper_returned",
+    "def batchify(data, bsz):\n"
+    "    nbatch = data.size(0) // bsz\n"
+    "    data = data.narrow(0, 0, nbatch * bsz)\n"
+    "    return data.view(bsz, -1).t().contiguous()",
+    "train_data = batchify(torch.arange(64), 4)\nval_data = batchify(torch.arange(40), 2)",
+    "emb = nn.Embedding(64, 8).to(dev)",
+    "out = emb(train_data)\nval = emb(val_data)",
+)
+
+
+@pytest.mark.parametrize("program", [DEVICE_LEFT_TO_ITS_DEFAULT, pytest.param(RETURNED_UNMOVED, marks=SLOW),
+                                     ONE_HELPER_SEVERAL_VALUES], ids=lambda p: p.name)
 def test_values_a_loader_returns_are_fixed_by_its_device_argument_or_at_its_return(ip, sim, program):
     check(ip, program, ("plain", "devcheck", "button", "devices"))
 

@@ -314,6 +314,31 @@ def _off(namespace: Mapping[str, Any], name: str, target: str) -> bool:
     return tb.is_tensor(value) and str(tb.device(value)) != target
 
 
+def received_from_the_same_function(statement: sources.Statement, namespace: Mapping[str, Any]) -> list[str]:
+    """The other variables the session's cells bound by calling the function ``statement`` calls
+    (``val_data = batchify(...)`` beside ``train_data = batchify(...)``), each still holding what
+    that call returned: an edit of the function makes them right only when those cells run again."""
+    value = getattr(statement.node, "value", None)
+    called = called_function(value, namespace) if isinstance(value, ast.Call) else None
+    if called is None or called.code is None:
+        return []
+    out = []
+    for cell in sources.session_cells():
+        tree = sources.parse(cell.filename)
+        for node in tree.body if tree is not None else ():
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, ast.Call) and node is not statement.node):
+                continue
+            other = called_function(node.value, namespace)
+            if other is None or other.code is not called.code:
+                continue
+            name = node.targets[0].id
+            latest = sources.assignment_in_session(name, None, 1 << 30)
+            if latest is not None and latest.cell == cell.number and latest.line == node.lineno:
+                out.append(name)
+    return out
+
+
 def edits_for_attributes(owner: Any, attrs: list[str], namespace: Mapping[str, Any], target: str) -> list[SourceEdit]:
     """The edits that make the tensors ``owner.<attr>`` on ``target`` where the object's class makes them."""
     cls = type(owner)
@@ -338,6 +363,7 @@ def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line
         names = tuple(e.id for e in targets[0].elts if isinstance(e, ast.Name)) if unpacked else ()
         inside = edits_for_call(statement, namespace, target, name)
         if inside:
+            names = tuple(dict.fromkeys((*names, *received_from_the_same_function(statement, namespace))))
             return origins.Origin(inside[0].where, "inside", inside[0], here, also=tuple(inside[1:]), together=names)
         if unpacked:
             moved = [(n, e) for n in names
