@@ -92,6 +92,13 @@ def test_state_a_module_makes_as_it_runs_is_a_hint_on_its_device_and_an_error_el
     model.to("cpu")  # .to() leaves the mask behind: that is an error again
     mask = next(f for f in devinspect.scan({"model": model}).findings if f.subject == "model.mask")
     assert mask.severity == "error" and "It is on sim:0 while model is on cpu" in mask.message
+    assert "register_buffer" in mask.fix.code
+    # In a notebook whose device is the accelerator, the model is what was left on the host.
+    ns = {"device": sim, "model": model}
+    mask = next(f for f in devinspect.scan(ns).findings if f.subject == "model.mask")
+    assert mask.severity == "error" and "the model is what sits on the host" in mask.message
+    exec(mask.fix.code, ns)
+    assert model.proj.weight.device == sim and model.mask.device == sim
 
 
 def test_optimizer_state_left_on_cpu_after_checkpoint_load(stale_optimizer):

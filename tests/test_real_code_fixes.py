@@ -605,3 +605,27 @@ MODULE_LIST = session(
 
 def test_modules_kept_in_a_plain_list_are_each_moved_and_made_on_the_device(ip, sim):
     check(ip, MODULE_LIST)
+
+
+# -- a model made in one branch of an if: that branch's line is edited; state it made from device inputs ---
+
+MODEL_CHOSEN_IN_A_BRANCH = session(
+    "model_chosen_in_a_branch",
+    "class Causal(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.proj = nn.Linear(4, 4)\n"
+    "        self.mask = None\n"
+    "\n"
+    "    def forward(self, x):\n"
+    "        if self.mask is None or self.mask.size(0) != len(x):\n"
+    "            self.mask = torch.tril(torch.ones(len(x), len(x))).to(x.device)\n"
+    "        return self.proj(self.mask @ x)",
+    "kind = 'causal'\nif kind == 'causal':\n    model = Causal()\nelse:\n    model = nn.Linear(4, 4).to(dev)",
+    "x = torch.randn(5, 4, device=dev)",
+    "y = model(x)",
+)
+
+
+def test_a_model_made_in_one_branch_of_an_if_is_fixed_on_that_branchs_line(ip, sim):
+    check(ip, MODEL_CHOSEN_IN_A_BRANCH, ("plain", "devcheck", "button", "devices"))

@@ -174,28 +174,52 @@ def assigned_names(node: ast.stmt) -> set[str]:
 
 
 def last_assignment(name: str, filename: str, body: list[ast.stmt], before: int, cell: int | None,
-                    function: str = "") -> Statement | None:
+                    function: str = "", made: str | None = None) -> Statement | None:
     """The last statement in ``body`` binding ``name`` that starts before line ``before``
-    (a ``for`` loop whose body holds that line counts: it binds the name on every pass)."""
-    found = None
+    (a ``for`` loop whose body holds that line counts: it binds the name on every pass). With
+    ``made``, the class name of the value: of two branches of an ``if`` that each bind it
+    (``model = TransformerModel(...)`` / ``else: model = RNNModel(...)``), the one that makes it."""
+    found: list[ast.stmt] = []
     for node in statements(body):
         if node.lineno >= before and not (isinstance(node, (ast.For, ast.AsyncFor))
                                           and node.lineno < before <= (node.end_lineno or node.lineno)):
             continue
         if name in assigned_names(node):
-            if found is None or node.lineno >= found.line:
-                found = Statement(filename, node.lineno, node, cell, function)
-    return found
+            found.append(node)
+    if not found:
+        return None
+    last = max(found, key=lambda n: n.lineno)
+    if made is not None and not _makes(last, made):
+        ran = [n for n in found if _makes(n, made) and _exclusive(body, n, last)]
+        last = max(ran, key=lambda n: n.lineno) if ran else last
+    return Statement(filename, last.lineno, last, cell, function)
 
 
-def assignment_in_session(name: str, current: Cell | None, line: int) -> Statement | None:
+def _makes(node: ast.stmt, class_name: str) -> bool:
+    """Whether the value ``node`` assigns calls a class of that name (``Net(...)``, ``nn.Net(...).to(d)``)."""
+    value = getattr(node, "value", None)
+    return value is not None and any(isinstance(c, ast.Call) and ast.unparse(c.func).rsplit(".", 1)[-1] == class_name
+                                     for c in ast.walk(value))
+
+
+def _exclusive(body: list[ast.stmt], a: ast.stmt, b: ast.stmt) -> bool:
+    """Whether ``a`` and ``b`` sit in the two branches of one ``if`` (only one of them runs)."""
+    def within(node: ast.stmt, block: list[ast.stmt]) -> bool:
+        return bool(block) and block[0].lineno <= node.lineno <= (block[-1].end_lineno or block[-1].lineno)
+
+    return any(isinstance(n, ast.If) and ((within(a, n.body) and within(b, n.orelse))
+                                          or (within(b, n.body) and within(a, n.orelse))) for n in statements(body))
+
+
+def assignment_in_session(name: str, current: Cell | None, line: int, made: str | None = None) -> Statement | None:
     """Where the namespace variable ``name`` was last bound: in the current cell before ``line``,
-    else in the most recent earlier cell that binds it at its top level."""
+    else in the most recent earlier cell that binds it at its top level (``made``: as in
+    :func:`last_assignment`)."""
     cells = session_cells()
     if current is not None:
         tree = parse(current.filename)
         if tree is not None:
-            found = last_assignment(name, current.filename, tree.body, line, current.number)
+            found = last_assignment(name, current.filename, tree.body, line, current.number, made=made)
             if found is not None:
                 return found
     for cell in reversed(cells):
@@ -204,7 +228,7 @@ def assignment_in_session(name: str, current: Cell | None, line: int) -> Stateme
         tree = parse(cell.filename)
         if tree is None:
             continue
-        found = last_assignment(name, cell.filename, tree.body, 1 << 30, cell.number)
+        found = last_assignment(name, cell.filename, tree.body, 1 << 30, cell.number, made=made)
         if found is not None:
             return found
     return None

@@ -542,7 +542,8 @@ class _Diagnosis(ContainerFixes):
         for name in (path, root_of(path)):
             if not self._movable(name):
                 continue  # models[2]'s list: .to() on the line that made the list would raise
-            origin = origins.namespace_origin(name, self.cell, self.failing_line, [], device_expr, wrap=True)
+            made = type_name(type(object_at(self.failure.namespace, name)))
+            origin = origins.namespace_origin(name, self.cell, self.failing_line, [], device_expr, wrap=True, made=made)
             if origin is not None:
                 return origin
         return None

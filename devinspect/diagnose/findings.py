@@ -330,7 +330,14 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
             # State its own methods make as it runs (a mask, a recurrent state) follows their inputs: a hint.
             running = not elsewhere and u.made_while_running
             where = where or (f" {u.class_name} makes it as it runs, on its inputs' device." if running else "")
-            if direct:
+            # Made as it runs on the notebook's accelerator while the model sits on the host: its inputs
+            # were there, and the model is what was left behind.
+            follows = (u.made_while_running and target == "cpu" and device_is_accelerator(first.device)
+                       and first.device in dict.keys(result.options.get("device_names", {})))
+            if follows:
+                where += f" {u.class_name} made it there from its inputs: the model is what sits on the host."
+                fix = made_on(result, move_fix(result, module, first.device), module.name, first.device, module=True)
+            elif direct:
                 fix = fixes.register_buffer(u, target)
             elif u.container in ("list", "tuple", "dict") and target and elsewhere:
                 # Records say nothing of items that are not tensors: the code keeps any such item.
@@ -526,7 +533,8 @@ def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: 
     if not name.isidentifier():
         return fix
     device_expr = dict.get(result.options.get("device_names", {}), target) or fixes.device_literal(target)
-    origin = namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module) or \
+    made = next((m.type_name for m in result.modules if m.name == name), None) if module else None
+    origin = namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module, made=made) or \
         _unpacked_origin(result, name, target, device_expr)
     if origin is None or not origin.edits:
         return fix

@@ -355,7 +355,9 @@ def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line
     from a function of the user's (``hidden = model.init_hidden(4)``), that function's lines; and where
     it unpacks several (``s, a, r = buffer.sample(8)``), a line after it that moves each."""
     current = sources.current_cell(cell_frame.f_code.co_filename) if cell_frame is not None else None
-    statement = sources.assignment_in_session(name, current, failing_line)
+    value = dict.get(namespace, name, MISSING) if issubclass(type(namespace), dict) else MISSING
+    kw.setdefault("made", type_name(type(value)) if value is not MISSING else None)
+    statement = sources.assignment_in_session(name, current, failing_line, kw["made"])
     if statement is not None and isinstance(statement.node, ast.Assign):
         here = current is not None and statement.cell == current.number
         targets = statement.node.targets

@@ -406,12 +406,13 @@ def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_li
 
 
 def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
-                     device_expr: str, wrap: bool = False, moved: str | None = None) -> Origin | None:
-    """Where the namespace variable ``name`` was made: in the failed cell before its failing line
-    (a ``for`` loop over host batches included: ``moved`` as in :func:`loop_edit`), else in the
-    latest earlier cell that binds it."""
+                     device_expr: str, wrap: bool = False, moved: str | None = None,
+                     made: str | None = None) -> Origin | None:
+    """Where the namespace variable ``name`` (of class ``made``, when known) was made: in the failed
+    cell before its failing line (a ``for`` loop over host batches included: ``moved`` as in
+    :func:`loop_edit`), else in the latest earlier cell that binds it."""
     current = sources.current_cell(cell_frame.f_code.co_filename) if cell_frame is not None else None
-    statement = sources.assignment_in_session(name, current, failing_line)
+    statement = sources.assignment_in_session(name, current, failing_line, made)
     if statement is None:
         return None
     here = current is not None and statement.cell == current.number
