@@ -518,7 +518,37 @@ FORMATTED_LOG = session(
 )
 
 
+PASSED_OVER_SEVERAL_LINES = session(
+    "mask_passed_over_several_lines",
+    "class Embed(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.emb = nn.Embedding(10, 4)\n"
+    "\n"
+    "    def forward(self, ids, mask=None):\n"
+    "        out = self.emb(ids)\n"
+    "        mask = mask.unsqueeze(-1)\n"
+    "        return out * mask\n"
+    "\n"
+    "class Encoder(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.embed = Embed()\n"
+    "\n"
+    "    def forward(self, ids, mask=None):\n"
+    "        if mask is None:\n"
+    "            mask = torch.ones(ids.shape)\n"
+    "        return self.embed(\n"
+    "            ids,\n"
+    "            mask=mask,\n"
+    "        )",
+    "enc = Encoder().to(dev)\nids = torch.randint(0, 10, (2, 5), device=dev)",
+    "out = enc(ids)",
+)
+
+
 @pytest.mark.parametrize("program", [BATCH_IN_A_FUNCTION, pytest.param(ONE_OF_A_PAIR, marks=SLOW),
+                                     pytest.param(PASSED_OVER_SEVERAL_LINES, marks=SLOW),
                                      pytest.param(FORMATTED_LOG, marks=SLOW)], ids=lambda p: p.name)
 def test_a_batch_is_moved_where_the_users_code_takes_it_in(ip, sim, program):
     check(ip, program)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import textwrap
 import types
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -100,6 +101,26 @@ def function_node(code: types.CodeType) -> ast.FunctionDef | ast.AsyncFunctionDe
             if first <= code.co_firstlineno <= node.lineno:
                 return node
     return None
+
+
+def parsed_statement(code: types.CodeType, line: int) -> ast.Module | None:
+    """The simple statement of the function (or cell) of ``code`` that holds line ``line``, parsed on
+    its own: a call written over several lines, whose one line does not parse. None for a
+    compound statement (its header alone is not a statement) or an unknown source."""
+    node = function_node(code)
+    tree = parse(code.co_filename) if node is None else None
+    body = node.body if node is not None else tree.body if tree is not None else []
+    held = [s for s in statements(body) if s.lineno <= line <= (s.end_lineno or s.lineno)]
+    if not held:
+        return None
+    inner = min(held, key=lambda s: (s.end_lineno or s.lineno) - s.lineno)
+    if any(isinstance(getattr(inner, f, None), list) for f in ("body", "orelse", "handlers")):
+        return None
+    lines = linecache.getlines(code.co_filename)[inner.lineno - 1: inner.end_lineno or inner.lineno]
+    try:
+        return ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        return None
 
 
 def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:

@@ -392,7 +392,8 @@ class _Diagnosis(ContainerFixes):
                                                      prefer=operands, line=made_at)
         origin = origins.local_origin(local, frame, line, [local], device_expr)
         if origin is None and n.created is not None:
-            origin = origins.line_origin(n.created[0], device_expr, n.created[0].file == self.cell_file)
+            origin = origins.line_origin(n.created[0], self._device_at(n.created[0], target, local, frame, device_expr),
+                                         n.created[0].file == self.cell_file)
         if origin is not None and origin.edit is not None:
             return self._edit_fix(origin, f"create {local} on the device of the other inputs, in "
                                           f"{origin.edit.context or 'your code'}")
@@ -406,6 +407,21 @@ class _Diagnosis(ContainerFixes):
         return Fix(summary=f"move {local} to the device of the other inputs where it is used", edits=(edit,),
                    note=None if split else f"{local} is computed from values on {n.device}: this copies it on every "
                                            "call; making those values on the right device avoids the copy")
+
+    def _device_at(self, where: SourceLine, target: str, local: str, frame: Any, device_expr: str) -> str:
+        """How the line ``where`` (the one that made ``local``) names ``target``: ``device_expr`` when it
+        is in ``frame``'s function, else by what that line's own frame can read (a caller's line
+        cannot read the callee's locals)."""
+        def runs(code: types.CodeType) -> bool:
+            return code.co_filename == where.file and any(n == where.line for *_, n in code.co_lines())
+
+        if runs(frame.f_code):
+            return device_expr
+        there = next((f for f in self.user_frames if runs(f.f_code)), None)
+        if there is None:
+            named = device_names.device_variable(self.failure.namespace, target) if where.cell is not None else None
+            return named or fixes.device_literal(target)
+        return device_names.device_expression(self.failure.namespace, target, there, avoid={local}, line=where.line)
 
     def _passed_in(self, frame: Any, local: str, line: int, target: str) -> Fix | None:
         """A local computed from (or being) a parameter of the user's function: the value came from

@@ -608,7 +608,9 @@ def call_argument(caller: types.FrameType, caller_line: str, function: str, code
     (``x`` in ``out = project(x)``), or None."""
     try:
         tree = ast.parse(caller_line.strip())
-    except SyntaxError:
+    except SyntaxError:  # a call written over several lines: its whole statement
+        tree = sources.parsed_statement(caller.f_code, caller.f_lineno)
+    if tree is None:
         return None
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     for node in ast.walk(tree):
