@@ -518,6 +518,39 @@ FORMATTED_LOG = session(
 )
 
 
+POSITIONS_THROUGH_LAYERS = session(
+    "positions_passed_through_layers",
+    "class Gate(nn.Module):\n"
+    "    def forward(self, x, position_ids):\n"
+    "        reset = position_ids[:, :, None] == 0\n"
+    "        return torch.where(reset, x, x * 0.5)\n"
+    "\n"
+    "class Block(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.proj = nn.Linear(4, 4)\n"
+    "        self.gate = Gate()\n"
+    "\n"
+    "    def forward(self, x, position_ids):\n"
+    "        kept = (position_ids[:, :, None] >= 0).float()\n"
+    "        return self.gate(self.proj(x), position_ids) * kept\n"
+    "\n"
+    "class Stack(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.layers = nn.ModuleList([Block(), Block()])\n"
+    "\n"
+    "    def forward(self, x, position_ids=None, past=0):\n"
+    "        if position_ids is None:\n"
+    "            position_ids = torch.arange(x.shape[1]) + past\n"
+    "            position_ids = position_ids.unsqueeze(0)\n"
+    "        for layer in self.layers:\n"
+    "            x = layer(x, position_ids)\n"
+    "        return x",
+    "stack = Stack().to(dev)\nx = torch.randn(2, 5, 4, device=dev)",
+    "out = stack(x)",
+)
+
 PASSED_OVER_SEVERAL_LINES = session(
     "mask_passed_over_several_lines",
     "class Embed(nn.Module):\n"
@@ -549,6 +582,7 @@ PASSED_OVER_SEVERAL_LINES = session(
 
 @pytest.mark.parametrize("program", [BATCH_IN_A_FUNCTION, pytest.param(ONE_OF_A_PAIR, marks=SLOW),
                                      pytest.param(PASSED_OVER_SEVERAL_LINES, marks=SLOW),
+                                     pytest.param(POSITIONS_THROUGH_LAYERS, marks=SLOW),
                                      pytest.param(FORMATTED_LOG, marks=SLOW)], ids=lambda p: p.name)
 def test_a_batch_is_moved_where_the_users_code_takes_it_in(ip, sim, program):
     check(ip, program)

@@ -14,7 +14,7 @@ import linecache
 import textwrap
 import types
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -214,6 +214,22 @@ def last_assignment(name: str, filename: str, body: list[ast.stmt], before: int,
         ran = [n for n in found if _makes(n, made) and _exclusive(body, n, last)]
         last = max(ran, key=lambda n: n.lineno) if ran else last
     return Statement(filename, last.lineno, last, cell, function)
+
+
+def made_before_updates(name: str, statement: Statement, body: list[ast.stmt],
+                        keeps: Callable[[ast.expr], bool]) -> Statement:
+    """The assignment that made the value ``name`` holds after ``statement``, past the updates
+    that only reshape it in place of itself (``ids = ids.unsqueeze(0)``, for which ``keeps``
+    holds): the line before made the tensor, and its device."""
+    for _ in range(8):
+        value = statement.node.value if isinstance(statement.node, ast.Assign) else None
+        if value is None or not keeps(value):
+            break
+        earlier = last_assignment(name, statement.filename, body, statement.line, statement.cell, statement.function)
+        if earlier is None:
+            break
+        statement = earlier
+    return statement
 
 
 def _makes(node: ast.stmt, class_name: str) -> bool:
