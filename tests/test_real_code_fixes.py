@@ -667,8 +667,15 @@ MODULE_LIST = session(
 )
 
 
-def test_modules_kept_in_a_plain_list_are_each_moved_and_made_on_the_device(ip, sim):
-    check(ip, MODULE_LIST)
+MODULE_LIST_MADE_BY_THE_CELL = session(
+    "layers_in_a_plain_list_made_by_the_failing_cell", MODULE_LIST.cells[1],
+    "x = torch.randn(3, 4, device=dev)", "net = Net([4, 8, 2])\nout = net.predict(x)")
+
+
+@pytest.mark.parametrize("program", [MODULE_LIST, pytest.param(MODULE_LIST_MADE_BY_THE_CELL, marks=SLOW)],
+                         ids=lambda p: p.name)
+def test_modules_kept_in_a_plain_list_are_each_moved_and_made_on_the_device(ip, sim, program):
+    check(ip, program)
 
 
 # -- a model made in one branch of an if: that branch's line is edited; state it made from device inputs ---

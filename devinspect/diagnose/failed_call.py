@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ..collect import line_names, locations, stack_reads
+from ..collect import line_names, locations, sources, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Result, Temporary, Traced, first_line
 from ..collect.names import binds_module, root_of
@@ -551,7 +551,18 @@ class _Diagnosis(ContainerFixes):
                  if origin is not None and origin.edit is not None and not held]
         edits += made_in_code.held_module_edits(object_at(self.failure.namespace, model.name), model.name, held,
                                                 self.failure.namespace, target)
+        if held and edits and self._made_in_failed_cell(model.name):
+            # The cell makes the model again before it fails: only its class's edited lines help.
+            return Fix(summary=f"make {', '.join(m.name for m in held)} on {target} where {model.name}'s class "
+                               "makes them", edits=tuple(dict.fromkeys(edits)),
+                       note=made_in_code.rerun_note(tuple(edits), self.cell_file))
         return dataclasses.replace(fix, edits=tuple(dict.fromkeys(edits)), rerun=True)
+
+    def _made_in_failed_cell(self, name: str) -> bool:
+        """Whether the failed cell binds ``name`` before its failing line (running it again makes it anew)."""
+        current = sources.current_cell(self.cell_file) if self.cell_file else None
+        statement = sources.assignment_in_session(name, current, self.failing_line) if current else None
+        return statement is not None and statement.cell == current.number
 
     def _module_origin(self, path: str, target: str) -> origins.Origin | None:
         device_expr = device_names.device_expression(self.failure.namespace, target)
