@@ -41,6 +41,9 @@ from scenarios import ENTRIES, Scenario
 
 #: What a device error says (the ground truth of a probe, read from the error as the user reads it).
 _DEVICE_ERROR = re.compile(r"device|Input type \(.*\) and weight type", re.IGNORECASE)
+#: A call that lost its ``device`` argument altogether (``missing 1 required positional argument:
+#: 'device'``) fails for another reason than where a tensor is.
+_ARGUMENT_ERROR = re.compile(r"required positional argument|unexpected keyword argument")
 
 
 @dataclass(frozen=True)
@@ -402,7 +405,7 @@ class Corpus:
                 text = str(error).strip()
                 outcome.error = f"{type(error).__name__}: {text.splitlines()[0][:200] if text else ''}"
                 line = _user_line(error, workspace)
-                device_error = bool(_DEVICE_ERROR.search(text))
+                device_error = bool(_DEVICE_ERROR.search(text)) and not _ARGUMENT_ERROR.search(text)
                 del error
         finally:
             workspace.remove()
