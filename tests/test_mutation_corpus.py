@@ -108,6 +108,10 @@ def _subset_mutants(program_name: str, where: str, kind: str) -> list[Mutant]:
     return chosen[:1]
 
 
+#: What the unmutated programs did: (states by program, outcomes by program).
+_ORIGINALS: tuple[dict, dict] = ({}, {})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("program_name,where,kind", SUBSET, ids=lambda v: str(v))
 def test_a_deleted_device_placement_of_a_real_program_is_fixed_where_it_was(ip, sim, program_name, where, kind):
@@ -116,6 +120,9 @@ def test_a_deleted_device_placement_of_a_real_program_is_fixed_where_it_was(ip, 
 
     transformers.logging.set_verbosity_error()
     corpus = Corpus(ip)
+    # The unmutated program runs once for all its mutants (its states and findings do not change).
+    corpus.original_states.update(_ORIGINALS[0])
+    corpus.originals.update(_ORIGINALS[1])
     for mutant in _subset_mutants(program_name, where, kind):
         outcome = corpus.run(mutant)
         assert outcome.probe == "effect", f"{mutant.name}: {outcome.probe} {outcome.error}"
@@ -127,3 +134,5 @@ def test_a_deleted_device_placement_of_a_real_program_is_fixed_where_it_was(ip, 
             assert outcome.at_rest_found, f"{mutant.name}: %devices did not find {outcome.at_rest[:3]} before the cell"
     original = corpus.originals[program_name]  # the unmutated program, run first
     assert original.probe == "clean" and original.clean_findings == []
+    _ORIGINALS[0].update(corpus.original_states)
+    _ORIGINALS[1].update(corpus.originals)
