@@ -217,19 +217,21 @@ def last_assignment(name: str, filename: str, body: list[ast.stmt], before: int,
 
 
 def made_before_updates(name: str, statement: Statement, body: list[ast.stmt],
-                        keeps: Callable[[ast.expr], bool]) -> Statement:
+                        keeps: Callable[[ast.expr], bool], made_here: Callable[[Statement], bool]) -> Statement:
     """The assignment that made the value ``name`` holds after ``statement``, past the updates
     that only reshape it in place of itself (``ids = ids.unsqueeze(0)``, for which ``keeps``
-    holds): the line before made the tensor, and its device."""
+    holds), when ``made_here`` holds for it (a factory line: it made the tensor, and its device);
+    else ``statement``. A bare rebinding (``data = data``) is no reshape: it is where a move goes."""
+    current = statement
     for _ in range(8):
-        value = statement.node.value if isinstance(statement.node, ast.Assign) else None
-        if value is None or not keeps(value):
+        value = current.node.value if isinstance(current.node, ast.Assign) else None
+        if value is None or isinstance(value, ast.Name) or not keeps(value):
             break
-        earlier = last_assignment(name, statement.filename, body, statement.line, statement.cell, statement.function)
+        earlier = last_assignment(name, current.filename, body, current.line, current.cell, current.function)
         if earlier is None:
             break
-        statement = earlier
-    return statement
+        current = earlier
+    return current if current is not statement and made_here(current) else statement
 
 
 def _makes(node: ast.stmt, class_name: str) -> bool:

@@ -491,7 +491,8 @@ def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: li
     if isinstance(statement.node, (ast.For, ast.AsyncFor)):
         edit = loop_edit(statement, wrong, device_expr)
         return Origin(_source_line(statement), "loop", edit) if edit is not None else None
-    statement = sources.made_before_updates(name, statement, node.body, lambda v: argument_root(ast.unparse(v)) == name)
+    statement = sources.made_before_updates(name, statement, node.body, lambda v: argument_root(ast.unparse(v)) == name,
+                                            lambda s: (creation_edit(s, device_expr, name=name) or ("",))[0] == "factory")
     made = creation_edit(statement, device_expr, name=name)
     if made is None or (made[0] != "factory" and not _unpacks(statement)
                         and not (plain_values and _passes_through(statement))):
