@@ -523,3 +523,20 @@ def test_setting_the_default_device_in_a_checked_cell_works_as_in_a_plain_one(si
     finally:
         torch.set_default_device(None)
     assert torch._C._len_torch_function_stack() == 0 and torch.ones(1).device.type == "cpu"
+
+
+def test_waits_inside_a_librarys_own_loop_called_once_are_a_hint(ip, sim):
+    """A line that calls into a library once, which reads a device value on each of its own steps
+    (a generate loop checking its stop condition), gets a hint; called from the user's loop, the
+    same waits are a warning."""
+    ip.run_cell("import torch\nfrom devinspect import testing\nimport devinspect\ndev = testing.enable()\n"
+                "x = torch.randn(12, device=dev)")
+    ip.run_cell("import sys, types\nlib = types.ModuleType('steplib')\n"
+                "exec(compile('def run(t):\\n    return [bool(v > 0) for v in t]\\n', "
+                "'/usr/lib/python3/dist-packages/steplib.py', 'exec'), lib.__dict__)")
+    ip.run_cell("%%devcheck -v once\nflags = lib.run(x)")
+    ip.run_cell("%%devcheck -v looped\nfor _ in range(2):\n    flags = lib.run(x)")
+    once = [f for f in ip.user_ns["once"].findings if f.code == "sync-in-loop"]
+    looped = [f for f in ip.user_ns["looped"].findings if f.code == "sync-in-loop"]
+    assert [f.severity for f in once] == ["hint"] and "inside" in once[0].message
+    assert [f.severity for f in looped] == ["warning"]

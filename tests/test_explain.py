@@ -493,7 +493,12 @@ def test_why_names_a_closure_out_a_traceback_and_an_autograd_graph(ip, sim):
     assert found.complete
     # Each path can be typed: it reaches the tensor itself.
     assert eval(graph[0].path, ip.user_ns) is ip.user_ns["h"]
-    assert eval(local.path, {"sys": sys}) is ip.user_ns["h"]
+    assert eval(local.path, ip.user_ns) is ip.user_ns["h"]  # sys is not a name there: the path imports it
+    assert local.path.startswith("__import__('sys').last_traceback")
+    run(ip, "import sys")
+    local = next(r for r in ip.run_line_magic("devices", "--why h -o").references
+                 if r.root == "last error's traceback")
+    assert local.path.startswith("sys.last_traceback") and eval(local.path, ip.user_ns) is ip.user_ns["h"]
 
 
 def test_why_finds_a_traceback_local_and_an_unnamed_tensor(ip, sim):
@@ -503,7 +508,7 @@ def test_why_finds_a_traceback_local_and_an_unnamed_tensor(ip, sim):
     found = ip.run_line_magic("devices", "--why sys.last_traceback:boom.local -o")
     (ref,) = found.references
     assert ref.root == "last error's traceback" and ref.path.endswith(".tb_frame.f_locals['local']")
-    assert eval(ref.path, {"sys": sys}) is eval("sys.last_traceback", {"sys": sys}).tb_next.tb_next.tb_frame.f_locals["local"]
+    assert eval(ref.path, ip.user_ns) is sys.last_traceback.tb_next.tb_next.tb_frame.f_locals["local"]
     run(ip, "import gc\nclass Node:\n    pass\nn = Node(); n.me = n; n.t = torch.ones(3); gc.disable(); del n")
     try:
         listed = ip.run_line_magic("devices", "--all -o")

@@ -70,6 +70,37 @@ def test_unregistered_attribute_on_same_device_is_a_warning():
     assert f.severity == "warning" and f.subject == "m.lookup" and "buffer" in f.fix.summary
 
 
+def test_state_a_module_makes_as_it_runs_is_a_hint_on_its_device_and_an_error_elsewhere(sim):
+    class CausalLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+            self.mask = None
+            self.state = None
+
+        def forward(self, x):
+            if self.mask is None or self.mask.size(0) != len(x):
+                self.mask = torch.triu(torch.ones(len(x), len(x)), 1).to(x.device)
+            self.state = self.proj(x).detach().sum(0)
+            return self.proj(self.mask @ x)
+
+    model = CausalLM().to(sim)
+    model(torch.randn(3, 4, device=sim))
+    found = [f for f in devinspect.scan({"model": model}).findings if f.code == "unregistered-tensor-attribute"]
+    assert sorted(f.subject for f in found) == ["model.mask", "model.state"]
+    assert all(f.severity == "hint" and "CausalLM makes it as it runs" in f.message for f in found)
+    model.to("cpu")  # .to() leaves the mask behind: that is an error again
+    mask = next(f for f in devinspect.scan({"model": model}).findings if f.subject == "model.mask")
+    assert mask.severity == "error" and "It is on sim:0 while model is on cpu" in mask.message
+    assert "register_buffer" in mask.fix.code
+    # In a notebook whose device is the accelerator, the model is what was left on the host.
+    ns = {"device": sim, "model": model}
+    mask = next(f for f in devinspect.scan(ns).findings if f.subject == "model.mask")
+    assert mask.severity == "error" and "the model is what sits on the host" in mask.message
+    exec(mask.fix.code, ns)
+    assert model.proj.weight.device == sim and model.mask.device == sim
+
+
 def test_optimizer_state_left_on_cpu_after_checkpoint_load(stale_optimizer):
     model, opt = stale_optimizer
     f = only(devinspect.scan({"model": model, "opt": opt}), "optimizer-state-device")
@@ -318,3 +349,46 @@ def test_a_models_optimizer_follows_it_whichever_name_its_parameters_go_by(sim):
     result = devinspect.scan({"net": net, "wrapper": wrapper, "opt": opt})
     assert {r.param for r in result.of_kind("optimizer_state")} == {"net.weight", "net.bias"}
     assert optimizers_with_state_under(result, "wrapper") == ("opt",)
+
+
+def test_a_model_split_over_accelerators_is_model_parallel_not_a_model_to_move(sim):
+    """Parts put on two accelerators one by one are on purpose: a hint says where each part is and
+    that activations move where parts meet; no fix moves everything to one device."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    model[0].to("sim:0")
+    model[1].to("sim:1")
+    f = only(devinspect.scan({"model": model}), "mixed-device-module")
+    assert f.severity == "hint" and f.fix is None
+    assert "model[0] on sim:0" in f.message and "model[1] on sim:1" in f.message and ".to()" in f.message
+
+
+def test_a_model_or_a_loss_left_on_the_host_next_to_models_on_an_accelerator_is_found(sim):
+    """Before anything runs: a teacher model on the host next to a student on the device, a loss
+    whose class weights stay on the host; a module without tensors (an activation) is fine."""
+    ns = {"student": torch.nn.Linear(4, 2).to(sim), "teacher": torch.nn.Linear(4, 2),
+          "criterion": torch.nn.CrossEntropyLoss(weight=torch.tensor([1.0, 3.0])), "act": torch.nn.ReLU()}
+    found = [f for f in devinspect.scan(ns).findings if f.code == "module-on-other-device"]
+    assert sorted(f.subject for f in found) == ["criterion", "teacher"] and {f.severity for f in found} == {"hint"}
+    for f in found:
+        exec(f.fix.code, ns)
+    assert ns["criterion"].weight.device == sim and ns["teacher"].weight.device == sim
+    assert [f for f in devinspect.scan(ns).findings if f.code == "module-on-other-device"] == []
+
+
+def test_a_model_on_the_host_in_a_notebook_whose_device_is_an_accelerator_is_found(sim):
+    ns = {"device": sim, "model": torch.nn.Linear(4, 2), "act": torch.nn.ReLU()}
+    (f,) = [f for f in devinspect.scan(ns).findings if f.code == "module-on-other-device"]
+    assert f.subject == "model" and f.severity == "hint" and "your device is sim:0 (device)" in f.message
+    assert [e.new for e in f.fix.edits] == [] and f.fix.code == 'model.to("sim:0")'
+    assert [f for f in devinspect.scan({"device": torch.device("cpu"), "model": torch.nn.Linear(4, 2)}).findings
+            if f.code == "module-on-other-device"] == []
+
+
+def test_a_model_on_the_host_known_by_two_names_is_one_hint_on_the_one_that_holds_it(sim):
+    inner = torch.nn.Linear(4, 2)
+    ns = {"device": sim, "inner": inner, "wrapped": torch.nn.Sequential(inner, torch.nn.ReLU()),
+          "head": torch.nn.Linear(2, 2)}
+    found = [f for f in devinspect.scan(ns).findings if f.code == "module-on-other-device"]
+    assert sorted(f.subject for f in found) == ["head", "wrapped"]
+    exec(next(f for f in found if f.subject == "wrapped").fix.code, ns)
+    assert inner.weight.device == sim

@@ -268,6 +268,14 @@ def test_inputs_the_cells_move_where_they_use_them_get_no_finding(ip, sim):
     assert [f.severity for f in findings()] == ["warning"]
 
 
+def test_a_module_that_holds_no_tensor_is_not_taken_for_a_model_on_meta(ip, sim):
+    """A loss (or an activation) holds no parameter: a cell that passes it device tensors is fine."""
+    ip.run_cell("import torch\nfrom torch import nn\nfrom devinspect import testing\ndev = testing.enable()\n"
+                "criterion = nn.BCELoss()\nscores = torch.rand(4, device=dev)\nlabels = torch.ones(4, device=dev)")
+    ip.run_cell("loss = criterion(scores, labels)")
+    assert [f.message for f in devinspect.scan(ip.user_ns).findings if f.subject == "criterion"] == []
+
+
 def test_a_split_models_fix_moves_the_inputs_its_cells_pass_and_the_cell_then_runs(ip, sim):
     ip.run_cell("import torch\nfrom torch import nn\nfrom devinspect import testing\ndev = testing.enable()\n"
                 "split = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))\n"
@@ -317,7 +325,9 @@ def test_a_tensor_of_a_plain_object_moves_itself_and_a_comprehension_over_new_te
     run(ip, "class W:\n    def __init__(self):\n        self.t = torch.ones(2)\n"
             "    def go(self):\n        return x + self.t\nw = W()\nw.go()")
     fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
-    assert fix.code == 'w.t = w.t.to("sim:0")' and not fix.edits  # a plain object has no .to()
+    assert fix.code == 'w.t = w.t.to("sim:0")'  # a plain object has no .to(): its tensor moves
+    (made,) = fix.edits  # and its class makes it on the device from now on
+    assert (made.old, made.new, made.context) == ("self.t = torch.ones(2)", "self.t = torch.ones(2, device=dev)", "__init__")
     assert run(ip, fix.code)[0].success and run(ip, "w.go()")[0].success
     result, _, _, _ = run(ip, "z = [x + v for v in [torch.ones(2)]]")
     assert result.error_in_exec is not None

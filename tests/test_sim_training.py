@@ -217,3 +217,19 @@ def test_a_host_tensor_indexed_by_device_indices_raises_as_on_cuda(sim):
     with pytest.raises(RuntimeError, match="indices should be either on cpu or on the same device"):
         table[torch.tensor([1, 2], device=sim)]
     assert torch.arange(5.0, device=sim)[torch.tensor([1, 2])].tolist() == [1.0, 2.0]  # the other way is allowed
+
+
+def test_a_model_saved_on_the_device_loads_back_there_as_from_a_gpu(sim, tmp_path):
+    """torch.save of a whole model and torch.load with its weights_only default (the classes
+    allowed), as a checkpoint of a GPU model loads: Parameters on the device with their values,
+    buffers too; map_location moves them to the host."""
+    model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2)).to(sim)
+    torch.save(model, tmp_path / "model.pt")
+    with torch.serialization.safe_globals([nn.Sequential, nn.Linear, nn.BatchNorm1d]):
+        loaded = torch.load(tmp_path / "model.pt")
+        on_host = torch.load(tmp_path / "model.pt", map_location="cpu")
+    for p, q in zip(model.parameters(), loaded.parameters()):
+        assert isinstance(q, nn.Parameter) and q.requires_grad and q.device == sim and torch.equal(p.cpu(), q.cpu())
+    assert loaded[1].running_var.device == sim and on_host[0].weight.device.type == "cpu"
+    torch.save(model.state_dict(), tmp_path / "weights.pt")
+    assert {v.device for v in torch.load(tmp_path / "weights.pt").values()} == {sim}

@@ -88,6 +88,20 @@ def class_source_lines(cls: type, attr: str) -> tuple[Any, Any]:
     return None, None
 
 
+def assigned_while_running(cls: type, attr: str) -> bool:
+    """Whether a method of ``cls`` other than ``__init__`` assigns ``self.<attr>``: state the
+    module's own code makes as it runs (a mask or a recurrent state its forward pass fills in),
+    on the device of what it is given. Reads only source text and code objects."""
+    for klass in mro(cls):
+        if klass is _Module or klass is object:
+            break
+        for name, value in dict.items(plain_class_dict(klass)):
+            if name != "__init__" and type(value) is types.FunctionType and \
+                    _assignment_line(FUNCTION_CODE(value), attr) is not None:
+                return True
+    return False
+
+
 def _assignment_line(code: types.CodeType, attr: str) -> Any:
     lines = linecache.getlines(code.co_filename)
     if not lines:

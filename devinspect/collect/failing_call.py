@@ -24,8 +24,9 @@ from typing import Any, Iterator
 
 import torch
 
-from . import locations
+from . import locations, user_functions
 from . import tensorbase as tb
+from .factories import FACTORIES, LIKE_FACTORIES
 from .script_modules import script_object, script_tensors
 from .static import instance_dict, type_is_one_of, type_name
 from .values import MISSING, attribute_of, item_of
@@ -46,20 +47,12 @@ _DEVICE_WORDS = re.compile(r"\b(?:devices?|cpu|cuda|gpu|host|accelerator)\b", re
 _CROSS_DEVICE = frozenset({"to", "copy_", "cuda", "cpu", "xpu", "mps", "set_", "type", "index_put_",
                            "pin_memory", "_to_copy"})
 #: Methods that give a tensor on the same device as ``self`` (a stand-in for the operand).
-_SAME_DEVICE_METHODS = frozenset({
+SAME_DEVICE_METHODS = frozenset({
     "view", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "contiguous", "t", "float",
     "half", "bfloat16", "double", "long", "int", "bool", "detach", "clone", "expand", "expand_as", "view_as",
     "narrow", "chunk", "split", "T", "mT", "data", "mean", "sum", "abs", "exp", "log", "sqrt", "softmax",
     "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor",
 })
-#: ``torch.<factory>(…)`` calls that make a tensor on the device their ``device=`` names, else the default.
-FACTORIES = frozenset({
-    "ones", "zeros", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace", "logspace",
-    "eye", "tensor", "as_tensor", "scalar_tensor", "normal", "bernoulli_", "tril_indices", "triu_indices",
-})
-#: ``torch.<factory>_like(t)`` calls: on ``t``'s device unless ``device=`` says otherwise.
-LIKE_FACTORIES = frozenset({"ones_like", "zeros_like", "empty_like", "full_like", "rand_like", "randn_like",
-                            "randint_like"})
 _BINARY_DUNDERS = {
     ast.Add: "__add__", ast.Sub: "__sub__", ast.Mult: "__mul__", ast.MatMult: "__matmul__", ast.Div: "__truediv__",
     ast.FloorDiv: "__floordiv__", ast.Mod: "__mod__", ast.Pow: "__pow__", ast.BitAnd: "__and__",
@@ -505,10 +498,12 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
         base = _value(node.value, frame, depth, lineno)
         if base is _MISSING:
             return _MISSING
-        if (_is_tensor(base) or type_is_one_of(base, (Temporary, Result))) and node.attr in _SAME_DEVICE_METHODS:
+        if (_is_tensor(base) or type_is_one_of(base, (Temporary, Result))) and node.attr in SAME_DEVICE_METHODS:
             return base  # same device: it stands in for the attribute
         if type_is_one_of(base, (Temporary, Result)):
             return _MISSING
+        if _is_tensor(base) and node.attr == "shape":
+            return tb.shape(base)  # a size read from the C struct (what a helper is made from: zeros(x.shape))
         value = attribute_of(base, node.attr)
         return _MISSING if value is MISSING else value
     if isinstance(node, ast.Subscript):
@@ -518,17 +513,21 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
         key = _value(node.slice, frame, depth, lineno)
         if base is _MISSING or key is _MISSING:
             return _MISSING
+        if type(base) is torch.Size and type(key) is int and -len(base) <= key < len(base):
+            return tuple.__getitem__(base, key)
         value = item_of(base, key)
         return _MISSING if value is MISSING else value
     if isinstance(node, ast.Call):
         made = _factory_call(node, frame, depth, lineno)
+        if made is _MISSING:
+            made = _returned_by_users_function(node, frame, depth, lineno)
         if made is not _MISSING:
             return made
-        if isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_DEVICE_METHODS:
+        if isinstance(node.func, ast.Attribute) and node.func.attr in SAME_DEVICE_METHODS:
             base = _value(node.func.value, frame, depth, lineno)
             if _is_tensor(base) or type_is_one_of(base, (Temporary, Result)):
                 return base  # same device: it stands in for the result
-    if isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp)) and depth < _MAX_DEPTH:
+    if isinstance(node, (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare)) and depth < _MAX_DEPTH:
         # A result we may not compute (self.fc(x), a * b): when every input sits on one
         # device, so does the result, and one of the inputs stands in for it.
         inputs = _operands(operand_nodes(node, frame), frame, lineno, depth + 1)
@@ -562,6 +561,27 @@ def _factory_call(node: ast.Call, frame: types.FrameType, depth: int, lineno: in
         device = str(torch.get_default_device()) if hasattr(torch, "get_default_device") else "cpu"
     return Temporary(device, f"torch.{func.attr}", ast.unparse(node), keyword is not None, frame.f_code.co_filename,
                      lineno or frame.f_lineno, frame.f_code.co_name, frame)
+
+
+def _returned_by_users_function(node: ast.Call, frame: types.FrameType, depth: int, lineno: int) -> Any:
+    """A :class:`Temporary` for a call of the user's function (``causal_mask(6)``, behind
+    ``functools.lru_cache`` too) that passes it no tensor and whose one ``return`` makes the tensor
+    with a factory call without ``device=``: on the default device, made at that line."""
+    function = user_functions.user_function(_value(node.func, frame, depth, lineno))
+    if function is None or function.code is None or function.makes is not None:
+        return _MISSING
+    for argument in [*node.args, *(k.value for k in node.keywords)]:
+        value = _value(argument, frame, depth, lineno)
+        if value is _MISSING or _is_tensor(value) or type_is_one_of(value, (Temporary, Result)):
+            return _MISSING
+    found = user_functions.returned_factory(function.code)
+    if found is None:
+        return _MISSING
+    statement, call = found
+    device = str(torch.get_default_device()) if hasattr(torch, "get_default_device") else "cpu"
+    code = function.code
+    return Temporary(device, f"torch.{call.func.attr}", ast.unparse(call), False, code.co_filename, statement.lineno,
+                     code.co_name)
 
 
 def _device_name(value: Any) -> str | None:

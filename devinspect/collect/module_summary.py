@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import torch
 
 from ..model.records import ModuleSummary, Unregistered
-from .class_source import attribute_assignment, class_source_lines, library_of
+from .class_source import assigned_while_running, attribute_assignment, class_source_lines, library_of
 from .placement import OFFLOADED_NOTE, ON_HOST_NOTE, moves_inputs, off_map, placement_of
 from .static import instance_dict, mro, plain_class_dict, type_name
 
@@ -83,6 +83,10 @@ def unregistered_attribute(mt: type, full: str, owner: str, attr: str, vt: type)
     with where its class assigns it and defines a default (what registering it as a buffer must
     edit); ``vt`` is the class of its value."""
     class_default = any(attr in plain_class_dict(k) for k in mro(mt) if k is not _Module and k is not object)
+    try:
+        running = assigned_while_running(mt, attr)
+    except Exception:  # noqa: BLE001 - a source we cannot read says nothing
+        running = False
     where = None
     try:
         found = attribute_assignment(mt, attr)
@@ -97,4 +101,5 @@ def unregistered_attribute(mt: type, full: str, owner: str, attr: str, vt: type)
         except Exception:  # noqa: BLE001
             pass
     container = next((k.__name__ for k in (dict, tuple, list, set) if issubclass(vt, k)), None)
-    return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at, container)
+    return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at, container,
+                        running)

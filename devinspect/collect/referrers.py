@@ -32,7 +32,8 @@ from ..model.holders import Holders, Reference
 from . import locations
 from . import tensorbase as tb
 from .class_source import user_class_attributes
-from .names import HISTORY_RE, PLUMBING, attr_name, child_name, describe_error, key_text, namespace_items
+from .names import (HISTORY_RE, PLUMBING, attr_name, binds_module, child_name, describe_error, key_text,
+                    namespace_items)
 from .object_interiors import paused_frame, proxied_dict
 from .script_modules import script_object, script_tensors
 from .snapshots import dict_items, sequence_items
@@ -125,6 +126,8 @@ def _roots(namespace: Mapping[str, Any], excluded: set[str]) -> Iterator[tuple[A
             yield value, key, "output history", "", namespace
     tb_ = sys.__dict__.get("last_traceback")
     depth = 0
+    # Typed as printed: through the namespace's own sys, or one imported in the path itself.
+    sys_name = "sys" if binds_module(namespace, "sys") else "__import__('sys')"
     while type(tb_) is types.TracebackType:
         frame = tb_.tb_frame
         code = frame.f_code
@@ -133,8 +136,8 @@ def _roots(namespace: Mapping[str, Any], excluded: set[str]) -> Iterator[tuple[A
             local_vars = locations.frame_locals(frame)
             for key, value in dict_items(local_vars):
                 if type(key) is str and key != "__tracebackhide__":
-                    # A path the user can type (with sys imported): a bare local name would be a NameError.
-                    path = f"sys.last_traceback{'.tb_next' * depth}.tb_frame.f_locals[{key!r}]"
+                    # A path the user can type: a bare local name would be a NameError.
+                    path = f"{sys_name}.last_traceback{'.tb_next' * depth}.tb_frame.f_locals[{key!r}]"
                     yield value, path, "last error's traceback", f"a local of {code.co_name} ({where})", local_vars
         tb_ = tb_.tb_next
         depth += 1

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import ast
 import linecache
+import textwrap
 import types
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -61,13 +62,20 @@ def parse(filename: str) -> ast.Module | None:
     if key not in _parsed:
         if len(_parsed) > 512:
             _parsed.clear()
-        # IPython's own syntax (%magic, %%cell magic, !shell) becomes blank lines: the Python
-        # around it parses, and every line keeps its number.
-        text = "".join("\n" if line.lstrip().startswith(("%", "!")) else line for line in lines)
-        try:
-            _parsed[key] = ast.parse(text, filename)
-        except (SyntaxError, ValueError):
-            _parsed[key] = None
+        # Python first: a line may start with the % operator inside brackets ("..." % args). Else
+        # IPython's own syntax (%magic, %%cell magic, !shell) becomes blank lines, those that start
+        # a line first, then indented ones too: the Python around it parses, every line keeps its number.
+        def blank(indented: bool) -> str:
+            return "".join("\n" if (line.lstrip() if indented else line).startswith(("%", "!")) else line
+                           for line in lines)
+
+        _parsed[key] = None
+        for text in ("".join(lines), blank(False), blank(True)):
+            try:
+                _parsed[key] = ast.parse(text, filename)
+                break
+            except (SyntaxError, ValueError):
+                continue
     return _parsed[key]
 
 
@@ -95,6 +103,26 @@ def function_node(code: types.CodeType) -> ast.FunctionDef | ast.AsyncFunctionDe
     return None
 
 
+def parsed_statement(code: types.CodeType, line: int) -> ast.Module | None:
+    """The simple statement of the function (or cell) of ``code`` that holds line ``line``, parsed on
+    its own: a call written over several lines, whose one line does not parse. None for a
+    compound statement (its header alone is not a statement) or an unknown source."""
+    node = function_node(code)
+    tree = parse(code.co_filename) if node is None else None
+    body = node.body if node is not None else tree.body if tree is not None else []
+    held = [s for s in statements(body) if s.lineno <= line <= (s.end_lineno or s.lineno)]
+    if not held:
+        return None
+    inner = min(held, key=lambda s: (s.end_lineno or s.lineno) - s.lineno)
+    if any(isinstance(getattr(inner, f, None), list) for f in ("body", "orelse", "handlers")):
+        return None
+    lines = linecache.getlines(code.co_filename)[inner.lineno - 1: inner.end_lineno or inner.lineno]
+    try:
+        return ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        return None
+
+
 def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     """Every statement of a block, nested blocks included, not entering nested functions or classes."""
     for node in body:
@@ -106,6 +134,37 @@ def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
             if isinstance(inner, list):
                 yield from statements([n for n in inner if isinstance(n, ast.stmt)] +
                                       [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body])
+
+
+def bound_before(code: types.CodeType, name: str, line: int) -> bool:
+    """Whether the local ``name`` of the function of ``code`` has a value when line ``line`` starts:
+    a parameter, or bound by a statement that starts before it (a loop holding the line binds its
+    target on every pass). A name bound only further down (later in a loop body) is not: an edit
+    reading it there raises on the first pass. Unknown source: True (nothing to contradict)."""
+    node = function_node(code)
+    if node is None:
+        return True
+    a = node.args
+    if name in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}:
+        return True
+    return any(name in assigned_names(s) or name in _imported(s) for s in statements(node.body) if s.lineno < line)
+
+
+def rebound_from(code: types.CodeType, name: str, line: int) -> bool:
+    """Whether a statement of the function of ``code`` at or after line ``line`` binds ``name``: then
+    the value the frame shows now is not the one a line there reads (``data, t = data.to(d), t``
+    reads the old ``data``)."""
+    node = function_node(code)
+    if node is None:
+        return False
+    return any(name in assigned_names(s) for s in statements(node.body) if s.lineno >= line
+               and not isinstance(s, (ast.For, ast.AsyncFor)))
+
+
+def _imported(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    return set()
 
 
 def assigned_names(node: ast.stmt) -> set[str]:
@@ -136,28 +195,70 @@ def assigned_names(node: ast.stmt) -> set[str]:
 
 
 def last_assignment(name: str, filename: str, body: list[ast.stmt], before: int, cell: int | None,
-                    function: str = "") -> Statement | None:
+                    function: str = "", made: str | None = None) -> Statement | None:
     """The last statement in ``body`` binding ``name`` that starts before line ``before``
-    (a ``for`` loop whose body holds that line counts: it binds the name on every pass)."""
-    found = None
+    (a ``for`` loop whose body holds that line counts: it binds the name on every pass). With
+    ``made``, the class name of the value: of two branches of an ``if`` that each bind it
+    (``model = TransformerModel(...)`` / ``else: model = RNNModel(...)``), the one that makes it."""
+    found: list[ast.stmt] = []
     for node in statements(body):
         if node.lineno >= before and not (isinstance(node, (ast.For, ast.AsyncFor))
                                           and node.lineno < before <= (node.end_lineno or node.lineno)):
             continue
         if name in assigned_names(node):
-            if found is None or node.lineno >= found.line:
-                found = Statement(filename, node.lineno, node, cell, function)
-    return found
+            found.append(node)
+    if not found:
+        return None
+    last = max(found, key=lambda n: n.lineno)
+    if made is not None and not _makes(last, made):
+        ran = [n for n in found if _makes(n, made) and _exclusive(body, n, last)]
+        last = max(ran, key=lambda n: n.lineno) if ran else last
+    return Statement(filename, last.lineno, last, cell, function)
 
 
-def assignment_in_session(name: str, current: Cell | None, line: int) -> Statement | None:
+def made_before_updates(name: str, statement: Statement, body: list[ast.stmt],
+                        keeps: Callable[[ast.expr], bool], made_here: Callable[[Statement], bool]) -> Statement:
+    """The assignment that made the value ``name`` holds after ``statement``, past the updates
+    that only reshape it in place of itself (``ids = ids.unsqueeze(0)``, for which ``keeps``
+    holds), when ``made_here`` holds for it (a factory line: it made the tensor, and its device);
+    else ``statement``. A bare rebinding (``data = data``) is no reshape: it is where a move goes."""
+    current = statement
+    for _ in range(8):
+        value = current.node.value if isinstance(current.node, ast.Assign) else None
+        if value is None or isinstance(value, ast.Name) or not keeps(value):
+            break
+        earlier = last_assignment(name, current.filename, body, current.line, current.cell, current.function)
+        if earlier is None:
+            break
+        current = earlier
+    return current if current is not statement and made_here(current) else statement
+
+
+def _makes(node: ast.stmt, class_name: str) -> bool:
+    """Whether the value ``node`` assigns calls a class of that name (``Net(...)``, ``nn.Net(...).to(d)``)."""
+    value = getattr(node, "value", None)
+    return value is not None and any(isinstance(c, ast.Call) and ast.unparse(c.func).rsplit(".", 1)[-1] == class_name
+                                     for c in ast.walk(value))
+
+
+def _exclusive(body: list[ast.stmt], a: ast.stmt, b: ast.stmt) -> bool:
+    """Whether ``a`` and ``b`` sit in the two branches of one ``if`` (only one of them runs)."""
+    def within(node: ast.stmt, block: list[ast.stmt]) -> bool:
+        return bool(block) and block[0].lineno <= node.lineno <= (block[-1].end_lineno or block[-1].lineno)
+
+    return any(isinstance(n, ast.If) and ((within(a, n.body) and within(b, n.orelse))
+                                          or (within(b, n.body) and within(a, n.orelse))) for n in statements(body))
+
+
+def assignment_in_session(name: str, current: Cell | None, line: int, made: str | None = None) -> Statement | None:
     """Where the namespace variable ``name`` was last bound: in the current cell before ``line``,
-    else in the most recent earlier cell that binds it at its top level."""
+    else in the most recent earlier cell that binds it at its top level (``made``: as in
+    :func:`last_assignment`)."""
     cells = session_cells()
     if current is not None:
         tree = parse(current.filename)
         if tree is not None:
-            found = last_assignment(name, current.filename, tree.body, line, current.number)
+            found = last_assignment(name, current.filename, tree.body, line, current.number, made=made)
             if found is not None:
                 return found
     for cell in reversed(cells):
@@ -166,7 +267,7 @@ def assignment_in_session(name: str, current: Cell | None, line: int) -> Stateme
         tree = parse(cell.filename)
         if tree is None:
             continue
-        found = last_assignment(name, cell.filename, tree.body, 1 << 30, cell.number)
+        found = last_assignment(name, cell.filename, tree.body, 1 << 30, cell.number, made=made)
         if found is not None:
             return found
     return None
@@ -201,9 +302,7 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
         # its call (images = images.to(dev)) is what the call gets, whatever the name holds now.
         bindings = [(node.end_lineno or node.lineno, name) for node in statements(tree.body)
                     for name in assigned_names(node)]
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
+        for node, local in calls_with_locals(tree):
             callee = _root(node.func)
             if callee not in modules or callee in found or (isinstance(node.func, ast.Attribute)
                                                              and node.func.attr in _MODULE_METHODS):
@@ -215,8 +314,8 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                      for g in comp.generators if isinstance(g.target, ast.Name)}
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 text = ast.unparse(arg)
-                if _root(arg) in set_before:
-                    continue
+                if _root(arg) in set_before or _root(arg) in local:
+                    continue  # set before the call, or a local of the function the call is in
                 container = None
                 if isinstance(arg, ast.Name) and arg.id in loops:
                     text = loops[arg.id]
@@ -233,6 +332,26 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
         if len(found) == len(modules):
             break
     return [c for made in found.values() for c in made]
+
+
+def calls_with_locals(tree: ast.AST) -> Iterator[tuple[ast.Call, frozenset[str]]]:
+    """Every call in a cell's code, with the names that are locals where it is (the parameters and
+    assignments of the functions and lambdas around it): those are not the notebook's variables,
+    whatever the namespace holds under the same name."""
+    def visit(node: ast.AST, local: frozenset[str]) -> Iterator[tuple[ast.Call, frozenset[str]]]:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            names = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+            if not isinstance(node, ast.Lambda):
+                declared = {n for g in ast.walk(node) if isinstance(g, (ast.Global, ast.Nonlocal)) for n in g.names}
+                names |= {n for s in statements(node.body) for n in assigned_names(s)} - declared
+            local = local | names
+        if isinstance(node, ast.Call):
+            yield node, local
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child, local)
+
+    yield from visit(tree, frozenset())
 
 
 def _root(node: ast.AST) -> str:
@@ -282,14 +401,14 @@ def function_calls(namespace: Any, modules: set[str]) -> list[Any]:
     out = []
     seen: set[str] = set()
     for cell, tree in _recent_cells():
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call) or _root(node.func) in modules:
+        for node, local in calls_with_locals(tree):
+            if _root(node.func) in modules:
                 continue
             arguments = []
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 parts = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
                 for part in parts:
-                    if isinstance(part, (ast.Name, ast.Attribute, ast.Subscript)):
+                    if isinstance(part, (ast.Name, ast.Attribute, ast.Subscript)) and _root(part) not in local:
                         text = ast.unparse(part)
                         if issubclass(type(object_at(namespace, text)), torch.Tensor):
                             arguments.append(text)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ..collect import line_names, locations, stack_reads
+from ..collect import line_names, locations, sources, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Result, Temporary, Traced, first_line
 from ..collect.names import binds_module, root_of
@@ -40,11 +40,10 @@ from ..model.check_report import Mismatch, Operand
 from ..model.fixes import EditCell, Fix
 from ..model.records import SourceLine, device_is_accelerator
 from ..model.scan_result import is_under
-from . import fixes, origins
+from . import device_names, fixes, made_in_code, origins
+from .container_fixes import MOVED_AT_MOST, ContainerFixes
 
 _T = torch.Tensor
-#: Tensors one fix moves line by line (more: each is named, the fix is the line that made them).
-_MOVED_AT_MOST = 64
 _Module = torch.nn.Module
 _COMPREHENSIONS = frozenset({"<listcomp>", "<genexpr>", "<setcomp>", "<dictcomp>"})
 
@@ -94,7 +93,7 @@ class _Named:
         return self.operand.device
 
 
-class _Diagnosis:
+class _Diagnosis(ContainerFixes):
     """Names the operands of a failed op and chooses the fix. Runs only after an error."""
 
     def __init__(self, failure: Failure, op: str, operands: list, devices: list[str], exc: BaseException):
@@ -286,7 +285,8 @@ class _Diagnosis:
             return None
         where = self.failure.source(frame)
         in_cell = where.file == self.cell_file
-        device_expr = origins.device_expression(self.failure.namespace, target, None if in_cell else frame)
+        device_expr = device_names.device_expression(self.failure.namespace, target, None if in_cell else frame,
+                                                     line=where.line)
         edit = origins.default_device_edit(where, device_expr)
         if edit is None:
             return None
@@ -327,12 +327,11 @@ class _Diagnosis:
 
     def _edit_fix(self, origin: origins.Origin, summary: str) -> Fix:
         """A fix that is an edit of the user's line: made by Apply fix when it is in the failed cell."""
-        in_cell = origin.edit is not None and origin.where.cell is not None and origin.where.file == self.cell_file
-        action = EditCell(origin.edit) if in_cell else None
-        note = None if in_cell else (f"then run {origin.where.where} again, and the cells after it that use it"
-                                     if origin.where.cell is not None else None)
-        return Fix(summary=summary, edits=(origin.edit,) if origin.edit else (), action=action, rerun=in_cell,
-                   note=note)
+        edits = origin.edits
+        in_cell = len(edits) == 1 and edits[0].where.cell is not None and edits[0].where.file == self.cell_file
+        action = EditCell(edits[0]) if in_cell else None
+        return Fix(summary=summary, edits=edits, action=action, rerun=in_cell,
+                   note=None if in_cell else made_in_code.rerun_note(edits, self.cell_file))
 
     def _namespace_fix(self, n: _Named, target: str) -> Fix | None:
         record = n.record
@@ -343,15 +342,17 @@ class _Diagnosis:
             return self._container_fix(parent, container, target)
         if parent is None and origins.named_fields(holder := object_at(self.failure.namespace, root)) is not None:
             return self._namedtuple_fix(root, holder, target)
-        device_expr = origins.device_expression(self.failure.namespace, target)
+        device_expr = device_names.device_expression(self.failure.namespace, target)
         wrong = origins.wrong_loop_targets(root, target, self.cell_file, self.failing_line, self.failure.namespace)
         # The variable's own line is the fix only for the tensor or module that moves (not w of w.t).
         movable = record.name == root or self._movable(root)
-        origin = origins.namespace_origin(root, self.cell, self.failing_line, wrong, device_expr) if movable else None
+        origin = made_in_code.namespace_origin(root, self.cell, self.failing_line, wrong, device_expr,
+                                               self.failure.namespace, target) if movable else None
         first = self.index.lookup(n.value) if origin is None and issubclass(type(n.value), _T) else None
         if first is not None and not first[1] and first[0].name == first[0].root != root:
             # Named as the failing line reaches it (batch["ids"]), made as a variable of its own (ids = …).
-            made = origins.namespace_origin(first[0].root, self.cell, self.failing_line, [], device_expr)
+            made = made_in_code.namespace_origin(first[0].root, self.cell, self.failing_line, [], device_expr,
+                                                 self.failure.namespace, target)
             origin = made if made is not None and not made.in_failed_cell else None
         if origin is not None and origin.in_failed_cell and origin.edit is not None:
             what = "the loop's batches" if origin.kind == "loop" else root
@@ -359,28 +360,26 @@ class _Diagnosis:
         under = self.index.result_under(record.name)
         # A cache or any object of a library's that holds several: all of them, not one per run.
         held = [] if movable else [r.name for r in self._plain_tensors_under(root) if r.device == record.device]
-        if 1 < len(held) <= _MOVED_AT_MOST and (several := fixes.move_tensors(root, held, target)) is not None:
-            return several
+        if not movable:  # an object's tensors: made again where its class makes them
+            origin = made_in_code.attributes_origin(object_at(self.failure.namespace, root), root,
+                                                    held or [record.name], self.failure.namespace, target)
+        if 1 < len(held) <= MOVED_AT_MOST and (several := fixes.move_tensors(root, held, target)) is not None:
+            note = f"With the edits, {root}'s class makes them on {target} from now on." if origin else None
+            return dataclasses.replace(several, edits=origin.edits if origin else (),
+                                       note=" ".join(filter(None, [several.note, note])) or None)
         grads = {r.param for r in under.records if r.kind == "gradient"}
         moved = fixes.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
                                   is_leaf=record.is_leaf, is_parameter=record.type_name == "Parameter",
                                   has_grad=record.name in grads, swap_flag=bool(under.options.get("swap_flag")))
-        edits = (origin.edit,) if origin is not None and origin.edit is not None else ()
+        # The other tensors the same line made (inputs, labels = sample()) fail next: they move too.
+        together = [self.index.record(x) for x in (origin.together if origin else ()) if x != record.name]
+        moved = fixes.combine([moved, *(fixes.move_tensor(r.name, target, source=r.device) for r in together
+                                        if r is not None and r.kind == "tensor" and r.device != target
+                                        and r.alias_of is None and not self.handled.add(r.name))])
+        edits = origin.edits if origin is not None else ()
         note = f"With the edit, {origin.where.where} makes it on {target} from now on." if edits else None
         return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None,
                                    note=" ".join(filter(None, [moved.note, note])) or None)
-
-    def _namedtuple_fix(self, root: str, holder: Any, target: str) -> Fix:
-        """A namedtuple batch, made again with ``_replace`` (on the loop's first line when a loop binds it)."""
-        device_expr = origins.device_expression(self.failure.namespace, target)
-        loop = origins.loop_line(root, self.cell_file, self.failing_line, self.failure.namespace,
-                                 lambda n, v: origins.moved_expression(n, v, target, device_expr))
-        origin = origins.namespace_origin(root, self.cell, self.failing_line, [root] if loop else [], device_expr,
-                                          moved=loop)
-        if origin is not None and origin.in_failed_cell and origin.edit is not None:
-            return self._edit_fix(origin, f"make the loop's batches on {target} where this cell makes them")
-        code = fixes.assignment(root, origins.moved_expression(root, holder, target, device_expr) or root)
-        return Fix(f"move the tensors of {root} to {target}, keeping the {type_name(type(holder))}", code, rerun=True)
 
     def _local_fix(self, n: _Named, target: str) -> Fix | None:
         frame, local = n.frame, n.local
@@ -388,10 +387,13 @@ class _Diagnosis:
             return self._comprehension_fix(n, target)
         line = self.failure.source(frame).line
         operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
-        device_expr = origins.device_expression(self.failure.namespace, target, frame, avoid={local}, prefer=operands)
+        made_at = origins.local_statement_line(local, frame, line) or line  # where the edit goes
+        device_expr = device_names.device_expression(self.failure.namespace, target, frame, avoid={local},
+                                                     prefer=operands, line=made_at)
         origin = origins.local_origin(local, frame, line, [local], device_expr)
         if origin is None and n.created is not None:
-            origin = origins.line_origin(n.created[0], device_expr, n.created[0].file == self.cell_file)
+            origin = origins.line_origin(n.created[0], self._device_at(n.created[0], target, local, frame, device_expr),
+                                         n.created[0].file == self.cell_file)
         if origin is not None and origin.edit is not None:
             return self._edit_fix(origin, f"create {local} on the device of the other inputs, in "
                                           f"{origin.edit.context or 'your code'}")
@@ -401,23 +403,53 @@ class _Diagnosis:
         edit = fixes.wrap_name_edit(self.failure.source(frame), local, device_expr)
         if edit is None:
             return None
+        split = device_is_accelerator(n.device) and device_is_accelerator(target)  # model parallel: the move is the design
         return Fix(summary=f"move {local} to the device of the other inputs where it is used", edits=(edit,),
-                   note=f"{local} is computed from values on {n.device}: this copies it on every call; making "
-                        "those values on the right device avoids the copy")
+                   note=None if split else f"{local} is computed from values on {n.device}: this copies it on every "
+                                           "call; making those values on the right device avoids the copy")
+
+    def _device_at(self, where: SourceLine, target: str, local: str, frame: Any, device_expr: str) -> str:
+        """How the line ``where`` (the one that made ``local``) names ``target``: ``device_expr`` when it
+        is in ``frame``'s function, else by what that line's own frame can read (a caller's line
+        cannot read the callee's locals)."""
+        def runs(code: types.CodeType) -> bool:
+            return code.co_filename == where.file and any(n == where.line for *_, n in code.co_lines())
+
+        if runs(frame.f_code):
+            return device_expr
+        there = next((f for f in self.user_frames if runs(f.f_code)), None)
+        if there is None:
+            named = device_names.device_variable(self.failure.namespace, target) if where.cell is not None else None
+            return named or fixes.device_literal(target)
+        return device_names.device_expression(self.failure.namespace, target, there, avoid={local}, line=where.line)
 
     def _passed_in(self, frame: Any, local: str, line: int, target: str) -> Fix | None:
-        """A local computed from (or being) a parameter of the user's function: the caller passed a
-        namespace tensor on the wrong device there (``project(x)``), and that tensor is the fix."""
-        caller = next((f for f in self.user_frames if f is frame.f_back), None)
-        if caller is None:
-            return None
-        caller_line = self.failure.source(caller).text
-        for name in origins.local_inputs(local, frame, line):
-            argument = origins.call_argument(caller, caller_line, frame.f_code.co_name, frame.f_code, name)
-            record = self.index.record(argument or "")
-            if record is not None and record.kind == "tensor" and record.alias_of is None and record.device != target:
-                return self._namespace_fix(_Named(Operand(record.name, "namespace", record.device, "?", None),
-                                                  None, record=record), target)
+        """A local computed from (or being) a parameter of the user's function: the value came from
+        the caller. Up the user's frames (``encode(x)`` ← ``forward(x)`` ← ``model(data)`` in a loop),
+        each call's argument leads to where the value was made: a namespace tensor (moved, its line
+        edited) or a local a caller made (a loop's batch, ``data = batch[0]``: that line edited)."""
+        frames = self.user_frames
+        while frame in frames and frames.index(frame) + 1 < len(frames):
+            caller = frames[frames.index(frame) + 1]
+            where = self.failure.source(caller)
+            arguments = [origins.call_argument(caller, where.text, frame.f_code.co_name, frame.f_code, name)
+                         for name in origins.local_inputs(local, frame, line)]
+            for record in filter(None, (self.index.record(a or "") for a in arguments)):
+                if record.kind == "tensor" and record.alias_of is None and record.device != target:
+                    return self._namespace_fix(_Named(Operand(record.name, "namespace", record.device, "?", None),
+                                                      None, record=record), target)
+            caller_locals = locations.frame_locals(caller) if caller.f_locals is not caller.f_globals else {}
+            found = next((r for r in map(origins.argument_root, filter(None, arguments)) if r in caller_locals), None)
+            if found is None:
+                return None
+            made_at = origins.local_statement_line(found, caller, where.line)
+            if made_at is not None:  # made in the caller: that line, or nothing
+                device_expr = device_names.device_expression(self.failure.namespace, target, caller, avoid={found},
+                                                             line=made_at)
+                origin = origins.local_origin(found, caller, where.line, [found], device_expr, plain_values=True)
+                return self._edit_fix(origin, f"make {found} on {target} where {caller.f_code.co_name} gets it") \
+                    if origin is not None and origin.edit is not None else None
+            frame, local, line = caller, found, where.line  # a parameter of the caller too: one more up
         return None
 
     def _traced_fix(self, n: _Named, target: str) -> Fix | None:
@@ -427,7 +459,7 @@ class _Diagnosis:
             return None
         anchor = next((o.local for o in self._named if o.operand.source == "traced" and o.device == target
                        and o.local and o.local.isidentifier()), None)
-        device_expr = f"{anchor}.device" if anchor else origins.device_expression(self.failure.namespace, target)
+        device_expr = f"{anchor}.device" if anchor else device_names.device_expression(self.failure.namespace, target)
         origin = origins.local_origin_at(traced.filename, traced.function, traced.lineno, traced.name, device_expr)
         if origin is None or origin.edit is None:
             return None
@@ -437,78 +469,15 @@ class _Diagnosis:
     def _line_fix(self, where: SourceLine, target: str, frame: Any) -> Fix | None:
         in_cell = where.file == self.cell_file
         operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
-        device_expr = origins.device_expression(self.failure.namespace, target, None if in_cell else frame,
-                                                prefer=operands)
+        here = frame is not None and where.file == frame.f_code.co_filename
+        # A file's line sees its module's names, not the notebook's: no device variable of the namespace.
+        namespace = self.failure.namespace if where.cell is not None else {}
+        device_expr = device_names.device_expression(namespace, target, None if in_cell else frame,
+                                                     prefer=operands, line=where.line if here else None)
         origin = origins.line_origin(where, device_expr, in_cell)
         if origin is None:
             return None
         return self._edit_fix(origin, f"make the tensor of {where.label} on {target}")
-
-    def _comprehension_fix(self, n: _Named, target: str) -> Fix | None:
-        """An item of a namespace list or tuple that a comprehension on the failing line walks:
-        the container moves, keeping its type."""
-        if self.cell is None:
-            return None
-        try:
-            tree = ast.parse(self.failure.source(self.cell).text)
-        except SyntaxError:
-            return None
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)):
-                for generator in node.generators:
-                    if isinstance(generator.iter, (ast.List, ast.Tuple)) and origins.factory_calls(generator.iter):
-                        # It walks tensors the line itself makes ([torch.ones(2)]): that line is the fix.
-                        return self._line_fix(self.failure.source(self.cell), target, self.cell)
-                    name = ast.unparse(generator.iter)
-                    container = object_at(self.failure.namespace, name)
-                    items = list(container) if type_is_one_of(container, (list, tuple)) else []
-                    if any(item is n.value for item in items):
-                        return self._container_fix(name, container, target)
-        return None
-
-    def _container_fix(self, name: str, container: Any, target: str) -> Fix:
-        """A list, tuple or dict of tensors: moved whole, keeping its type, and the line making it edited."""
-        device_expr = origins.device_expression(self.failure.namespace, target)
-        values = list(dict.values(container)) if type(container) is dict else list(container)
-        kind, all_tensors = type_name(type(container)), all(issubclass(type(v), _T) for v in values)
-        # A loop over batches that binds the container (for batch in loader) moves what it binds on its
-        # first line: every target holding a tensor off the device (for inputs, targets in loader).
-        root = root_of(name)
-        loop = origins.loop_line(root, self.cell_file, self.failing_line, self.failure.namespace,
-                                 lambda n, v: origins.moved_expression(n, v, target, device_expr)) or (
-            fixes.assignment(name, fixes.container_moved(name, device_expr, kind, all_tensors)) if name != root
-            else None)  # batch.data of a BatchEncoding: the dict it keeps, in place
-        origin = origins.namespace_origin(root, self.cell, self.failing_line, [root] if loop else [], device_expr,
-                                          moved=loop)
-        if origin is not None and origin.kind != "loop" and not self._movable(root):
-            origin = None  # `.to(dev)` on the line that made a list or dict would raise
-        leaves = all_tensors and bool(values) and all(type(v) is _T and tb.requires_grad(v) and tb.is_leaf(v)
-                                                     for v in values)
-        moved = fixes.move_container(name, target, kind, all_tensors=all_tensors, leaves=leaves)
-        if leaves:  # an optimizer's state of those tensors follows them, as the next step needs it
-            firsts = {found[0].name for found in map(self.index.lookup, values) if found is not None}
-            states = self.index.result.of_kind("optimizer_state")
-            holders = sorted({root_of(r.name) for r in states if r.param in firsts and r.device != target})
-            moved = fixes.combine([moved, *map(fixes.optimizer_state, holders)])
-        if name != root and origin is None:  # batch["inputs"] of a nested batch: every tensor under batch
-            held = [r.name for r in self._plain_tensors_under(root) if r.device != target]
-            if 1 < len(held) <= _MOVED_AT_MOST:
-                moved = fixes.move_tensors(root, held, target) or moved
-        if origin is not None and origin.in_failed_cell and origin.edit is not None:
-            what = "the loop's batches" if origin.kind == "loop" else root
-            return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if loop else 'it'}")
-        edits = (origin.edit,) if origin is not None and origin.edit else ()
-        return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None)
-
-    def _movable(self, name: str) -> bool:
-        """Whether ``name`` is a tensor or a module: what ``.to()`` on the line that made it moves."""
-        return issubclass(type(object_at(self.failure.namespace, name)), (_T, _Module))
-
-    def _plain_tensors_under(self, root: str) -> list[Any]:
-        """The records of the plain tensors below ``root`` (each memory once, none that needs a
-        gradient): what one fix moves line by line when ``root`` is a cache, a config or a batch."""
-        return [r for r in self.index.result_under(root).records if is_under(r.name, root) and r.kind == "tensor"
-                and r.alias_of is None and not r.requires_grad]
 
     def _attribute_fix(self, n: _Named, target: str) -> Fix | None:
         name = n.operand.name or ""
@@ -539,7 +508,8 @@ class _Diagnosis:
         frame = next((f for f in self.user_frames if f.f_code.co_filename == statement.filename
                       and f.f_code.co_name == statement.function), None)
         operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
-        device_expr = origins.device_expression(self.failure.namespace, target, frame, prefer=operands)
+        device_expr = device_names.device_expression(self.failure.namespace, target, frame, prefer=operands,
+                                                     line=statement.line)
         made = origins.creation_edit(statement, device_expr)
         if made is None or made[0] != "factory":
             return None
@@ -567,21 +537,40 @@ class _Diagnosis:
             return dataclasses.replace(fixes.redispatch(model.name, model.off_map, offloaded=model.offloaded > 0),
                                        rerun=True)
         parts = fixes.parts_off(model, target)
+        # Modules it keeps in a plain list or dict attribute are not registered: its .to() leaves them.
+        held = made_in_code.held_modules(self.index.result.modules, model, target)
+        if held:
+            parts = list(dict.fromkeys([*(parts or ([model.name] if model.parameters or model.buffers else [])),
+                                        *(m.name for m in held)]))
         if not model.deliberate_split:
             self.whole_moves.add(model.name)  # wholly on the target once this is done
         fix = self._move(model, target, parts)
         # The line that made the part (model.head = nn.Linear(...)) or the model gets .to(): it does
         # not come back when those cells run again.
         edits = [origin.edit for origin in (self._module_origin(p, target) for p in (parts or [model.name]))
-                 if origin is not None and origin.edit is not None]
+                 if origin is not None and origin.edit is not None and not held]
+        edits += made_in_code.held_module_edits(object_at(self.failure.namespace, model.name), model.name, held,
+                                                self.failure.namespace, target)
+        if held and edits and self._made_in_failed_cell(model.name):
+            # The cell makes the model again before it fails: only its class's edited lines help.
+            return Fix(summary=f"make {', '.join(m.name for m in held)} on {target} where {model.name}'s class "
+                               "makes them", edits=tuple(dict.fromkeys(edits)),
+                       note=made_in_code.rerun_note(tuple(edits), self.cell_file))
         return dataclasses.replace(fix, edits=tuple(dict.fromkeys(edits)), rerun=True)
 
+    def _made_in_failed_cell(self, name: str) -> bool:
+        """Whether the failed cell binds ``name`` before its failing line (running it again makes it anew)."""
+        current = sources.current_cell(self.cell_file) if self.cell_file else None
+        statement = sources.assignment_in_session(name, current, self.failing_line) if current else None
+        return statement is not None and statement.cell == current.number
+
     def _module_origin(self, path: str, target: str) -> origins.Origin | None:
-        device_expr = origins.device_expression(self.failure.namespace, target)
+        device_expr = device_names.device_expression(self.failure.namespace, target)
         for name in (path, root_of(path)):
             if not self._movable(name):
                 continue  # models[2]'s list: .to() on the line that made the list would raise
-            origin = origins.namespace_origin(name, self.cell, self.failing_line, [], device_expr, wrap=True)
+            made = type_name(type(object_at(self.failure.namespace, name)))
+            origin = origins.namespace_origin(name, self.cell, self.failing_line, [], device_expr, wrap=True, made=made)
             if origin is not None:
                 return origin
         return None
@@ -628,7 +617,7 @@ class _Diagnosis:
         """A variable on the meta device holds no data to move: it is made again on ``target``,
         by an edit of the line that makes it when that line is known."""
         root = root_of(n.record.name)
-        device_expr = origins.device_expression(self.failure.namespace, target)
+        device_expr = device_names.device_expression(self.failure.namespace, target)
         origin = origins.namespace_origin(root, self.cell, self.failing_line, [], device_expr)
         if origin is not None and origin.edit is not None:
             return self._edit_fix(origin, f"make {root} on {target} where it is made (on meta it holds no data to move)")

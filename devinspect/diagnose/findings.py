@@ -24,6 +24,7 @@ from ..model.records import ModuleSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, is_under
 from ..model.units import human_bytes
 from . import fixes
+from .overlaps import outermost, said_once
 
 #: Variable names that usually hold a model's inputs or targets.
 INPUT_NAMES = frozenset(
@@ -42,6 +43,7 @@ def find(result: ScanResult) -> list[Finding]:
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(result))
+    found = said_once(result, found)
     found.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
     if result.options.get("torch_bound", True) is False:
         found = [dataclasses.replace(f, fix=fixes.importing_torch(f.fix, False)) for f in found]
@@ -74,8 +76,12 @@ def scan(
     """
     if namespace is None:
         namespace = sys._getframe(1).f_globals
-    return collect_scan(namespace, roots, include_hidden=include_hidden, all_objects=all_objects, exclude=exclude,
-                        max_depth=max_depth, max_items=max_items, max_objects=max_objects, rules=find)
+    from .device_names import device_names
+
+    result = collect_scan(namespace, roots, include_hidden=include_hidden, all_objects=all_objects, exclude=exclude,
+                          max_depth=max_depth, max_items=max_items, max_objects=max_objects, rules=find)
+    result.options["device_names"] = device_names(namespace)  # how an edit of a cell names each device
+    return result
 
 
 # -- helpers shared by the rules ------------------------------------------------------------
@@ -225,7 +231,10 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
         if module.deliberate_split:
             severity, why = "hint", "its device_map puts parts on different devices on purpose"
         elif len(accelerators) == len(real):
-            severity, why = "warning", "fine if deliberate (model parallel); otherwise it raises a device mismatch"
+            # Parts put on accelerators one by one are model parallel, not a slip: moving it all to one
+            # device is no fix. Where the parts meet, the activations move (what a mismatch there names).
+            severity, why = "hint", ("model parallel: where one part's output goes into the next, it moves to that "
+                                     "part's device (.to())")
         else:
             severity, why = "error", "a forward pass raises a device mismatch where the parts meet"
         yield Finding(
@@ -233,8 +242,37 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
             severity=severity,
             subject=module.name,
             message=f"{module.name} ({module.type_name}) has parameters/buffers on {' and '.join(real)}: {where}; {why}",
-            fix=_with_its_inputs(result, module, target, move_fix(result, module, target))
+            fix=_with_its_inputs(result, module, target,
+                                 made_on(result, move_fix(result, module, target), module.name, target, module=True))
             if target and severity != "hint" else None,
+            names=_module_records(result, module.name),
+        )
+
+
+def modules_left_on_the_host(result: ScanResult) -> Iterator[Finding]:
+    """A model, or a loss that holds tensors (class weights), wholly on the host while the session's
+    other models are on one accelerator, or while the notebook names one accelerator as its device
+    (``device = torch.device("cuda")``) and no model is there yet: found before anything runs."""
+    placed = [m for m in result.modules if m.devices and all(device_is_accelerator(d) for d in m.devices)]
+    accelerators = {d for m in placed for d in m.devices}
+    named = {d for d in dict.keys(result.options.get("device_names", {})) if device_is_accelerator(d)}
+    if len(accelerators) > 1 or not (accelerators or len(named) == 1):
+        return
+    target = next(iter(accelerators or named))
+    names = dict.get(result.options.get("device_names", {}), target)
+    shown = ", ".join(m.name for m in placed[:3]) + (" …" if len(placed) > 3 else "")
+    why = (f"{shown} {'is' if len(placed) == 1 else 'are'} on {target}: tensors passed between them fail; move it "
+           "there if they meet") if placed else (f"your device is {target} ({names}): device tensors passed to it "
+                                                 "fail; move it there if it gets them")
+    left = [m for m in result.modules
+            if m.devices == ("cpu",) and not (m.unmaterialised or m.offloaded or m.moves_inputs)]
+    for module in outermost(result, left):
+        yield Finding(
+            code="module-on-other-device",
+            severity="hint",
+            subject=module.name,
+            message=f"{module.name} ({module.type_name}) is on cpu while {why}",
+            fix=made_on(result, move_fix(result, module, target), module.name, target, module=True),
             names=_module_records(result, module.name),
         )
 
@@ -289,7 +327,17 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
             elsewhere = target is not None and any(r.device != target for r in records)
             direct = first.name == u.name
             where = f" It is on {first.device} while {module.name} is on {target}." if elsewhere else ""
-            if direct:
+            # State its own methods make as it runs (a mask, a recurrent state) follows their inputs: a hint.
+            running = not elsewhere and u.made_while_running
+            where = where or (f" {u.class_name} makes it as it runs, on its inputs' device." if running else "")
+            # Made as it runs on the notebook's accelerator while the model sits on the host: its inputs
+            # were there, and the model is what was left behind.
+            follows = (u.made_while_running and target == "cpu" and device_is_accelerator(first.device)
+                       and first.device in dict.keys(result.options.get("device_names", {})))
+            if follows:
+                where += f" {u.class_name} made it there from its inputs: the model is what sits on the host."
+                fix = made_on(result, move_fix(result, module, first.device), module.name, first.device, module=True)
+            elif direct:
                 fix = fixes.register_buffer(u, target)
             elif u.container in ("list", "tuple", "dict") and target and elsewhere:
                 # Records say nothing of items that are not tensors: the code keeps any such item.
@@ -302,7 +350,7 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
                 )
             yield Finding(
                 code="unregistered-tensor-attribute",
-                severity="error" if elsewhere else "warning",
+                severity="error" if elsewhere else "hint" if running else "warning",
                 subject=u.name,
                 message=(f"{u.name} is a {u.container} of tensors in a plain attribute: .to() and state_dict() skip "
                          f"them.{where}" if u.container else
@@ -470,9 +518,49 @@ def _as_unparsed(name: str) -> str:
 
 def _move_record(result: ScanResult, r: TensorRecord, target: str) -> fixes.Fix:
     grads = {x.param for x in result.of_kind("gradient")}
-    return fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad, is_leaf=r.is_leaf,
-                             is_parameter=r.type_name == "Parameter", has_grad=r.name in grads,
-                             swap_flag=bool(result.options.get("swap_flag")))
+    return made_on(result, fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad,
+                                             is_leaf=r.is_leaf, is_parameter=r.type_name == "Parameter",
+                                             has_grad=r.name in grads, swap_flag=bool(result.options.get("swap_flag"))),
+                   r.name, target)
+
+
+def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: bool = False) -> fixes.Fix:
+    """``fix`` (a move now) with the edit of the cell line that made the variable ``name``, so that
+    the cells make it on ``target`` when they run again (``.to()`` on a model's line, ``device=`` on
+    a factory's, the loop's first line for a batch)."""
+    from .origins import namespace_origin
+
+    if not name.isidentifier():
+        return fix
+    device_expr = dict.get(result.options.get("device_names", {}), target) or fixes.device_literal(target)
+    made = next((m.type_name for m in result.modules if m.name == name), None) if module else None
+    origin = namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module, made=made) or \
+        _unpacked_origin(result, name, target, device_expr)
+    if origin is None or not origin.edits:
+        return fix
+    # The other tensors the same line made (x, adj = load()) would fail next: they move too.
+    records = {r.name: r for r in result.of_kind("tensor") if r.name in origin.together and r.name != name}
+    moves = [fixes.move_tensor(r.name, target, source=r.device) for r in records.values()
+             if r.device != target and r.alias_of is None]
+    note = f"With the edit, {origin.where.where} makes it on {target} from now on."
+    fix = fixes.combine([fix, *moves]) if moves else fix
+    return dataclasses.replace(fix, edits=tuple(dict.fromkeys(fix.edits + origin.edits)),
+                               note=" ".join(filter(None, [fix.note, note])))
+
+
+def _unpacked_origin(result: ScanResult, name: str, target: str, device_expr: str) -> Any:
+    """``x, adj = load()``: a line after it moves each of the tensors it unpacks that sit elsewhere."""
+    from ..collect.sources import assignment_in_session
+    from .origins import Origin, unpacking_edit
+
+    statement = assignment_in_session(name, None, 1 << 30)
+    node = statement.node if statement is not None else None
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple)):
+        return None
+    names = tuple(e.id for e in node.targets[0].elts if isinstance(e, ast.Name))
+    host = {r.name for r in result.of_kind("tensor") if r.name in names and r.device != target and r.alias_of is None}
+    edit = unpacking_edit(statement, [(n, f"{n}.to({device_expr})") for n in names if n in host])
+    return Origin(edit.where, "value", edit, False, together=names) if edit is not None else None
 
 
 def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding]:
@@ -481,7 +569,8 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
     for call in result.calls:
         module = modules.get(call.module)
         real = [d for d in module.devices if d != "meta"] if module is not None else []
-        if module is not None and not real and call.module not in reported:
+        # Wholly on meta: it holds tensors, all without data (a loss or activation holds none).
+        if module is not None and module.devices and not real and call.module not in reported:
             yield from _meta_call(result, module, call, reported)
             continue
         if module is None or len(real) != 1 or module.unmaterialised or module.moves_inputs:
@@ -500,7 +589,7 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
             what = f"{call.argument} is on {', '.join(sorted({r.device for r in wrong}))}"
             names = tuple(r.name for r in wrong)
         else:
-            fix = move_fix(result, module, target)
+            fix = made_on(result, move_fix(result, module, target), module.name, target, module=True)
             what = f"{module.name} is on {here} while {call.argument} is on {target}"
             names = tuple(r.name for r in wrong) + _module_records(result, module.name)
         reported.update(r.name for r in wrong)
@@ -596,6 +685,7 @@ def could_not_inspect(result: ScanResult) -> Iterator[Finding]:
 
 RULES: tuple[Rule, ...] = (
     mixed_device_modules,
+    modules_left_on_the_host,
     partly_materialised_modules,
     unregistered_tensor_attributes,
     optimizer_state_elsewhere,

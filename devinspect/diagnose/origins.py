@@ -21,8 +21,7 @@ import torch
 
 from ..collect import locations, sources
 from ..collect import tensorbase as tb
-from ..collect.failing_call import FACTORIES, LIKE_FACTORIES
-from ..collect.names import namespace_items
+from ..collect.failing_call import FACTORIES, LIKE_FACTORIES, SAME_DEVICE_METHODS
 from ..collect.static import static_class_attr
 from ..model.fixes import SourceEdit
 from ..model.records import SourceLine
@@ -42,61 +41,23 @@ class Origin:
     edit: SourceEdit | None
     #: Whether the line is in the cell that failed (its edit can be made there and run again).
     in_failed_cell: bool = False
+    #: More edits of the same cause (the factory lines of a function the line calls).
+    also: tuple[SourceEdit, ...] = ()
+    #: The names the line binds together (``s, a, r = buffer.sample(8)``): what one fix moves.
+    together: tuple[str, ...] = ()
+
+    @property
+    def edits(self) -> tuple[SourceEdit, ...]:
+        return ((self.edit,) if self.edit is not None else ()) + self.also
 
 
-# -- naming the device in the user's own words ---------------------------------------------------
-
-
-def device_variable(namespace: Mapping[str, Any], device: str) -> str | None:
-    """A namespace variable holding ``device`` (``dev = torch.device("cuda")``), if the user has one."""
-    wanted = torch.device(device)
-    found = []
-    for name, value in namespace_items(namespace):
-        if name.startswith("_"):
-            continue
-        vt = type(value)
-        if vt is torch.device:
-            same = value == wanted or (value.index is None and value.type == wanted.type and (wanted.index or 0) == 0)
-        elif vt is str and len(value) < 20:
-            try:
-                parsed = torch.device(value)
-            except (RuntimeError, ValueError):
-                continue
-            same = parsed == wanted or (parsed.index is None and parsed.type == wanted.type and (wanted.index or 0) == 0)
-        else:
-            continue
-        if same:
-            found.append(name)
-    preferred = ("device", "dev", "DEVICE")
-    found.sort(key=lambda n: (n not in preferred, len(n), n))
-    return found[0] if found else None
-
-
-def device_in_frame(frame: types.FrameType | None, device: str, avoid: set[str] = frozenset(),
-                    prefer: tuple[str, ...] = ()) -> str | None:
-    """``h.device`` for a local tensor of ``frame`` on ``device`` (the user's own code keeps working
-    when the model moves), else None; the names in ``prefer`` (the failing call's operands) first."""
-    if frame is None or frame.f_locals is frame.f_globals:
+def local_statement_line(name: str, frame: types.FrameType, failing_line: int) -> int | None:
+    """The line of the statement :func:`local_origin` edits for the local ``name``."""
+    node = sources.function_node(frame.f_code)
+    if node is None:
         return None
-    local_vars = locations.frame_locals(frame)
-    for name, value in dict.items(local_vars):
-        if type(name) is str and name.isidentifier() and type(value) is torch.device and str(value) == device:
-            if not any(n in local_vars for n in prefer):
-                return name  # the function's own device variable
-    ordered = [(n, dict.get(local_vars, n)) for n in prefer if n in local_vars] + list(dict.items(local_vars))
-    for name, value in ordered:
-        if (type(name) is str and name.isidentifier() and name != "self" and name not in avoid
-                and issubclass(type(value), _T) and str(tb.device(value)) == device):
-            return f"{name}.device"
-    return None
-
-
-def device_expression(namespace: Mapping[str, Any], device: str, frame: types.FrameType | None = None,
-                      avoid: set[str] = frozenset(), prefer: tuple[str, ...] = ()) -> str:
-    """How an edit names ``device``: a local tensor's ``.device`` inside a function, else the
-    user's device variable, else a literal."""
-    return (device_in_frame(frame, device, avoid, prefer) or device_variable(namespace, device)
-            or fixes.device_literal(device))
+    statement = sources.last_assignment(name, frame.f_code.co_filename, node.body, failing_line, None)
+    return statement.line if statement is not None else None
 
 
 # -- edits -------------------------------------------------------------------------------------
@@ -165,12 +126,15 @@ def _cut(text: str, start: int, end: int | None = None) -> str:
     return text.encode()[max(start, 0):end].decode(errors="replace")
 
 
-def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = False) -> tuple[str, SourceEdit] | None:
+def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = False,
+                  name: str | None = None) -> tuple[str, SourceEdit] | None:
     """The edit that makes ``statement`` create its tensors on the right device: ``device=`` on its
     factory calls, or ``.to()`` of its value (always, with ``wrap``: a module or model that is
-    built on the host). None for a statement spanning several lines."""
+    built on the host). A statement over several lines gets ``device=`` after its factory call's
+    last argument, on that argument's line; otherwise None."""
     if not _single_line(statement):
-        return None
+        return (None if wrap else _multiline_factory_edit(statement, device_expr)) \
+            or _multiline_value_edit(statement, device_expr, wrap)
     where = _source_line(statement)
     text = where.text
     node = statement.node
@@ -184,6 +148,10 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
         if new is not None and new != text:
             return "factory", SourceEdit(where, text, new, statement.function)
     if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        if isinstance(node.targets[0], (ast.Tuple, ast.List)):
+            # Several values at once: only the one called ``name`` moves, never the tuple (.to() of a
+            # tuple raises): its own expression (x, y = a.to(dev), b), or a line after the unpacking.
+            return _element_edit(statement, name, device_expr, column) if name else None
         if wrap and _moved_already(node.value):
             return None
         moved = _host_move(node.value)
@@ -204,6 +172,87 @@ def creation_edit(statement: sources.Statement, device_expr: str, wrap: bool = F
             wrapped = value if _is_atom(target) else f"({value})"
             return "value", SourceEdit(where, text, f"{head}{wrapped}.to({device_expr}){tail}", statement.function)
     return None
+
+
+def _element_edit(statement: sources.Statement, name: str, device_expr: str, column: int) -> tuple[str, SourceEdit] | None:
+    """``x, y = a.to(dev), b`` with ``y``'s own expression moved (``b.to(dev)``)."""
+    node = statement.node
+    targets = node.targets[0].elts
+    names = [t.id if isinstance(t, ast.Name) else None for t in targets]
+    if name not in names:
+        return None
+    value = node.value
+    where = _source_line(statement)
+    text = where.text
+    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(targets) \
+            and not any(isinstance(e, ast.Starred) for e in value.elts):
+        element = value.elts[names.index(name)]
+        start, end = element.col_offset - column, (element.end_col_offset or 0) - column
+        part = _cut(text, start, end)
+        if not part:
+            return None
+        moved = part if _is_atom(element) else f"({part})"
+        new = f"{_cut(text, 0, start)}{moved}.to({device_expr}){_cut(text, end)}"
+        return "value", SourceEdit(where, text, new, statement.function)
+    return None  # unpacked from one value: what made that value decides (see unpacking_edit)
+
+
+def wrapped_parts(statement: sources.Statement, parts: list[ast.expr], device_expr: str) -> SourceEdit | None:
+    """The statement's line with each expression of ``parts`` (all on that line) moved: ``part.to(dev)``."""
+    if not parts or any(p.lineno != p.end_lineno or p.lineno != parts[0].lineno for p in parts):
+        return None
+    line = linecache.getline(statement.filename, parts[0].lineno).rstrip("\n")
+    data = line.encode()
+    for part in sorted(parts, key=lambda p: -p.col_offset):
+        start, end = part.col_offset, part.end_col_offset or 0
+        text = data[start:end].decode(errors="replace")
+        if not text:
+            return None
+        moved = text if _is_atom(part) else f"({text})"
+        data = data[:start] + f"{moved}.to({device_expr})".encode() + data[end:]
+    indent = len(line) - len(line.lstrip())
+    where = locations.source_line(statement.filename, parts[0].lineno, statement.function or "<module>")
+    return SourceEdit(where, line[indent:].rstrip(), data.decode(errors="replace")[indent:].rstrip(), statement.function)
+
+
+def _multiline_value_edit(statement: sources.Statement, device_expr: str, wrap: bool) -> tuple[str, SourceEdit] | None:
+    """``model = Net(\n    …\n)`` written over several lines: ``.to()`` after the call's closing
+    bracket, on its last line (``).to(dev)``)."""
+    node = statement.node
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)) or (wrap and _moved_already(node.value)):
+        return None
+    value = node.value
+    if value.end_lineno is None or value.end_col_offset is None:
+        return None
+    line = linecache.getline(statement.filename, value.end_lineno).rstrip("\n").encode()
+    indent = len(line) - len(line.lstrip())
+    if value.end_col_offset > len(line) or not line[:value.end_col_offset].endswith(b")"):
+        return None
+    new = line[:value.end_col_offset] + f".to({device_expr})".encode() + line[value.end_col_offset:]
+    where = locations.source_line(statement.filename, value.end_lineno, statement.function or "<module>")
+    old, new_text = line[indent:].decode(errors="replace").rstrip(), new[indent:].decode(errors="replace").rstrip()
+    return "value", SourceEdit(where, old, new_text, statement.function)
+
+
+def _multiline_factory_edit(statement: sources.Statement, device_expr: str) -> tuple[str, SourceEdit] | None:
+    """``device=`` added after the last argument of the one factory call without it in a statement
+    written over several lines (``torch.zeros(\n    batch,\n    dtype=dtype,\n)``), on the line
+    that argument ends on; None when that is not one such call with arguments."""
+    calls = factory_calls(statement.node)
+    if len(calls) != 1 or not (calls[0].args or calls[0].keywords):
+        return None
+    last = max([*calls[0].args, *calls[0].keywords], key=lambda n: (n.end_lineno or 0, n.end_col_offset or 0))
+    if last.end_lineno is None or last.end_col_offset is None or isinstance(last, ast.keyword) and last.arg is None:
+        return None
+    line = linecache.getline(statement.filename, last.end_lineno).rstrip("\n").encode()
+    indent = len(line) - len(line.lstrip())
+    if not line.strip() or last.end_col_offset > len(line):
+        return None
+    new = line[:last.end_col_offset] + f", device={device_expr}".encode() + line[last.end_col_offset:]
+    where = locations.source_line(statement.filename, last.end_lineno, statement.function or "<module>")
+    old, new_text = line[indent:].decode(errors="replace").rstrip(), new[indent:].decode(errors="replace").rstrip()
+    return "factory", SourceEdit(where, old, new_text, statement.function)
 
 
 def _callee(call: ast.Call) -> str:
@@ -258,6 +307,17 @@ def loop_edit(statement: sources.Statement, names: list[str], device_expr: str,
     indent = " " * max(4, node.body[0].col_offset - node.col_offset)
     line = moved or f"{', '.join(names)} = {', '.join(f'{n}.to({device_expr})' for n in names)}"
     return SourceEdit(where, where.text, f"{where.text}\n{indent}{line}", statement.function)
+
+
+def unpacking_edit(statement: sources.Statement, moved: list[tuple[str, str]]) -> SourceEdit | None:
+    """``s, a, r = buffer.sample(8)`` whose values come from the host: a line after it moves each
+    of them (``moved``: name, expression), as a loop's first line moves its batch."""
+    node = statement.node
+    if not moved or not _single_line(statement) or not isinstance(node, ast.Assign):
+        return None
+    where = _source_line(statement)
+    line = f"{', '.join(n for n, _ in moved)} = {', '.join(e for _, e in moved)}"
+    return SourceEdit(where, where.text, f"{where.text}\n{line}", statement.function)
 
 
 def _loop_binding(root: str, cell_file: str | None, failing_line: int) -> sources.Statement | None:
@@ -346,12 +406,13 @@ def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_li
 
 
 def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
-                     device_expr: str, wrap: bool = False, moved: str | None = None) -> Origin | None:
-    """Where the namespace variable ``name`` was made: in the failed cell before its failing line
-    (a ``for`` loop over host batches included: ``moved`` as in :func:`loop_edit`), else in the
-    latest earlier cell that binds it."""
+                     device_expr: str, wrap: bool = False, moved: str | None = None,
+                     made: str | None = None) -> Origin | None:
+    """Where the namespace variable ``name`` (of class ``made``, when known) was made: in the failed
+    cell before its failing line (a ``for`` loop over host batches included: ``moved`` as in
+    :func:`loop_edit`), else in the latest earlier cell that binds it."""
     current = sources.current_cell(cell_frame.f_code.co_filename) if cell_frame is not None else None
-    statement = sources.assignment_in_session(name, current, failing_line)
+    statement = sources.assignment_in_session(name, current, failing_line, made)
     if statement is None:
         return None
     here = current is not None and statement.cell == current.number
@@ -415,9 +476,11 @@ def _placement_origin(name: str, statement: sources.Statement, device_expr: str,
 
 
 def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: list[str],
-                 device_expr: str) -> Origin | None:
+                 device_expr: str, plain_values: bool = False) -> Origin | None:
     """Where a local of a user function got its value: its last assignment before the failing
-    line (or the ``for`` loop binding it), read from the function's source."""
+    line (or the ``for`` loop binding it), read from the function's source. A factory call is
+    edited; with ``plain_values``, so is an assignment of data that only passes through
+    (``data = batch[0]``: the value moves there), never a computed one (``h = self.fc(x)``)."""
     node = sources.function_node(frame.f_code)
     if node is None:
         return None
@@ -428,10 +491,43 @@ def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: li
     if isinstance(statement.node, (ast.For, ast.AsyncFor)):
         edit = loop_edit(statement, wrong, device_expr)
         return Origin(_source_line(statement), "loop", edit) if edit is not None else None
-    made = creation_edit(statement, device_expr)
-    if made is None or made[0] != "factory":
+    statement = sources.made_before_updates(name, statement, node.body, lambda v: argument_root(ast.unparse(v)) == name,
+                                            lambda s: (creation_edit(s, device_expr, name=name) or ("",))[0] == "factory")
+    made = creation_edit(statement, device_expr, name=name)
+    if made is None or (made[0] != "factory" and not _unpacks(statement)
+                        and not (plain_values and _passes_through(statement))):
         return None
     return Origin(_source_line(statement), made[0], made[1])
+
+
+def _unpacks(statement: sources.Statement) -> bool:
+    node = statement.node
+    return isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], (ast.Tuple, ast.List))
+
+
+def _passes_through(statement: sources.Statement) -> bool:
+    """``data = batch[0]``, ``x = x``, ``inputs = sample.x``: a value bound, indexed or read, not computed."""
+    value = getattr(statement.node, "value", None)
+    return value is not None and all(isinstance(n, (ast.Name, ast.Subscript, ast.Attribute, ast.Constant, ast.Load,
+                                                    ast.Slice, ast.Tuple)) for n in ast.walk(value))
+
+
+def argument_root(expression: str) -> str | None:
+    """The name an argument is of, through what keeps a tensor's device (``x`` for ``x.view(-1, 784)``,
+    ``batch[0]``, ``x.float()``); None for anything computed or moved."""
+    try:
+        node = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SAME_DEVICE_METHODS:
+            node = node.func.value
+        else:
+            return None
 
 
 def local_origin_at(filename: str, function: str, lineno: int, name: str, device_expr: str) -> Origin | None:
@@ -514,14 +610,17 @@ def call_argument(caller: types.FrameType, caller_line: str, function: str, code
     (``x`` in ``out = project(x)``), or None."""
     try:
         tree = ast.parse(caller_line.strip())
-    except SyntaxError:
+    except SyntaxError:  # a call written over several lines: its whole statement
+        tree = sources.parsed_statement(caller.f_code, caller.f_lineno)
+    if tree is None:
         return None
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-        if callee != function and not (function == "forward" and callee is not None):
+        # A forward runs when a module is called (model(x)): the callee is a module, not any call (.mean()).
+        if callee != function and not (function == "forward" and _calls_a_module(caller, node.func)):
             continue
         offset = 1 if names and names[0] == "self" else 0
         for keyword in node.keywords:
@@ -532,6 +631,17 @@ def call_argument(caller: types.FrameType, caller_line: str, function: str, code
             if 0 <= index < len(node.args) and not isinstance(node.args[index], ast.Starred):
                 return ast.unparse(node.args[index])
     return None
+
+
+def _calls_a_module(frame: types.FrameType, func: ast.expr) -> bool:
+    """Whether ``func`` (as written in ``frame``'s line) names an ``nn.Module``, read statically."""
+    from ..collect.values import MISSING, object_at
+
+    scope = dict(frame.f_globals) if type(frame.f_globals) is dict else {}
+    if frame.f_locals is not frame.f_globals:
+        scope.update(locations.frame_locals(frame))
+    value = object_at(scope, ast.unparse(func))
+    return value is not MISSING and issubclass(type(value), torch.nn.Module)
 
 
 def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Origin | None:
@@ -553,9 +663,11 @@ def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Or
     return Origin(where, "factory", SourceEdit(where, text, new, where.function), in_failed_cell)
 
 
-def assignments_in_methods(cls: type, attr: str, skip: tuple[str, ...] = ("__init__",)) -> list[sources.Statement]:
+def assignments_in_methods(cls: type, attr: str, skip: tuple[str, ...] = ("__init__",),
+                           calls_on: str | None = None) -> list[sources.Statement]:
     """``self.<attr> = …`` statements in the user's own methods of ``cls`` other than ``skip``
-    (a buffer reassigned in ``forward`` gets its device there on every call)."""
+    (a buffer reassigned in ``forward`` gets its device there on every call); with ``calls_on``,
+    the ``self.<calls_on>.append(…)`` (``extend``, ``insert``) statements instead."""
     from ..collect.static import FUNCTION_CODE, mro, plain_class_dict
 
     out = []
@@ -574,8 +686,15 @@ def assignments_in_methods(cls: type, attr: str, skip: tuple[str, ...] = ("__ini
             for statement in sources.statements(node.body):
                 targets = statement.targets if isinstance(statement, ast.Assign) else \
                     [statement.target] if isinstance(statement, (ast.AnnAssign, ast.AugAssign)) else []
-                if any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
-                       and t.value.id == "self" for t in targets):
+                if calls_on is not None:
+                    call = statement.value if isinstance(statement, ast.Expr) else None
+                    hit = (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                           and call.func.attr in ("append", "extend", "insert")
+                           and ast.unparse(call.func.value) == f"self.{calls_on}")
+                else:
+                    hit = any(isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
+                              and t.value.id == "self" for t in targets)
+                if hit:
                     out.append(sources.Statement(code.co_filename, statement.lineno, statement,
                                                  locations.cell_number(code.co_filename), code.co_name))
     return out

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import ast
 
+from ..collect import sources
 from ..model.check_report import LineStats
 from ..model.records import SourceLine
 from ..model.units import human_bytes
 from ..model.fixes import Finding, Fix
+from ..model.records import SourceLine
 
 #: Calls that copy one device value to the host: ``x.item()``, ``float(x)``, ``int(x)``.
 _READS = ("item",)
@@ -59,10 +61,33 @@ def _device_value_read(node: ast.AST) -> str | None:
     return None
 
 
+def in_a_loop(where: SourceLine) -> bool | None:
+    """Whether the line ``where`` of the user's code is inside a ``for``, a ``while`` or a
+    comprehension of its own function (or cell); None when its source cannot be read."""
+    tree = sources.parse(where.file)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) \
+                and node.lineno <= where.line <= (node.end_lineno or node.lineno):
+            return True
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body \
+                and node.body[0].lineno <= where.line <= (node.end_lineno or node.lineno):
+            # the loop encloses the line; a function defined inside the loop does not count
+            inner = [f for f in ast.walk(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                     and f.lineno <= where.line <= (f.end_lineno or f.lineno)]
+            if not inner:
+                return True
+    return False
+
+
 def sync_in_loop(s: LineStats) -> Finding:
-    """The finding for a line that made the host wait for the device many times."""
+    """The finding for a line that made the host wait for the device many times. Waits that all
+    happen inside a library, called from a line no loop of the user's runs again (one ``generate``
+    call, which reads a stop condition per token), are the library's own loop: a hint."""
     kinds = ", ".join(f"{k} ×{n}" for k, n in s.syncs)
     inside = f" (inside {', '.join(s.inside)}, called from this line)" if s.inside else ""
+    library_loop = bool(s.inside) and in_a_loop(s.where) is False
     if s.inside:
         fix = (f"the waits happen inside {', '.join(s.inside)}: call it less often, or with fewer steps, "
                "if the loop allows")
@@ -73,7 +98,7 @@ def sync_in_loop(s: LineStats) -> Finding:
     else:
         fix = "avoid data-dependent shapes and Python control flow on device values inside the loop"
     return Finding(
-        code="sync-in-loop", severity="warning", subject=s.where.label,
+        code="sync-in-loop", severity="hint" if library_loop else "warning", subject=s.where.label,
         message=f"{s.where.label}: the host waits for the device {s.sync_count} times ({kinds}){inside}",
         fix=Fix(summary=fix),
     )

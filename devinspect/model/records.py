@@ -162,6 +162,8 @@ class Unregistered:
     init_at: SourceLine | None = None
     #: "list", "tuple", "dict" or "set" when the attribute holds tensors in a container, else None.
     container: str | None = None
+    #: True when a method of the class other than ``__init__`` assigns it (state its forward pass makes).
+    made_while_running: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections import OrderedDict
 from typing import Any, Callable
 
 import torch
@@ -317,6 +318,17 @@ class SimTensor(torch.Tensor):
     def __init__(self, data: torch.Tensor, device: torch.device | None = None, *,
                  requires_grad: bool | None = None) -> None:
         pass
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        # Saved as PyTorch saves a tensor of a backend without storage: its host data, dtype,
+        # device and requires_grad, rebuilt by a function torch.load allows with weights_only
+        # (a CUDA checkpoint loads that way too), and map_location applies.
+        with torch._C.DisableTorchFunctionSubclass():
+            data = self._data.detach()
+        if self.__dict__.get("_is_param"):  # a Parameter stays one, as torch.load gives it back from a GPU
+            return (torch._utils._rebuild_parameter, (_wrap(data, self.device), self.requires_grad, OrderedDict()))
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (data, self.dtype, str(self.device), self.requires_grad))
 
     def __tensor_flatten__(self) -> tuple[list[str], torch.device]:
         return ["_data"], self.device
