@@ -44,7 +44,7 @@ class ContainerFixes:
         code = fixes.assignment(root, origins.moved_expression(root, holder, target, device_expr) or root)
         return Fix(f"move the tensors of {root} to {target}, keeping the {type_name(type(holder))}", code, rerun=True)
 
-    def _comprehension_fix(self, n: _Named, target: str) -> Fix | None:
+    def _comprehension_fix(self, n: Any, target: str) -> Fix | None:  # n: a named operand of the failed call
         """An item of a namespace list or tuple that a comprehension on the failing line walks:
         the container moves, keeping its type."""
         if self.cell is None:

@@ -39,7 +39,6 @@ from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
 from ..model.fixes import EditCell, Fix
 from ..model.records import SourceLine, device_is_accelerator
-from ..model.scan_result import is_under
 from . import device_names, fixes, made_in_code, origins
 from .container_fixes import MOVED_AT_MOST, ContainerFixes
 

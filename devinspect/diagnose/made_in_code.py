@@ -17,7 +17,6 @@ import ast
 import dataclasses
 import linecache
 import types
-from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 import torch

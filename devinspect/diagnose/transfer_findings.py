@@ -19,7 +19,6 @@ from ..model.check_report import LineStats
 from ..model.records import SourceLine
 from ..model.units import human_bytes
 from ..model.fixes import Finding, Fix
-from ..model.records import SourceLine
 
 #: Calls that copy one device value to the host: ``x.item()``, ``float(x)``, ``int(x)``.
 _READS = ("item",)
