@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import contextlib
 import gc
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import pytest
 import torch
@@ -128,3 +129,41 @@ def run(shell: Any, code: str) -> Any:
     # The terminal displayhook prints the value again on stdout; keep stdout only without one.
     stdout = captured.stdout if result.result is None else ""
     return result, "\n".join(texts) + stdout, "\n".join(htmls), captured
+
+
+@contextlib.contextmanager
+def widget_frontend(shell: Any) -> Iterator[Any]:
+    """The shell as devinspect sees it in a Jupyter kernel: a frontend that shows widgets and
+    images (devinspect asks for ``shell.kernel``)."""
+    shell.kernel = object()
+    try:
+        yield shell
+    finally:
+        del shell.kernel
+
+
+@pytest.fixture
+def kernel_ip(ip: Any) -> Iterator[Any]:
+    """:func:`ip` as a Jupyter kernel looks to devinspect (a widget frontend)."""
+    with widget_frontend(ip):
+        yield ip
+
+
+def notebook(cells: Sequence[str], raising: Sequence[int] = ()) -> Any:
+    """A notebook of code ``cells``; those at the indices in ``raising`` are tagged to raise (Run
+    All goes on past them, as JupyterLab's and nbclient's ``raises-exception`` tag says)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    for index in raising:
+        nb.cells[index].metadata["tags"] = ["raises-exception"]
+    return nb
+
+
+def run_notebook(nb: Any, timeout: int = 120, kernel_name: str = "python3", **options: Any) -> Any:
+    """Run every cell of ``nb`` in a real kernel, as Run All does (stopping at a failed cell with
+    CellExecutionError); returns the notebook with its outputs."""
+    from nbclient import NotebookClient
+
+    NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, **options).execute()
+    return nb

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import nbformat
 import pytest
-from conftest import run
-from nbclient import NotebookClient
+from conftest import notebook, run, run_notebook
 from nbclient.exceptions import CellExecutionError
 
 from devinspect.model.fixes import Move
@@ -114,10 +112,9 @@ def test_run_all_stops_at_the_failing_cell():
         "%%devcheck\ny = model(x)",
         "after = 'ran'",
     ]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    client = NotebookClient(nb, timeout=120, kernel_name="python3")
+    nb = notebook(cells)
     with pytest.raises(CellExecutionError):
-        client.execute()
+        run_notebook(nb)
     failing, after = nb.cells[2], nb.cells[3]
     texts = "".join(o.get("data", {}).get("text/plain", "") for o in failing.outputs)
     assert "device mismatch in F.linear" in texts and 'x = x.to("sim:0")' in texts
@@ -138,9 +135,9 @@ def test_top_level_await_runs_on_the_kernel_loop():
         "%%devcheck\nawait asyncio.sleep(0)\nraise ValueError('after await')",
         "print('not reached')",
     ]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb = notebook(cells)
     with pytest.raises(CellExecutionError):
-        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+        run_notebook(nb)
     texts = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in nb.cells[2].outputs)
     assert "3 host syncs" in texts and "2.0" in texts  # counted, and the cell's value shown
     assert "".join(o.get("text", "") for o in nb.cells[3].outputs).split() == ["3", "True"]
@@ -179,13 +176,12 @@ def test_interrupting_a_checked_cell_stops_run_all_as_for_a_plain_cell():
     for checked in (False, True):
         body = "import time, torch\nwhile True:\n    torch.ones(4).sum().item()\n    time.sleep(0.01)"
         cells = ["%load_ext devinspect", ("%%devcheck\n" if checked else "") + body, "after = 'ran'"]
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+        nb = notebook(cells)
         # Only the endless cell has a short timeout (the one that interrupts it); loading the
         # extension may take long on a busy machine without failing anything.
-        client = NotebookClient(nb, timeout=600, interrupt_on_timeout=True, kernel_name="python3",
-                                timeout_func=lambda cell: 8 if "while True" in cell.source else 600)
         with pytest.raises((CellExecutionError, CellTimeoutError)):
-            client.execute()
+            run_notebook(nb, timeout=600, interrupt_on_timeout=True,
+                         timeout_func=lambda cell: 8 if "while True" in cell.source else 600)
         error = next(o for o in nb.cells[1].outputs if o.output_type == "error")
         assert error.ename == "KeyboardInterrupt", checked
         assert nb.cells[2].outputs == [] and nb.cells[2].get("execution_count") is None, checked

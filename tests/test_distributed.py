@@ -8,7 +8,7 @@ import re
 
 import pytest
 import torch
-from conftest import run
+from conftest import notebook, run, run_notebook
 from ranks import run_job
 
 import devinspect
@@ -229,8 +229,6 @@ def test_ranks_magic_gathers_when_the_notebook_is_a_rank(ip):
 
 
 def test_in_a_kernel_the_ranks_report_is_a_widget_with_a_static_fallback():
-    import nbformat
-    from nbclient import NotebookClient
     from ranks import free_port
 
     cells = ["%load_ext devinspect",
@@ -239,8 +237,7 @@ def test_in_a_kernel_the_ranks_report_is_a_widget_with_a_static_fallback():
              "weights = torch.zeros(1000)",
              "%devices --ranks",
              "dist.destroy_process_group()"]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    nb = run_notebook(notebook(cells))
     shown = [o["data"] for o in nb.cells[2].outputs if o.get("output_type") == "display_data"]
     bundle = next(b for b in shown if "text/html" in b)  # the static copy, its own output
     assert any("application/vnd.jupyter.widget-view+json" in b for b in shown)

@@ -9,11 +9,9 @@ import re
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
-from conftest import run
-from nbclient import NotebookClient
+from conftest import notebook, run, run_notebook
 from IPython.utils.capture import capture_output
 from nbclient.exceptions import CellExecutionError
 
@@ -93,13 +91,9 @@ def test_apply_fix_under_an_explained_error_moves_the_input(ip, sim):
     assert ip.user_ns["x"].device == sim and run(ip, "y = model(x)")[0].success
 
 
-def test_in_a_kernel_the_fix_is_a_button(ip, sim):
-    ip.kernel = object()  # a widget frontend
-    try:
-        run(ip, SETUP)
-        _, _, _, captured = run(ip, "y = model(x)")
-    finally:
-        del ip.kernel
+def test_in_a_kernel_the_fix_is_a_button(kernel_ip, sim):
+    run(kernel_ip, SETUP)
+    _, _, _, captured = run(kernel_ip, "y = model(x)")
     assert any("application/vnd.jupyter.widget-view+json" in o.data for o in captured.outputs)
 
 
@@ -599,10 +593,7 @@ def test_in_a_real_kernel_failing_cells_are_explained_and_others_are_not():
         "testing.enable(memory='64MiB')\nkeep = torch.ones(4, 1024, 1024, device=dev)",
         "torch.empty(64, 1024, 1024, device=dev)",  # 5: out of memory
     ]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    for cell in nb.cells[2:]:
-        cell.metadata["tags"] = ["raises-exception"]
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    nb = run_notebook(notebook(cells, raising=range(2, len(cells))))
 
     def texts(i: int) -> str:
         return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in nb.cells[i].outputs)
@@ -620,9 +611,9 @@ def test_in_a_real_kernel_failing_cells_are_explained_and_others_are_not():
 @pytest.mark.slow
 def test_run_all_still_stops_at_an_explained_error():
     cells = ["%load_ext devinspect", SETUP, "y = model(x)", "after = 'ran'"]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb = notebook(cells)
     with pytest.raises(CellExecutionError):
-        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+        run_notebook(nb)
     assert nb.cells[3].outputs == [] and "device mismatch" in str(nb.cells[2].outputs)
 
 

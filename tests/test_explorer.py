@@ -6,7 +6,7 @@ import time
 
 import pytest
 import torch
-from conftest import run
+from conftest import run, widget_frontend
 
 from devinspect.render.grid import GridState, page, select, table_frame
 
@@ -24,8 +24,7 @@ many = [torch.zeros(i + 1) for i in range(60)]
 
 @pytest.fixture
 def explorer(ip, sim):
-    ip.kernel = object()  # a widget frontend, as a Jupyter kernel is
-    try:
+    with widget_frontend(ip):  # a widget frontend, as a Jupyter kernel is
         ip.run_cell(SETUP)
         _, _, _, captured = run(ip, "%devices")
         static, live = captured.outputs[-2].data, captured.outputs[-1].data
@@ -34,8 +33,6 @@ def explorer(ip, sim):
         assert "devinspect:" in static["text/plain"] and "<table" in static["text/html"]
         assert "application/vnd.jupyter.widget-view+json" not in static
         yield ip.magics_manager.registry["DevicesMagics"]._last_explorer
-    finally:
-        del ip.kernel
 
 
 def shown(explorer):

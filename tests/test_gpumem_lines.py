@@ -269,12 +269,8 @@ def test_output_forms(ip, dev):
     assert "memory by line" in LinesPlot(prof)._repr_mimebundle_()["text/html"]
 
 
-def test_in_a_kernel_the_widget_follows_its_static_copy(ip, dev):
-    ip.kernel = object()
-    try:
-        _, _, html, captured = run(ip, "%%gpumem\nk2 = torch.ones(256, device=dev)")
-    finally:
-        del ip.kernel
+def test_in_a_kernel_the_widget_follows_its_static_copy(kernel_ip, dev):
+    _, _, html, captured = run(kernel_ip, "%%gpumem\nk2 = torch.ones(256, device=dev)")
     bundles = [o.data for o in captured.outputs]
     static = next(b["text/html"] for b in bundles if "devinspect-static" in b.get("text/html", ""))
     # The static copy (what nbconvert and a notebook opened without a kernel show) has the plot too.

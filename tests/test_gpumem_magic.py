@@ -12,16 +12,15 @@ import torch
 from devinspect import actions
 from devinspect.model.memory import MemoryHistory, MemorySnapshot
 
-from conftest import run
+from conftest import run, widget_frontend
 
 
 @pytest.fixture
-def kernel_ip(ip):
-    """The shell as a Jupyter kernel looks to %gpumem (a widget frontend)."""
-    ip.kernel = object()
-    yield ip
-    ip.run_line_magic("gpumem", "--stop")
-    del ip.kernel
+def dashboard_ip(kernel_ip):
+    """The shell as a Jupyter kernel looks to %gpumem (a widget frontend); the dashboard's
+    refresh stopped after the test."""
+    yield kernel_ip
+    kernel_ip.run_line_magic("gpumem", "--stop")
 
 
 def instance(shell):
@@ -75,11 +74,8 @@ def test_track_history_and_untrack(ip):
     assert "memory per cell" in text and "cpu resident" in text
     # A terminal gets the table as text, no plot object it cannot show.
     assert not any("image/png" in o.data for o in captured.outputs) and "Image object" not in text
-    ip.kernel = object()  # a frontend that shows images gets the plot
-    try:
+    with widget_frontend(ip):  # a frontend that shows images gets the plot
         _, _, _, captured = run(ip, "%gpumem --history")
-    finally:
-        del ip.kernel
     assert any("image/png" in o.data and "data-jp-theme-light" in o.data.get("text/html", "")
                for o in captured.outputs)  # a light and a dark rendering, picked by the page's theme
     run(ip, "%gpumem --untrack")
@@ -97,8 +93,8 @@ def test_failed_cell_is_recorded_as_failed(ip):
     run(ip, "%gpumem --untrack")
 
 
-def test_unload_removes_hooks_and_stops_watchers(kernel_ip):
-    ip = kernel_ip
+def test_unload_removes_hooks_and_stops_watchers(dashboard_ip):
+    ip = dashboard_ip
     events = ip.events.callbacks
     before_pre, before_post = list(events["pre_run_cell"]), list(events["post_run_cell"])
     run(ip, "%gpumem --track")
@@ -123,15 +119,15 @@ def dashboard_of(ip, line="--watch 0.2"):
     return captured.outputs[-1].data, instance(ip)._last_dashboard(), captured.outputs[-2].data
 
 
-def test_dashboard_bundle_has_widget_and_static_fallback(kernel_ip):
-    bundle, dashboard, static = dashboard_of(kernel_ip)
+def test_dashboard_bundle_has_widget_and_static_fallback(dashboard_ip):
+    bundle, dashboard, static = dashboard_of(dashboard_ip)
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == dashboard.widget.model_id
     assert "memory of" in static["text/plain"] and "<meter" in static["text/html"]  # nbconvert, GitHub
 
 
-def test_watch_refreshes_without_blocking_and_stops(kernel_ip):
-    ip = kernel_ip
+def test_watch_refreshes_without_blocking_and_stops(dashboard_ip):
+    ip = dashboard_ip
     _, dashboard, _ = dashboard_of(ip)
     watcher = instance(ip)._watchers[0]
     result, _, _, _ = run(ip, "1 + 1")  # the kernel stays free while watching: cells run meanwhile
@@ -148,8 +144,8 @@ def test_watch_refreshes_without_blocking_and_stops(kernel_ip):
     assert watcher.ticks == ticks
 
 
-def test_watch_stops_when_the_widget_is_closed(kernel_ip):
-    ip = kernel_ip
+def test_watch_stops_when_the_widget_is_closed(dashboard_ip):
+    ip = dashboard_ip
     _, dashboard, _ = dashboard_of(ip)
     watcher = instance(ip)._watchers[0]
     dashboard.widget.close()
@@ -159,16 +155,16 @@ def test_watch_stops_when_the_widget_is_closed(kernel_ip):
     assert instance(ip)._watchers == []
 
 
-def test_a_second_watch_replaces_the_first(kernel_ip):
-    ip = kernel_ip
+def test_a_second_watch_replaces_the_first(dashboard_ip):
+    ip = dashboard_ip
     dashboard_of(ip)
     first = instance(ip)._watchers[0]
     dashboard_of(ip)
     assert not first.running and len(instance(ip)._watchers) == 1
 
 
-def test_release_history_button_frees_history_tensors(kernel_ip, sim):
-    ip = kernel_ip
+def test_release_history_button_frees_history_tensors(dashboard_ip, sim):
+    ip = dashboard_ip
     count = run(ip, "import torch\ntorch.ones(1000, device='sim:0')")[0].execution_count
     held = weakref.ref(ip.user_ns["Out"][count])
     _, bundle_dashboard, _ = dashboard_of(ip, "")
@@ -189,8 +185,8 @@ def test_release_history_button_frees_history_tensors(kernel_ip, sim):
     assert button.description == "Release history: 3.9 KiB" and not button.disabled
 
 
-def test_buttons_report_bytes_and_errors_stay_in_the_widget(kernel_ip, monkeypatch):
-    ip = kernel_ip
+def test_buttons_report_bytes_and_errors_stay_in_the_widget(dashboard_ip, monkeypatch):
+    ip = dashboard_ip
     _, dashboard, _ = dashboard_of(ip)
     dashboard.buttons["empty_cache"].click()
     assert dashboard.status.value.startswith("✔ empty_cache() released")  # the simulated device's cache
