@@ -11,6 +11,7 @@ GPU the corpus runs again with ``cuda`` in place of the simulated device.
 from __future__ import annotations
 
 import pytest
+from conftest import run
 import torch
 
 from fix_cases import CASES, PRELUDE, Case
@@ -53,10 +54,7 @@ class Session:
         self.setup_source = text_for(case, PRELUDE + case.setup, device)
 
     def cell(self, code: str, *, must: str = "work") -> object:
-        from IPython.utils.capture import capture_output
-
-        with capture_output() as captured:
-            result = self.ip.run_cell(code, store_history=True)
+        result, _, _, captured = run(self.ip, code)
         failed = result.error_in_exec is not None or result.error_before_exec is not None
         if must == "work":
             assert not failed, f"cell failed:\n{code}\n{captured.stdout[-3000:]}"

@@ -359,7 +359,7 @@ class _Diagnosis(ContainerFixes):
         under = self.index.result_under(record.name)
         # A cache or any object of a library's that holds several: all of them, not one per run.
         held = [] if movable else [r.name for r in self._plain_tensors_under(root) if r.device == record.device]
-        if not movable:  # an object's tensors: made again where its class makes them
+        if not movable and origin is None:  # an object's tensors: made again where its class makes them
             origin = made_in_code.attributes_origin(object_at(self.failure.namespace, root), root,
                                                     held or [record.name], self.failure.namespace, target)
         if 1 < len(held) <= MOVED_AT_MOST and (several := fixes.move_tensors(root, held, target)) is not None:
