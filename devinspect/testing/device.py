@@ -15,7 +15,7 @@ from ..collect import tensorbase as tb
 from ..model.units import parse_bytes
 from ..observe import warning_places
 from ..observe.tracebacks import tidy_traceback
-from . import autocast, moves, pinned, storages
+from . import autocast, forks, generators, moves, pinned, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
 from .identity import DEVICE_COUNT, DEVICE_TYPE
@@ -178,7 +178,7 @@ class _BackendModule:
         self._current = int(index)
 
     def _is_in_bad_fork(self) -> bool:
-        return False
+        return forks.in_bad_fork
 
     def manual_seed_all(self, seed: int) -> None:
         pass
@@ -353,6 +353,8 @@ class SimTensor(torch.Tensor):
 def _function(func: Any, args: tuple, kwargs: dict) -> Any:
     """How a simulated tensor answers the calls a GPU tensor answers differently from a CPU one."""
     __tracebackhide__ = True  # noqa: F841
+    if forks.in_bad_fork:
+        raise forks.refusal()
     name = getattr(func, "__name__", "")
     if name == "__set__" and moves.is_data_setter(func) and type(args[0]) is SimTensor:
         # model.to("cpu") and the optimizer keep their parameters, as on CUDA (see moves).
@@ -370,7 +372,7 @@ def _function(func: Any, args: tuple, kwargs: dict) -> Any:
     if name == "__format__" and args and type(args[0]) is SimTensor:
         # f"{loss:.3f}" works on a GPU scalar; Tensor.__format__ only allows exact Tensors.
         return args[0]._data.__format__(*args[1:])
-    if name == "numpy" and args and type(args[0]) is SimTensor:
+    if name in ("numpy", "__array__") and args and type(args[0]) is SimTensor:  # np.asarray(t) calls __array__
         if kwargs.get("force") or (len(args) > 1 and args[1] is True):
             return args[0]._data.detach().numpy().copy()  # numpy(force=True) copies to the host first
         raise TypeError(
@@ -396,7 +398,12 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     __tracebackhide__ = True  # noqa: F841
     if func in _METADATA_OPS:
         return func(_data_of(args[0]), *args[1:])
+    if forks.in_bad_fork:
+        raise forks.refusal()
     name = func.overloadpacket.__name__
+    generators.check(kwargs.get("generator"))  # as CUDA's kernels check a generator's device
+    if name in pinned.PINNING:
+        raise pinned.refusal(args[0])
     if func is torch.ops.aten.record_stream.default:
         return None  # every kernel has finished when it returns: no memory waits on a stream
     if func is torch.ops.aten.copy_.default:
@@ -484,6 +491,7 @@ def _two_devices(devices: set[torch.device]) -> tuple[str, str]:
 
 def _wrap(data: torch.Tensor, device: torch.device, block: Block | None = None) -> SimTensor:
     """``data`` as a tensor on the simulated ``device``, its memory booked there."""
+    forks.used = True
     _books[device.index or 0].track(data, block)
     return SimTensor(data, device)
 
@@ -580,6 +588,7 @@ def _host_factory(qualname: str) -> Any:
     op = getattr(getattr(torch.ops.aten, name), overload or "default")
 
     def factory(*args: Any, device: Any = None, pin_memory: Any = None, **kwargs: Any) -> torch.Tensor:
+        generators.check(kwargs.get("generator"))
         target = _with_index(torch.device(device))
         block = _reserve(target, _result_bytes(op, args, kwargs))  # before the host memory is taken
         return _wrap(op(*args, device="cpu", **kwargs), target, block)
@@ -604,6 +613,8 @@ def _kernel(kernel: Any) -> Any:
     def run(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # noqa: F841
         try:
+            if forks.in_bad_fork:
+                raise forks.refusal()
             return kernel(*args, **kwargs)
         except Exception as exc:
             tidy_traceback(exc, kernel=True)
@@ -667,6 +678,7 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             if torch.accelerator.current_accelerator() == torch.device(DEVICE_TYPE):
                 pinned.install()  # where a GPU is present, pinning stays its own
             torch.autograd.set_multithreading_enabled(False)
+            forks.install()
             warning_places.install()  # a warning an op raises names the user's line, as on a GPU
             _enabled = True
         if memory is not _UNCHANGED:
