@@ -245,7 +245,7 @@ def test_explain_from_plain_python(sim):
         raise KeyError("elsewhere")
     except KeyError as exc:
         other = devinspect.explain(exc)
-    assert not other and "not a device mismatch" in repr(other)
+    assert not other and "not a device error" in repr(other)
 
 
 def test_a_local_of_a_function_is_fixed_in_its_source(sim):

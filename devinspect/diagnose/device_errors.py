@@ -130,7 +130,7 @@ def host_array(failed: Failed) -> DeviceError | None:
     for leaf, value in leaves[:8]:
         text = _named(leaf)
         detach = tb.requires_grad(value) and not _detached(leaf)
-        shown.append(f"{text}{'.detach()' if detach else ''}.cpu()")
+        shown.append(f"{ast.unparse(leaf)}{'.detach()' if detach else ''}.cpu()")
         operands.append(describe(value, text, source_of(inner.frame, failed),
                                  "requires grad" if tb.requires_grad(value) else ""))
         written = line_edits.find(statement.node, ast.unparse(leaf)) if statement is not None else None

@@ -33,7 +33,7 @@ import torch
 from ..collect import line_names, locations, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Result, Temporary, Traced, first_line
-from ..collect.names import binds_module, root_of
+from ..collect.names import binds_module, container_of, root_of
 from ..collect.static import type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
@@ -41,6 +41,7 @@ from ..model.fixes import EditCell, Fix
 from ..model.records import SourceLine, device_is_accelerator
 from ..model.scan_result import is_under
 from . import fixes, origins
+from .dropped_moves import dropped_move_fix
 
 _T = torch.Tensor
 #: Tensors one fix moves line by line (more: each is named, the fix is the line that made them).
@@ -300,6 +301,11 @@ class _Diagnosis:
 
     def _operand_fix(self, n: _Named, target: str) -> Fix | None:
         source = n.operand.source
+        name = n.record.name if n.record is not None and source == "namespace" else None
+        dropped = dropped_move_fix(self.failure.namespace, n.value, name, n.device, target, self.user_frames, self.cell,
+                                   lambda f: self.failure.source(f).line) if issubclass(type(n.value), _T) else None
+        if dropped is not None:  # x.to(dev) as a statement, its copy dropped: that line is the cause
+            return dropped
         if n.device == "meta":
             fix = self._meta_fix(n, target)
             if fix is None and source == "namespace" and n.record is not None:
@@ -337,7 +343,7 @@ class _Diagnosis:
     def _namespace_fix(self, n: _Named, target: str) -> Fix | None:
         record = n.record
         root = root_of(record.name)
-        parent = _parent(record.name)
+        parent = container_of(record.name)
         container = object_at(self.failure.namespace, parent) if parent else MISSING
         if type_is_one_of(container, (list, tuple, dict)):
             return self._container_fix(parent, container, target)
@@ -690,11 +696,3 @@ class _Diagnosis:
 def _arguments(call: ast.Call) -> set[str]:
     return {ast.unparse(a) for a in [*call.args, *(k.value for k in call.keywords)]}
 
-
-def _parent(name: str) -> str | None:
-    """``batch`` for ``batch["ids"]``, ``shards`` for ``shards[0]``; None for a plain name or attribute."""
-    try:
-        node = ast.parse(name, mode="eval").body
-    except SyntaxError:
-        return None
-    return ast.unparse(node.value) if isinstance(node, ast.Subscript) else None
