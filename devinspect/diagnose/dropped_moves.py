@@ -15,6 +15,8 @@ import ast
 import types
 from typing import Any, Iterator
 
+import torch
+
 from ..collect import locations, sources
 from ..collect.dropped_moves import Dropped, device_of, dropped_before, dropped_in_session, line_of
 from ..collect.failing_call import value_in_frame
@@ -68,7 +70,7 @@ def dropped_move_fix(namespace: Any, value: Any, name: str | None, device: str, 
     """The fix for an operand (``value``, the namespace variable ``name`` when it is one) on
     ``device`` while the call needed ``target``, when a dropped move to ``target`` put it there."""
     cell_file = cell.f_code.co_filename if cell is not None else None
-    for frame in frames:
+    for frame in frames if issubclass(type(value), torch.Tensor) else ():
         if frame is cell:
             break
         node = sources.function_node(frame.f_code)

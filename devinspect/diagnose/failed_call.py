@@ -251,7 +251,7 @@ class _Diagnosis:
         moved = {n.operand.name for n in misplaced if n.operand.source == "namespace" and n.operand.name}
         if moved:
             # The other inputs of the call that passed a misplaced tensor would fail next (labels after ids).
-            parts.extend(f for f in self._passed_tensors(target, lambda call: bool(moved & _arguments(call)))
+            parts.extend(f for f in self._passed_tensors(target, lambda call: bool(moved & line_names.call_arguments(call)))
                          if f.summary not in seen and not seen.add(f.summary))
         if any(n.operand.source == "unknown" for n in misplaced):
             # Made inside library code from what the user passed in: those inputs are the cause.
@@ -301,9 +301,7 @@ class _Diagnosis:
 
     def _operand_fix(self, n: _Named, target: str) -> Fix | None:
         source = n.operand.source
-        name = n.record.name if n.record is not None and source == "namespace" else None
-        dropped = dropped_move_fix(self.failure.namespace, n.value, name, n.device, target, self.user_frames, self.cell,
-                                   lambda f: self.failure.source(f).line) if issubclass(type(n.value), _T) else None
+        dropped = self._dropped_move(n, target)
         if dropped is not None:  # x.to(dev) as a statement, its copy dropped: that line is the cause
             return dropped
         if n.device == "meta":
@@ -340,7 +338,14 @@ class _Diagnosis:
         return Fix(summary=summary, edits=(origin.edit,) if origin.edit else (), action=action, rerun=in_cell,
                    note=note)
 
+    def _dropped_move(self, n: _Named, target: str) -> Fix | None:
+        name = n.record.name if n.record is not None and n.operand.source == "namespace" else None
+        return dropped_move_fix(self.failure.namespace, n.value, name, n.device, target, self.user_frames, self.cell,
+                                lambda f: self.failure.source(f).line)
+
     def _namespace_fix(self, n: _Named, target: str) -> Fix | None:
+        if (dropped := self._dropped_move(n, target)) is not None:
+            return dropped
         record = n.record
         root = root_of(record.name)
         parent = container_of(record.name)
@@ -665,8 +670,8 @@ class _Diagnosis:
             for node in ast.walk(tree):
                 if not isinstance(node, ast.Call) or not wanted(node):
                     continue
-                for arg in [a.value if isinstance(a, ast.Starred) else a for a in node.args] + \
-                        [k.value for k in node.keywords]:
+                for arg in [line_names.converted_from(a.value if isinstance(a, ast.Starred) else a) for a in node.args] \
+                        + [line_names.converted_from(k.value) for k in node.keywords]:
                     if origins.factory_calls(arg) and ("line", id(frame)) not in self.handled:
                         # A tensor made right in the call (model(torch.ones(2, 4))): that line is the fix.
                         self.handled.add(("line", id(frame)))
@@ -691,8 +696,4 @@ class _Diagnosis:
                     if fix is not None:
                         out.append(fix)
         return out
-
-
-def _arguments(call: ast.Call) -> set[str]:
-    return {ast.unparse(a) for a in [*call.args, *(k.value for k in call.keywords)]}
 
