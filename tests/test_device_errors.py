@@ -298,3 +298,12 @@ def test_errors_near_these_kinds_get_no_device_explanation(ip, sim, setup, faili
     result, text, _, _ = run(ip, "%%devcheck -v report\n" + failing)
     report = ip.user_ns["report"]
     assert report.device_error is None and report.mismatch is None
+
+
+def test_check_adds_a_device_errors_diagnosis_to_the_exception_in_a_script(sim):
+    z = torch.randn(4, device=sim)
+    with pytest.raises(TypeError) as raised:
+        with devinspect.check({"z": z}) as c:
+            z.numpy()
+    assert c.report.device_error.kind == "host array"
+    assert any(note.startswith("devinspect: host array: z is on sim:0") for note in raised.value.__notes__)
