@@ -425,6 +425,8 @@ class ScenarioRun:
             if value is not None:
                 with torch.no_grad():
                     same = now.detach().to("cpu")
+                if name in assigned and same.dtype != value.dtype:
+                    value = value.to(same.dtype)  # the fix assigns it in the dtype the user's own line converts to
                 if same.shape != value.shape or same.dtype != value.dtype or not torch.equal(same, value):
                     self.outcome.lost = True
                     raise Failed("lost", f"{name} changed its value")

@@ -307,3 +307,14 @@ def test_check_adds_a_device_errors_diagnosis_to_the_exception_in_a_script(sim):
             z.numpy()
     assert c.report.device_error.kind == "host array"
     assert any(note.startswith("devinspect: host array: z is on sim:0") for note in raised.value.__notes__)
+
+
+def test_a_result_computed_on_the_line_and_passed_to_scikit_learn_is_copied_there(ip, sim):
+    pytest.importorskip("sklearn")
+    must_work(ip, PRELUDE + "with torch.no_grad():\n    scores = model(torch.randn(5, 8, device=dev))\n"
+              "labels = torch.randint(0, 3, (5,))\nfrom sklearn.metrics import accuracy_score")
+    explanation, _, _ = explained(ip, "acc = accuracy_score(labels, scores.argmax(1))")
+    error = explanation.device_error
+    assert error.kind == "host array" and "sklearn reads it" in error.what and explanation.mismatch is None
+    assert [e.new for e in error.fix.edits] == ["acc = accuracy_score(labels, scores.argmax(1).cpu())"]
+    must_work(ip, error.fix.edits[0].new)

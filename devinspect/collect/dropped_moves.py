@@ -10,6 +10,7 @@ the device each moves to; they never run anything.
 from __future__ import annotations
 
 import ast
+import linecache
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -37,8 +38,10 @@ class Dropped:
     call: ast.Call
 
     @property
-    def text(self) -> str:
-        return ast.unparse(self.statement.node)
+    def written(self) -> str:
+        """The move's call as the user wrote it (``x.to("cuda")``, quotes and spacing kept)."""
+        text = "".join(linecache.getlines(self.statement.filename))
+        return ast.get_source_segment(text, self.call) or ast.unparse(self.call)
 
 
 def _target(call: ast.Call) -> ast.expr | None:
@@ -189,4 +192,4 @@ def dropped_records(namespace: Any) -> list[Any]:
         value = object_at(namespace, name)
         return None if value is MISSING else value
 
-    return [DroppedMove(d.target, ast.unparse(d.call), device, line_of(d)) for d, device in latest_dropped(read)]
+    return [DroppedMove(d.target, d.written, device, line_of(d)) for d, device in latest_dropped(read)]

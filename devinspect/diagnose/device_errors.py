@@ -29,7 +29,7 @@ import torch
 
 from ..collect import locations
 from ..collect import tensorbase as tb
-from ..collect.failing_call import FACTORIES, Entry, first_line, message, running_expression, traceback_entries, value_in_frame
+from ..collect.failing_call import FACTORIES, Entry, Result, first_line, message, running_expression, traceback_entries, value_in_frame
 from ..model.check_report import DeviceError, Operand
 from ..model.fixes import Fix
 from . import line_edits, origins
@@ -63,6 +63,10 @@ def explain_device_error(exc: BaseException | None, namespace: Mapping[str, Any]
 
 
 def _on_device(value: Any) -> bool:
+    """A tensor on a device, or a result on the failing line never computed whose inputs are there
+    (``scores.argmax(1)``)."""
+    if type(value) is Result:
+        return value.device.split(":")[0] not in ("cpu", "meta")
     return issubclass(type(value), _T) and tb.device(value).type not in ("cpu", "meta")
 
 
@@ -111,6 +115,11 @@ def _host_array_leaves(node: ast.AST, frame: types.FrameType) -> list[tuple[ast.
     return found
 
 
+#: PyTorch's message when no tensor on the user's line can be read ("can't convert cuda:0 device
+#: type tensor to numpy"): only then is the message alone enough to say the kind.
+_DEVICE_TO_NUMPY = re.compile(r"can't convert (\S+) device type tensor to numpy")
+
+
 def host_array(failed: Failed) -> DeviceError | None:
     # PyTorch says it only in its message ("can't convert cuda:0 device type tensor to numpy"):
     # its stable part is that a tensor is converted to numpy; the tensor itself is read below.
@@ -121,18 +130,27 @@ def host_array(failed: Failed) -> DeviceError | None:
         return None
     node = running_expression(inner)
     leaves = _host_array_leaves(node, inner.frame) if node is not None else []
-    if not leaves:
-        return None
+    if not leaves:  # said, with no tensor named: never a mismatch made up from the library's locals
+        device = _DEVICE_TO_NUMPY.search(message(failed.exc))
+        if device is None:
+            return None
+        what = f"a tensor on {device.group(1)} is read as a NumPy array"
+        return DeviceError("host array", first_line(failed.exc), what, failed.line(failed.cell), failed.deeper_line(),
+                           (), "a NumPy array lives in host memory", Fix(
+                               summary="copy the tensor to the host first (.cpu()) where your line reads it or passes "
+                                       "it on", note="run the cell under %%devcheck to see the line that copies it"))
     statement = failed.statement(inner)
     library = failed.library()
     changes = line_edits.Changes(statement) if statement is not None else None
     operands, shown = [], []
     for leaf, value in leaves[:8]:
         text = _named(leaf)
-        detach = tb.requires_grad(value) and not _detached(leaf)
+        tensor = value.stand_in if type(value) is Result else value
+        detach = tb.requires_grad(tensor) and not _detached(leaf)
         shown.append(f"{ast.unparse(leaf)}{'.detach()' if detach else ''}.cpu()")
-        operands.append(describe(value, text, source_of(inner.frame, failed),
-                                 "requires grad" if tb.requires_grad(value) else ""))
+        detail = "requires grad" if tb.requires_grad(tensor) else ""
+        operands.append(describe(tensor, text, source_of(inner.frame, failed), detail) if type(value) is not Result
+                        else Operand(text, "result", value.device, "?", None, "computed on the line"))
         written = line_edits.find(statement.node, ast.unparse(leaf)) if statement is not None else None
         if changes is not None:
             if written is None:
@@ -143,8 +161,9 @@ def host_array(failed: Failed) -> DeviceError | None:
     device = operands[0].device
     reader = f"{library} reads" if library and library != "torch" else "NumPy reads"
     what = f"{names} {'is' if len(operands) == 1 else 'are'} on {device}, and {reader} it as a NumPy array"
+    grad = "; .detach() first for a tensor that requires grad" if any(o.detail == "requires grad" for o in operands) else ""
     cause = (f"a NumPy array lives in host memory: a tensor on {device} has to be copied to the host first "
-             f"(.cpu(): a device-to-host copy, which waits for the device){'; .detach() first for a tensor that requires grad' if any(o.detail for o in operands) else ''}")
+             f"(.cpu(): a device-to-host copy, which waits for the device){grad}")
     edits = changes.edits() if changes is not None else None
     summary = f"copy {names} to the host where it is read: {', '.join(shown)}"
     fix = failed.edit_fix(summary, edits) if edits else Fix(summary=summary, note="change the line that reads it "

@@ -51,10 +51,10 @@ def _fix(dropped: Dropped, device: str, target: str, cell_file: str | None, name
         return None
     where = line_of(dropped)
     in_cell = where.cell is not None and where.file == cell_file
-    code = f"{dropped.target} = {ast.unparse(dropped.call)}" if namespace_code and not in_cell else None
+    code = f"{dropped.target} = {dropped.written}" if namespace_code and not in_cell else None
     again = None if in_cell or where.cell is None else f"Then run Cell In[{where.cell}] again, and the cells after it."
-    summary = (f"{ast.unparse(dropped.call)} at {where.where} returns a moved copy, which is dropped: {dropped.target} "
-               f"stays on {device}; keep the copy, {dropped.target} = {ast.unparse(dropped.call)}")
+    summary = (f"{dropped.written} at {where.where} returns a moved copy, which is dropped: {dropped.target} "
+               f"stays on {device}; keep the copy, {dropped.target} = {dropped.written}")
     return Fix(summary=summary, code=code, edits=(edit,), action=EditCell(edit) if in_cell else None,
                note=" ".join(filter(None, [_WHY + ".", again])), rerun=in_cell or code is not None)
 
