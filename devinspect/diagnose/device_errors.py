@@ -29,7 +29,16 @@ import torch
 
 from ..collect import locations
 from ..collect import tensorbase as tb
-from ..collect.failing_call import FACTORIES, Entry, Result, first_line, message, running_expression, traceback_entries, value_in_frame
+from ..collect.failing_call import (
+    FACTORIES,
+    Entry,
+    Result,
+    first_line,
+    message,
+    running_expression,
+    traceback_entries,
+    value_in_frame,
+)
 from ..model.check_report import DeviceError, Operand
 from ..model.fixes import Fix
 from . import line_edits, origins
@@ -161,7 +170,8 @@ def host_array(failed: Failed) -> DeviceError | None:
     device = operands[0].device
     reader = f"{library} reads" if library and library != "torch" else "NumPy reads"
     what = f"{names} {'is' if len(operands) == 1 else 'are'} on {device}, and {reader} it as a NumPy array"
-    grad = "; .detach() first for a tensor that requires grad" if any(o.detail == "requires grad" for o in operands) else ""
+    needs_grad = any(o.detail == "requires grad" for o in operands)
+    grad = "; .detach() first for a tensor that requires grad" if needs_grad else ""
     cause = (f"a NumPy array lives in host memory: a tensor on {device} has to be copied to the host first "
              f"(.cpu(): a device-to-host copy, which waits for the device){grad}")
     edits = changes.edits() if changes is not None else None

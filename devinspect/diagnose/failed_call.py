@@ -251,8 +251,8 @@ class _Diagnosis:
         moved = {n.operand.name for n in misplaced if n.operand.source == "namespace" and n.operand.name}
         if moved:
             # The other inputs of the call that passed a misplaced tensor would fail next (labels after ids).
-            parts.extend(f for f in self._passed_tensors(target, lambda call: bool(moved & line_names.call_arguments(call)))
-                         if f.summary not in seen and not seen.add(f.summary))
+            passed = self._passed_tensors(target, lambda call: bool(moved & line_names.call_arguments(call)))
+            parts.extend(f for f in passed if f.summary not in seen and not seen.add(f.summary))
         if any(n.operand.source == "unknown" for n in misplaced):
             # Made inside library code from what the user passed in: those inputs are the cause.
             parts.extend(f for f in self._inputs_on_lines(target) if f.summary not in seen)
