@@ -4,7 +4,7 @@ Each scenario is one of five **kinds** — a move whose result is dropped (``x.t
 statement), a device tensor read as a NumPy array, a DataLoader pinning a dataset that holds
 device tensors, the same dataset loaded in worker processes, a random op given a generator of
 another device — written in one of several **shapes** (in the cell, in a loop, in a helper
-function, in a class, through a library call), met through an **entry point** (a plain cell
+function, in a class, through a library call, after a move whose result is dropped), met through an **entry point** (a plain cell
 explained after the fact, ``%%devcheck``, the Apply fix button; ``%devices`` for a dropped move,
 which it finds before anything fails). Names, the device variable and the values are drawn
 from the seed. Errors near these kinds that are not device errors, and clean sessions that
@@ -25,7 +25,7 @@ from scenarios import DEVICE_NAMES, Scenario
 #: The kinds, with the shapes each is written in and the kind of explanation it gets.
 KINDS: dict[str, tuple[str, ...]] = {
     "dropped_move": ("cell", "same_cell", "loop", "helper", "class", "chain", "named_method"),
-    "host_array": ("cell", "loop", "helper", "class", "library"),
+    "host_array": ("cell", "loop", "helper", "class", "library", "dropped_cpu"),
     "pinned_dataset": ("cell", "loop", "helper", "class", "library"),
     "worker_dataset": ("cell", "loop", "helper", "class"),
     "generator": ("cell", "loop", "helper", "class", "library"),
@@ -177,6 +177,10 @@ def _host_array(d: _Draft) -> None:
     elif d.shape == "helper":
         d.setup.append(f"def to_array(t):\n    return {_renamed(read, z, 't')}\n")
         d.failing = [f"arr = to_array({z})"]
+        d.line = d.failing[0]
+    elif d.shape == "dropped_cpu":  # the copy to the host written as a statement: its result is dropped
+        d.setup.append(d.rng.choice((f"{z}.cpu()\n", f"{z}.to(\"cpu\")\n")))
+        d.failing = [f"arr = {read}", "total = float(arr.sum())"]
         d.line = d.failing[0]
     elif d.shape == "class":
         d.setup.append("class Collector:\n    def __init__(self):\n        self.rows = []\n\n"

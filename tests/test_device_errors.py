@@ -148,6 +148,42 @@ def test_a_device_tensor_read_as_an_array_is_copied_to_the_host_on_the_users_lin
     must_work(ip, apply_lines(read, error.fix.edits))
 
 
+@pytest.mark.parametrize("where", ["earlier cell", "same cell", "helper"])
+def test_a_dropped_copy_to_the_host_is_named_and_kept_where_it_is_written(ip, sim, where):
+    setup, failing, edited = {
+        "earlier cell": ("z = torch.randn(5, 3, device=dev)\nz.cpu()\n", "arr = z.numpy()", "z = z.cpu()"),
+        "same cell": ("", "z = torch.randn(5, 3, device=dev)\nz.to('cpu')\narr = np.asarray(z)", "z = z.to('cpu')"),
+        "helper": ("def to_array(t):\n    t.cpu()\n    return t.detach().numpy()\n",
+                   "arr = to_array(model(torch.randn(5, 8, device=dev)))", "    t = t.cpu()"),
+    }[where]
+    number = counted(ip, PRELUDE + setup)
+    explanation, text, pointer = explained(ip, failing)
+    error = explanation.device_error
+    assert error.kind == "host array" and "returns a moved copy, which is dropped" in error.fix.summary
+    assert pointer.startswith("devinspect: host array: ") and "returns a moved copy" in pointer
+    edit, = error.fix.edits
+    assert edit.new == edited.strip()
+    if where == "same cell":  # Apply fix edits the failed cell, which then works
+        assert error.fix.action is not None and error.fix.code is None
+        must_work(ip, apply_lines(failing, error.fix.edits))
+    else:
+        if where == "earlier cell":
+            assert error.fix.code == "z = z.cpu()"
+        cells = apply_edits(ip, error.fix, {number: PRELUDE + setup})
+        assert edited in cells[number].splitlines()
+        must_work(ip, cells[number])
+        must_work(ip, failing)
+    assert type(ip.user_ns["arr"]).__module__ == "numpy"
+
+
+def test_a_dropped_copy_to_the_host_of_a_tensor_that_requires_grad_is_fixed_on_the_reading_line(ip, sim):
+    must_work(ip, PRELUDE + "z = model(torch.randn(5, 8, device=dev))\nz.cpu()\n")
+    explanation, _, _ = explained(ip, "arr = z.numpy()")
+    fix = explanation.device_error.fix  # z = z.cpu() alone would leave a tensor NumPy refuses (it requires grad)
+    assert [e.new for e in fix.edits] == ["arr = z.detach().cpu().numpy()"]
+    must_work(ip, fix.edits[0].new)
+
+
 def test_apply_fix_copies_the_tensor_in_the_failed_cell_and_the_cell_works(ip, sim):
     from devinspect.jupyter.fix_panel import explanation_panel
 

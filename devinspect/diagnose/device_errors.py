@@ -42,6 +42,7 @@ from ..collect.failing_call import (
 from ..model.check_report import DeviceError, Operand
 from ..model.fixes import Fix
 from . import line_edits, origins
+from .dropped_moves import dropped_move_fix
 from .failed_frames import Failed, describe, source_of
 from .loader_errors import loader_error, loader_generator
 
@@ -99,12 +100,17 @@ def _detached(node: ast.expr) -> bool:
     return False
 
 
-def _named(node: ast.expr) -> str:
-    """How an explanation names a tensor: ``z`` for ``z.detach()`` (its own data, the same tensor)."""
+def _undetached(node: ast.expr) -> ast.expr:
+    """The tensor an expression detaches: ``z`` for ``z.detach()`` or ``z.data`` (the same data)."""
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach" \
             or isinstance(node, ast.Attribute) and node.attr == "data":
         node = node.func.value if isinstance(node, ast.Call) else node.value
-    return ast.unparse(node)
+    return node
+
+
+def _named(node: ast.expr) -> str:
+    """How an explanation names a tensor: ``z`` for ``z.detach()`` (its own data, the same tensor)."""
+    return ast.unparse(_undetached(node))
 
 
 def _host_array_leaves(node: ast.AST, frame: types.FrameType) -> list[tuple[ast.expr, Any]]:
@@ -148,6 +154,9 @@ def host_array(failed: Failed) -> DeviceError | None:
                            (), "a NumPy array lives in host memory", Fix(
                                summary="copy the tensor to the host first (.cpu()) where your line reads it or passes "
                                        "it on", note="run the cell under %%devcheck to see the line that copies it"))
+    dropped = _dropped_host_move(failed, inner, leaves)
+    if dropped is not None:
+        return dropped
     statement = failed.statement(inner)
     library = failed.library()
     changes = line_edits.Changes(statement) if statement is not None else None
@@ -180,6 +189,36 @@ def host_array(failed: Failed) -> DeviceError | None:
                                                                                "so that it reads " + ", ".join(shown))
     return DeviceError("host array", first_line(failed.exc), what, failed.line(failed.cell), failed.deeper_line(),
                        tuple(operands), cause, fix)
+
+
+def _dropped_host_move(failed: Failed, inner: Entry, leaves: list[tuple[ast.expr, Any]]) -> DeviceError | None:
+    """A tensor read as an array after ``x.cpu()`` (or ``x.to("cpu")``) was written as a statement:
+    that move, whose copy was dropped, is the cause, and its line keeps the copy. Only where the
+    copy alone makes the read work: one tensor, read by its name, not requiring grad (or detached
+    on the line)."""
+    if len(leaves) != 1 or type(leaves[0][1]) is Result:
+        return None
+    leaf, value = leaves[0]
+    read = _undetached(leaf)
+    if not isinstance(read, ast.Name) or (tb.requires_grad(value) and not _detached(leaf)):
+        return None
+    lines = {id(e.frame): e.lineno for e in failed.entries}
+    frames = [e.frame for e in reversed(failed.users)]
+    cell = failed.cell.frame if failed.cell is not None else None
+    name = read.id if inner is failed.cell else None
+    device = str(tb.device(value))
+    fix = dropped_move_fix(failed.namespace, value, name, device, "cpu", frames, cell,
+                           lambda frame: lines.get(id(frame), 1 << 30))
+    if fix is None:
+        return None
+    library = failed.library()
+    reader = f"{library} reads" if library and library != "torch" else "NumPy reads"
+    what = f"{read.id} is on {device}, and {reader} it as a NumPy array"
+    cause = (f"a NumPy array lives in host memory; the line that copies {read.id} to the host drops the copy "
+             "(Tensor.cpu and Tensor.to return a copy and leave the tensor where it is)")
+    operand = describe(value, read.id, source_of(inner.frame, failed))
+    return DeviceError("host array", first_line(failed.exc), what, failed.line(failed.cell), failed.deeper_line(),
+                       (operand,), cause, fix)
 
 
 # -- a generator of another device -------------------------------------------------------------------
