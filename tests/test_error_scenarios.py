@@ -3,6 +3,8 @@
 tensors, a generator of another device, each in several shapes and met through each entry point.
 Every printed fix runs as printed (or its edits, made as printed, make the cells work), twice,
 losing nothing; errors near these kinds get no device explanation, clean sessions no finding.
+They run on the simulated device, but for a shuffling DataLoader's, whose fix (a generator of the
+device) only CUDA can run: those run on a GPU (``cuda``-marked).
 
 ``benchmarks/fix_corpus.py --corpus errors`` runs 2,000 of them and prints the rates by kind,
 shape and entry point.
@@ -19,19 +21,28 @@ from scenario_runner import ScenarioRun
 #: Seeds run in CI: a fixed sample, the same on every run.
 SEEDS = range(64)
 SCENARIOS = [generate_error(seed) for seed in SEEDS]
+#: A shuffling DataLoader's fix is a generator of the device, which only a device with generators of
+#: its own (CUDA; not the simulated one, written in Python) can make: those run on a GPU.
+ON_A_GPU = [s for s in SCENARIOS if "device_generator" in s.needs]
 #: Seeds below this also run in the quick profile (-m "not slow").
 QUICK_SEEDS = 8
 
 
-@pytest.mark.parametrize("scenario", [pytest.param(s, id=s.name, marks=[pytest.mark.slow] if s.seed >= QUICK_SEEDS
-                                                   else []) for s in SCENARIOS])
-def test_generated_error_scenario(ip, sim, scenario):
-    if "sklearn" in scenario.needs:
-        pytest.importorskip("sklearn")
-    outcome = ScenarioRun(ip, scenario, "sim:0").run()
-    if outcome.verdict == "skip":
-        pytest.skip(outcome.reason)
+def judged(ip, scenario, device: str) -> None:
+    outcome = ScenarioRun(ip, scenario, device).run()
     assert outcome.verdict == "pass", f"[{outcome.stage}] {outcome.reason}\nfix:\n{outcome.fix_text}"
+
+
+@pytest.mark.parametrize("scenario", [pytest.param(s, id=s.name, marks=[pytest.mark.slow] if s.seed >= QUICK_SEEDS
+                                                   else []) for s in SCENARIOS if s not in ON_A_GPU])
+def test_generated_error_scenario(ip, sim, scenario):
+    judged(ip, scenario, "sim:0")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("scenario", [pytest.param(s, id=s.name) for s in ON_A_GPU])
+def test_generated_error_scenario_on_cuda(ip, scenario):
+    judged(ip, scenario, "cuda:0")
 
 
 def test_the_sample_covers_every_kind_shape_and_entry():
