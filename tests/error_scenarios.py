@@ -4,7 +4,8 @@ Each scenario is one of five **kinds** — a move whose result is dropped (``x.t
 statement), a device tensor read as a NumPy array, a DataLoader pinning a dataset that holds
 device tensors, the same dataset loaded in worker processes, a random op given a generator of
 another device — written in one of several **shapes** (in the cell, in a loop, in a helper
-function, in a class, through a library call, after a move whose result is dropped), met through an **entry point** (a plain cell
+function, in a class, through a library call, after a move whose result is dropped, a list of
+tensors handed to a library), met through an **entry point** (a plain cell
 explained after the fact, ``%%devcheck``, the Apply fix button; ``%devices`` for a dropped move,
 which it finds before anything fails). Names, the device variable and the values are drawn
 from the seed. Errors near these kinds that are not device errors, and clean sessions that
@@ -25,7 +26,7 @@ from scenarios import DEVICE_NAMES, Scenario
 #: The kinds, with the shapes each is written in and the kind of explanation it gets.
 KINDS: dict[str, tuple[str, ...]] = {
     "dropped_move": ("cell", "same_cell", "loop", "helper", "class", "chain", "named_method"),
-    "host_array": ("cell", "loop", "helper", "class", "library", "dropped_cpu"),
+    "host_array": ("cell", "loop", "helper", "class", "library", "dropped_cpu", "list"),
     "pinned_dataset": ("cell", "loop", "helper", "class", "library"),
     "worker_dataset": ("cell", "loop", "helper", "class"),
     "generator": ("cell", "loop", "helper", "class", "library"),
@@ -77,6 +78,7 @@ def generate_error(seed: int) -> Scenario:
         kind, shape = NEAR, _NEAR_SHAPES[(seed // _NEAR_EVERY) % len(_NEAR_SHAPES)]
     else:
         kind, shape = _COMBINATIONS[turn % len(_COMBINATIONS)]
+    rounds = turn // len(_COMBINATIONS)  # a combination met again is met through the next entry point
     d = _Draft(rng, kind, shape, dev=rng.choice(DEVICE_NAMES), model=rng.choice(MODEL_NAMES))
     d.setup.append("import torch, torch.nn as nn, torch.nn.functional as F\n"
                    f"torch.manual_seed({rng.randrange(100)})\n{d.dev} = torch.device(\"DEVICE\")\n"
@@ -87,9 +89,9 @@ def generate_error(seed: int) -> Scenario:
     if kind == NEAR:
         entry = ("plain", "devcheck")[turn % 2]
     elif kind == "dropped_move" and shape in ("cell", "chain", "named_method"):
-        entry = (*ENTRIES, "devices")[turn % 4]
+        entry = (*ENTRIES, "devices")[(turn + rounds) % 4]
     else:
-        entry = ENTRIES[turn % len(ENTRIES)]
+        entry = ENTRIES[(turn + rounds) % len(ENTRIES)]
     return Scenario(seed=seed, family=shape, bug=kind, entry=entry, setup=tuple(d.setup),
                     failing="\n".join(d.failing) + "\n", kind=d.kind_of_scenario, devices=d.devices, line=d.line,
                     decoys=tuple(d.decoys), after="\n".join(d.after), needs=tuple(sorted(set(d.needs))),
@@ -178,6 +180,15 @@ def _host_array(d: _Draft) -> None:
         d.setup.append(f"def to_array(t):\n    return {_renamed(read, z, 't')}\n")
         d.failing = [f"arr = to_array({z})"]
         d.line = d.failing[0]
+    elif d.shape == "list":  # a loss per step kept in a list, then handed to a library
+        d.setup.append(f"history = []\nfor step in range(3):\n    history.append({d.model}(torch.randn(2, 8, device={d.dev})).sum()"
+                       f"{d.rng.choice(('', '.detach()'))})\n")
+        d.failing = [d.rng.choice(("m = np.mean(history)", "arr = np.array(history)", "s = np.std(history, ddof=1)"))]
+        if d.rng.random() < 0.4:
+            d.needs = ("matplotlib",)
+            d.failing = ["import matplotlib", "matplotlib.use('Agg')", "import matplotlib.pyplot as plt",
+                         "lines = plt.plot(history)", "plt.close('all')"]
+        d.line = next(line for line in d.failing if "history" in line)
     elif d.shape == "dropped_cpu":  # the copy to the host written as a statement: its result is dropped
         d.setup.append(d.rng.choice((f"{z}.cpu()\n", f"{z}.to(\"cpu\")\n")))
         d.failing = [f"arr = {read}", "total = float(arr.sum())"]

@@ -136,6 +136,8 @@ def test_devices_finds_a_dropped_move_before_anything_fails(ip, sim):
      "arr = np.asarray(z.cpu())"),
     ("z = model(torch.randn(5, 8, device=dev))", "import pandas as pd\nframe = pd.DataFrame({'a': z[:, 0]})",
      "frame = pd.DataFrame({'a': z[:, 0].detach().cpu()})"),
+    ("z = [model(torch.randn(2, 8, device=dev)).sum() for step in range(3)]", "mean = np.mean(z)",
+     "mean = np.mean([t.detach().cpu() for t in z])"),
 ])
 def test_a_device_tensor_read_as_an_array_is_copied_to_the_host_on_the_users_line(ip, sim, made, read, fixed):
     must_work(ip, PRELUDE + made)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import re
 import types
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -72,9 +73,38 @@ def explain_device_error(exc: BaseException | None, namespace: Mapping[str, Any]
 # -- a device tensor read as a NumPy array ----------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Items:
+    """A list or tuple of tensors, some of them on a device (``losses`` handed to ``plt.plot``)."""
+
+    kind: str
+    tensors: tuple[Any, ...]
+
+    @property
+    def on_device(self) -> Any:
+        return next(t for t in self.tensors if _on_device(t))
+
+
+#: A list longer than this is not read item by item.
+_ITEMS_READ = 100_000
+
+
+def _items(value: Any) -> _Items | None:
+    """``value`` as a list of tensors when it is a plain list or tuple of tensors only, some on a
+    device (read without running anything: a builtin sequence and the tensors' types)."""
+    if type(value) not in (list, tuple) or not 0 < len(value) <= _ITEMS_READ:
+        return None
+    tensors = tuple(value)
+    if not all(issubclass(type(t), _T) for t in tensors) or not any(_on_device(t) for t in tensors):
+        return None
+    return _Items(type(value).__name__, tensors)
+
+
 def _on_device(value: Any) -> bool:
-    """A tensor on a device, or a result on the failing line never computed whose inputs are there
-    (``scores.argmax(1)``)."""
+    """A tensor on a device, a list of tensors some on a device, or a result on the failing line
+    never computed whose inputs are there (``scores.argmax(1)``)."""
+    if type(value) is _Items:
+        return True
     if type(value) is Result:
         return value.device.split(":")[0] not in ("cpu", "meta")
     return issubclass(type(value), _T) and tb.device(value).type not in ("cpu", "meta")
@@ -113,6 +143,10 @@ def _named(node: ast.expr) -> str:
     return ast.unparse(_undetached(node))
 
 
+def _names_in(node: ast.expr) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
 def _host_array_leaves(node: ast.AST, frame: types.FrameType) -> list[tuple[ast.expr, Any]]:
     """The expressions on the user's line that hand a device tensor to be read as an array: the
     object of a ``.numpy()`` call, or an argument of a call into library code."""
@@ -125,6 +159,7 @@ def _host_array_leaves(node: ast.AST, frame: types.FrameType) -> list[tuple[ast.
             parts = [leaf for arg in [*call.args, *(k.value for k in call.keywords)] for leaf in _leaves(arg)]
         for part in parts:
             value = value_in_frame(part, frame)
+            value = _items(value) or value
             if _on_device(value) and all(part is not seen for seen, _ in found):
                 found.append((part, value))
     return found
@@ -160,26 +195,38 @@ def host_array(failed: Failed) -> DeviceError | None:
     statement = failed.statement(inner)
     library = failed.library()
     changes = line_edits.Changes(statement) if statement is not None else None
-    operands, shown = [], []
+    operands, shown, needs_grad, lists = [], [], False, 0
     for leaf, value in leaves[:8]:
         text = _named(leaf)
-        tensor = value.stand_in if type(value) is Result else value
-        detach = tb.requires_grad(tensor) and not _detached(leaf)
-        shown.append(f"{ast.unparse(leaf)}{'.detach()' if detach else ''}.cpu()")
-        detail = "requires grad" if tb.requires_grad(tensor) else ""
-        operands.append(describe(tensor, text, source_of(inner.frame, failed), detail) if type(value) is not Result
-                        else Operand(text, "result", value.device, "?", None, "computed on the line"))
         written = line_edits.find(statement.node, ast.unparse(leaf)) if statement is not None else None
-        if changes is not None:
-            if written is None:
-                changes.failed = True
-            else:
+        if type(value) is _Items:
+            grad = any(tb.requires_grad(t) for t in value.tensors)
+            item = next(n for n in ("t", "item", "tensor", "_t") if n not in _names_in(leaf))
+            shown.append(f"[{item}{'.detach()' if grad else ''}.cpu() for {item} in {ast.unparse(leaf)}]")
+            first = describe(value.on_device, text, source_of(inner.frame, failed))
+            detail = f"a {value.kind} of {len(value.tensors)} tensors" + (" that require grad" if grad else "")
+            operands.append(Operand(text, first.source, first.device, first.dtype, None, detail))
+            if changes is not None and written is not None:
+                changes.items_on_host(written, grad, item)
+            lists += 1
+        else:
+            tensor = value.stand_in if type(value) is Result else value
+            grad = tb.requires_grad(tensor)
+            detach = grad and not _detached(leaf)
+            shown.append(f"{ast.unparse(leaf)}{'.detach()' if detach else ''}.cpu()")
+            operands.append(describe(tensor, text, source_of(inner.frame, failed), "requires grad" if grad else "")
+                            if type(value) is not Result
+                            else Operand(text, "result", value.device, "?", None, "computed on the line"))
+            if changes is not None and written is not None:
                 changes.on_host(written, detach)
+        needs_grad = needs_grad or grad
+        if changes is not None and written is None:
+            changes.failed = True
     names = ", ".join(o.name or "?" for o in operands)
     device = operands[0].device
     reader = f"{library} reads" if library and library != "torch" else "NumPy reads"
-    what = f"{names} {'is' if len(operands) == 1 else 'are'} on {device}, and {reader} it as a NumPy array"
-    needs_grad = any(o.detail == "requires grad" for o in operands)
+    held = "hold tensors" if lists and len(operands) > 1 else "holds tensors" if lists else ""
+    what = f"{names} {held or ('is' if len(operands) == 1 else 'are')} on {device}, and {reader} it as a NumPy array"
     grad = "; .detach() first for a tensor that requires grad" if needs_grad else ""
     cause = (f"a NumPy array lives in host memory: a tensor on {device} has to be copied to the host first "
              f"(.cpu(): a device-to-host copy, which waits for the device){grad}")
@@ -199,6 +246,8 @@ def _dropped_host_move(failed: Failed, inner: Entry, leaves: list[tuple[ast.expr
     if len(leaves) != 1 or type(leaves[0][1]) is Result:
         return None
     leaf, value = leaves[0]
+    if not issubclass(type(value), _T):
+        return None
     read = _undetached(leaf)
     if not isinstance(read, ast.Name) or (tb.requires_grad(value) and not _detached(leaf)):
         return None

@@ -1,7 +1,7 @@
 """Edits of the user's own lines, made on the text as written (columns from ``ast``).
 
 Each edit keeps everything of the line but the part it changes: an argument copied to the host
-(``np.asarray(z)`` → ``np.asarray(z.cpu())``), a keyword dropped from a call
+(``np.asarray(z)`` → ``np.asarray(z.cpu())``; a list of tensors item by item), a keyword dropped from a call
 (``DataLoader(ds, pin_memory=True)`` → ``DataLoader(ds)``) or added to it, a dropped result
 assigned (``x.to(dev)`` → ``x = x.to(dev)``). A statement that spans several lines is edited
 line by line, each edit on the physical line it changes; what cannot be edited that way gives
@@ -92,6 +92,16 @@ class Changes:
         atom = isinstance(leaf, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
         self._replace(leaf.lineno - 1, leaf.col_offset, leaf.end_col_offset,
                       f"{written if atom else f'({written})'}{'.detach()' if detach else ''}.cpu()")
+        return self
+
+    def items_on_host(self, leaf: ast.expr, detach: bool, item: str) -> Changes:
+        """A list (or tuple) of tensors ``leaf`` read as its tensors copied to the host, each
+        (``losses`` → ``[t.cpu() for t in losses]``); ``item`` names one in the comprehension."""
+        if leaf.lineno != leaf.end_lineno:
+            self.failed = True
+            return self
+        self._replace(leaf.lineno - 1, leaf.col_offset, leaf.end_col_offset,
+                      f"[{item}{'.detach()' if detach else ''}.cpu() for {item} in {self._written(leaf)}]")
         return self
 
     def without_keywords(self, call: ast.Call, names: set[str]) -> Changes:
