@@ -27,8 +27,8 @@ from scenarios import DEVICE_NAMES, Scenario
 KINDS: dict[str, tuple[str, ...]] = {
     "dropped_move": ("cell", "same_cell", "loop", "helper", "class", "chain", "named_method"),
     "host_array": ("cell", "loop", "helper", "class", "library", "dropped_cpu", "list"),
-    "pinned_dataset": ("cell", "loop", "helper", "class", "library"),
-    "worker_dataset": ("cell", "loop", "helper", "class"),
+    "pinned_dataset": ("cell", "loop", "helper", "class", "library", "getitem"),
+    "worker_dataset": ("cell", "loop", "helper", "class", "getitem"),
     "generator": ("cell", "loop", "helper", "class", "library"),
 }
 #: What the explanation of each kind says it is (``DeviceError.kind``; a dropped move is a mismatch).
@@ -235,6 +235,13 @@ def _dataset(d: _Draft) -> None:
                        f"    def __len__(self):\n        return len(self.X)\n\n"
                        f"    def __getitem__(self, i):\n        return self.X[i], self.y[i]\n\n"
                        f"{ds} = Points(12, {d.dev})\n")
+    elif d.shape == "getitem":  # the data stays on the host; each item is moved to the device as it is loaded
+        d.setup.append(f"class Rows(Dataset):\n    def __init__(self, n, device):\n"
+                       f"        self.X, self.y = torch.randn(n, 8), torch.randint(0, 3, (n,))\n"
+                       f"        self.device = device\n\n"
+                       f"    def __len__(self):\n        return len(self.X)\n\n"
+                       f"    def __getitem__(self, i):\n        return self.X[i].to(self.device), self.y[i].to(self.device)\n\n"
+                       f"{ds} = Rows(12, {d.dev})\n")
     else:
         d.setup.append(f"{ds} = TensorDataset(torch.randn(12, 8).to({d.dev}), "
                        f"torch.randint(0, 3, (12,), device={d.dev}))\n")

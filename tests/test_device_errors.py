@@ -260,6 +260,30 @@ def test_a_loader_over_device_tensors_drops_pinning_or_workers(ip, sim, options)
     must_work(ip, loop)
 
 
+@pytest.mark.parametrize("options", ["pin_memory=True", "num_workers=1", "num_workers=2, pin_memory=True"])
+def test_a_loader_whose_dataset_makes_its_items_on_the_device_drops_pinning_or_workers(ip, sim, options):
+    setup = (PRELUDE + "from torch.utils.data import Dataset\n"
+             "class OnTheFly(Dataset):\n    def __init__(self):\n        self.rows = torch.randn(8, 8)\n"
+             "    def __len__(self):\n        return 8\n"
+             "    def __getitem__(self, i):\n        return self.rows[i].to(dev)\n\n"
+             f"batches = DataLoader(OnTheFly(), batch_size=4, {options})\n")
+    number = counted(ip, setup)
+    loop = "for xb in batches:\n    out = model(xb)\n"
+    explanation, _, pointer = explained(ip, loop)
+    error = explanation.device_error
+    workers = "num_workers" in options
+    assert error.kind == ("device tensor in a worker" if workers else "pinned device tensor")
+    assert pointer.startswith(f"devinspect: {error.kind}: batches ")
+    assert ("where batches.dataset uses sim" if workers else "batches.dataset makes them on sim:0") in error.what
+    assert "its dataset makes its items on sim:0" in error.fix.summary
+    assert [e.new for e in error.fix.edits] == ["batches = DataLoader(OnTheFly(), batch_size=4)"]
+    must_work(ip, error.fix.code)
+    must_work(ip, loop)
+    cells = apply_edits(ip, error.fix, {number: setup})
+    must_work(ip, cells[number])
+    must_work(ip, loop)
+
+
 def test_a_loader_made_by_a_helper_and_a_dataset_class_is_edited_in_the_helper(ip, sim):
     number = counted(ip, PRELUDE + """from torch.utils.data import Dataset
 class Points(Dataset):

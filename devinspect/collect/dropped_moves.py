@@ -102,11 +102,11 @@ def device_of(call: ast.Call, read: Callable[[ast.expr], Any]) -> str | None:
     except (RuntimeError, TypeError, ValueError):
         return None
     if device.type != "cpu" and device.index is None:
-        device = torch.device(device.type, _current_index(device.type))
+        device = torch.device(device.type, current_index(device.type))
     return str(device)
 
 
-def _current_index(device_type: str) -> int:
+def current_index(device_type: str) -> int:
     """The device ``"cuda"`` means now (CUDA is asked only once initialised: reading never
     initialises it)."""
     if device_type == "cuda" and not torch.cuda.is_initialized():

@@ -22,12 +22,15 @@ a host generator on the device; the fix gives it a generator of the device.
 from __future__ import annotations
 
 import ast
+import re
 import types
 from typing import Any
 
 import torch
 
 from ..collect import locations, sources
+from ..collect import tensorbase as tb
+from ..collect.dropped_moves import current_index
 from ..collect.failing_call import Entry, first_line, message, running_expression, value_in_frame
 from ..collect.names import namespace_items
 from ..collect.static import FUNCTION_CODE, instance_dict, type_name
@@ -71,6 +74,42 @@ def _reraised_from(failed: Failed) -> str | None:
             where = instance_dict(owner).get("where")
             return where if type(where) is str else ""
     return None
+
+
+#: How a forked child refuses the device (CUDA's "Cannot re-initialize CUDA in forked subprocess").
+#: When the dataset holds no device tensor, its items are made on the device in the worker, and
+#: this message, re-raised from the worker, is all there is to read: its stable part is matched.
+_REFUSED_IN_FORK = re.compile(r"Cannot re-initialize (\w+) in forked subprocess")
+
+
+#: How pinning a device tensor is refused ("cannot pin 'torch.cuda.FloatTensor' only dense CPU
+#: tensors can be pinned"): read only where the batch itself is not in the traceback (pinned by
+#: the loader's pinning thread); its stable part is matched.
+_REFUSED_PIN = re.compile(r"cannot pin 'torch\.(\w+)\.\w+'")
+
+
+def _device_named(device_type: str) -> str:
+    """The device a refusal names (``CUDA`` → ``cuda:0``), as devinspect writes it."""
+    kind = device_type.lower()
+    return f"{kind}:{current_index(kind)}"
+
+
+def _refused_device(failed: Failed) -> str | None:
+    """The device a worker could not use, from its error re-raised here (nothing else of it is left)."""
+    refused = _REFUSED_IN_FORK.search(message(failed.exc))
+    return _device_named(refused.group(1)) if refused is not None else None
+
+
+def _pinned_device(failed: Failed) -> str | None:
+    """The device of the batch the loader tried to pin: the tensor in its pinning frame, else the
+    one its error names."""
+    for entry in reversed(failed.entries):
+        if entry.frame.f_code.co_filename.replace("\\", "/").endswith(_PIN_FILE):
+            data = dict.get(locations.frame_locals(entry.frame), "data")
+            if issubclass(type(data), torch.Tensor) and tb.device(data).type not in ("cpu", "meta"):
+                return str(tb.device(data))
+    refused = _REFUSED_PIN.search(message(failed.exc))
+    return _device_named(refused.group(1)) if refused is not None else None
 
 
 def _names_of(namespace: Any, value: Any) -> list[str]:
@@ -179,9 +218,11 @@ def loader_error(failed: Failed) -> DeviceError | None:
     dataset_name = next(iter(_names_of(failed.namespace, dataset)), None) or (
         f"{loader_names[0]}.dataset" if loader_names else "the dataset")
     held = _device_tensors(dataset, dataset_name)
-    if not held:
+    # Without device tensors held, the dataset makes its items on the device as it loads them.
+    made_on = None if held else _pinned_device(failed) if pinning else _refused_device(failed) if in_worker else None
+    if not held and made_on is None:
         return None
-    device = held[0].device
+    device = held[0].device if held else made_on
     kind_of_device = device.split(":")[0]
     if in_worker and not pinning and kind_of_device.lower() not in message(failed.exc).lower():
         # A worker failed for a reason of its own: only one that names the dataset's device is this.
@@ -194,22 +235,26 @@ def loader_error(failed: Failed) -> DeviceError | None:
     more = f" (and {len(held) - _SHOWN} more)" if len(held) > _SHOWN else ""
     if pinning:
         kind = "pinned device tensor"
-        what = f"{loader_text} pins its batches, but {dataset_name} holds tensors on {device}{more}"
+        what = f"{loader_text} pins its batches, but " + (f"{dataset_name} holds tensors on {device}{more}" if held
+                                                          else f"{dataset_name} makes them on {device}")
         cause = ("only host memory can be pinned (pinning makes host-to-device copies faster); the batches of "
                  f"{dataset_name} are on {device} already")
     else:
         kind = "device tensor in a worker"
-        what = (f"{loader_text} loads batches in {state.get('_num_workers')} worker processes, but {dataset_name} "
-                f"holds tensors on {device}{more}")
+        workers = state.get("_num_workers")
+        what = f"{loader_text} loads batches in {workers} worker process{'es' if workers != 1 else ''}, " + (
+            f"but {dataset_name} holds tensors on {device}{more}" if held
+            else f"where {dataset_name} uses {kind_of_device}")  # its items are made on the device there
         cause = (f"a worker process is forked from this one, and a forked process cannot use {kind_of_device} once "
-                 "its parent has; the batches of the dataset are on the device already, so workers add nothing")
-    fix = _options_fix(failed, found, loader, loader_names, state, device, pinning)
+                 "its parent has; " + ("the batches of the dataset are on the device already, so workers add nothing"
+                                       if held else f"{dataset_name} makes its items on {kind_of_device} there"))
+    fix = _options_fix(failed, found, loader, loader_names, state, device, pinning, bool(held))
     return DeviceError(kind, first_line(failed.exc), what, failed.line(failed.cell), failed.deeper_line(),
                        tuple(operands), cause, fix)
 
 
 def _options_fix(failed: Failed, found: Any, loader: Any, names: list[str], state: dict, device: str,
-                 pinning: bool) -> Fix:
+                 pinning: bool, held: bool = True) -> Fix:
     """Drop pinning and workers from the loader (the live one, and the line that makes it)."""
     dropped = set(_PIN_OPTIONS) if state.get("_pin_memory") else set()
     if (state.get("_num_workers") or 0) > 0:
@@ -225,8 +270,12 @@ def _options_fix(failed: Failed, found: Any, loader: Any, names: list[str], stat
     edits = line_edits.Changes(made[0]).without_keywords(made[1], dropped).edits() if made is not None else None
     what = " and ".join(filter(None, ["pin_memory" if state.get("_pin_memory") else "",
                                       "the worker processes" if (state.get("_num_workers") or 0) > 0 else ""]))
-    summary = f"drop {what} of {names[0] if names else 'the DataLoader'}: its batches are on {device} already"
-    note = (f"Or keep the dataset on the host (make its tensors without device= or .to()) and move each batch to "
+    workers = (state.get("_num_workers") or 0) > 0
+    summary = (f"drop {what} of {names[0] if names else 'the DataLoader'}: "
+               + (f"its batches are on {device} already" if held else f"its dataset makes its items on {device}"
+                  + (" (in this process, once without workers)" if workers else "")))
+    keep = ("make its tensors without device= or .to()" if held else f"its items made without {device}")
+    note = (f"Or keep the dataset on the host ({keep}) and move each batch to "
             f"{device} on the loop's first line: pinning and workers then speed up the copies"
             + ("" if pinning else "; or pass multiprocessing_context=\"spawn\" (each worker starts a new interpreter, "
                                   "and a dataset class defined in the notebook cannot be loaded there)") + ".")
