@@ -107,6 +107,31 @@ def test_the_generator_fix_for_a_shuffling_loader_runs_on_cuda():
         torch.set_default_device(None)
 
 
+@pytest.mark.parametrize("given", ["g", "torch.Generator().manual_seed(3)"])
+def test_a_seeded_generator_made_on_the_device_as_printed_lets_a_loader_and_random_split_run_on_cuda(ip, given):
+    from scenario_runner import apply_lines
+
+    setup = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset, random_split\n"
+             "dev = torch.device('cuda:0')\ntorch.set_default_device(dev)\n"
+             "g = torch.Generator().manual_seed(5)\nfull = TensorDataset(torch.randn(10, 8))\n")
+    try:
+        for failing in (f"loader = DataLoader(full, batch_size=4, shuffle=True, generator={given})\n"
+                        "batches = [xb for xb, in loader]",
+                        f"train, val = random_split(full, [8, 2], generator={given})"):
+            first = ip.run_cell(setup, store_history=True)
+            result = ip.run_cell(failing, store_history=True)
+            assert result.error_in_exec is not None, "CUDA took the host generator"
+            fix = devinspect.explain(result.error_in_exec, ip.user_ns).device_error.fix
+            cells = {first.execution_count: setup, result.execution_count: failing}
+            for edit in fix.edits:
+                cells[edit.where.cell] = apply_lines(cells[edit.where.cell], [edit])
+            for number in sorted(cells):  # the edited cells, run again in their order
+                rerun = ip.run_cell(cells[number], store_history=True)
+                assert rerun.error_in_exec is None, f"{rerun.error_in_exec!r}\n{cells[number]}"
+    finally:
+        torch.set_default_device(None)
+
+
 def test_a_device_tensor_read_as_an_array_raises_on_cuda_as_on_the_simulated_device(sim):
     for read in (lambda t: t.numpy(), np.asarray):
         cuda, simulated = on_both(sim, lambda dev, read=read: read(torch.randn(3, device=dev)))

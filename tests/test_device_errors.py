@@ -343,6 +343,30 @@ def test_a_shuffling_loader_under_a_device_default_gets_a_generator_of_the_devic
         torch.set_default_device(None)
 
 
+@pytest.mark.parametrize("given", ["g", "torch.Generator().manual_seed(3)"])
+def test_a_seeded_host_generator_given_to_a_loader_or_random_split_is_made_on_the_device_seed_kept(ip, sim, given):
+    try:
+        number = counted(ip, PRELUDE + "from torch.utils.data import random_split\ntorch.set_default_device(dev)\n"
+                         "g = torch.Generator().manual_seed(5)\nfull = TensorDataset(torch.randn(10, 8))\n")
+        loader_cell = counted(ip, f"loader = DataLoader(full, batch_size=4, shuffle=True, generator={given})")
+        loader_error = explained(ip, "for xb, in loader:\n    out = model(xb)\n")[0].device_error
+        split_error = explained(ip, f"train, val = random_split(full, [8, 2], generator={given})")[0].device_error
+        assert loader_error.kind == split_error.kind == "generator device"
+        assert loader_error.what == f"loader shuffles with its generator {given}, a host one, on sim:0 (the default device)"
+        assert split_error.what == f"random_split draws on sim:0 (the default device) with {given}, a host generator"
+        assert loader_error.fix.code is None  # the loader holds the user's generator: its line is run again
+        for error in (loader_error, split_error):
+            edit, = error.fix.edits
+            if given == "g":  # made on the device where it is made, its seed kept
+                assert (edit.where.cell, edit.new) == (number, "g = torch.Generator(device=dev).manual_seed(5)")
+                assert f"run Cell In[{number}] again" in error.fix.note
+            else:
+                assert "generator=torch.Generator(device=dev).manual_seed(3)" in edit.new
+        assert loader_error.fix.edits[0].where.cell == (number if given == "g" else loader_cell)
+    finally:
+        torch.set_default_device(None)
+
+
 # -- near them: errors that are not device errors ---------------------------------------------------
 
 

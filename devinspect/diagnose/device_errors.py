@@ -21,9 +21,9 @@ a kind that cannot be read is not claimed.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import types
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -42,7 +42,7 @@ from ..collect.failing_call import (
 )
 from ..model.check_report import DeviceError, Operand
 from ..model.fixes import Fix
-from . import line_edits, origins
+from . import generator_edits, line_edits, origins
 from .dropped_moves import dropped_move_fix
 from .failed_frames import Failed, describe, source_of
 from .loader_errors import loader_error, loader_generator
@@ -73,7 +73,7 @@ def explain_device_error(exc: BaseException | None, namespace: Mapping[str, Any]
 # -- a device tensor read as a NumPy array ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Items:
     """A list or tuple of tensors, some of them on a device (``losses`` handed to ``plt.plot``)."""
 
@@ -308,7 +308,35 @@ def generator_device(failed: Failed) -> DeviceError | None:
               f"{device_expr}): …) instead of torch.set_default_device") if default.split(":")[0] == wanted else ""
     if locations.is_user_code(entry.frame.f_code):
         return _generator_on_line(failed, entry, call, given, target, device_expr, operand, scoped)
-    return loader_generator(failed, operand, target, device_expr, scoped)
+    return loader_generator(failed, operand, target, device_expr, scoped) or \
+        _generator_passed(failed, generator, operand, target, device_expr, scoped)
+
+
+def _generator_passed(failed: Failed, generator: Any, operand: Operand, target: str, device_expr: str,
+                      scoped: str) -> DeviceError | None:
+    """A library call of the user's line (``random_split(ds, lengths, generator=g)``) draws, on the
+    device, with the host generator that line gives it: that generator is made on the device."""
+    for entry in reversed(failed.users):
+        node = running_expression(entry)
+        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)) if node is not None else ():
+            given = generator_edits.given_generator(call)
+            if given is None or not (value_in_frame(given, entry.frame) is generator
+                                     or generator_edits.makes_generator(given, entry.frame)):
+                continue
+            statement = failed.statement(entry)
+            written = line_edits.find(statement.node, ast.unparse(call), (ast.Call,)) if statement is not None else None
+            edits = generator_edits.on_device(statement, written, entry.frame, failed.namespace, device_expr) \
+                if written is not None else None
+            own, called = ast.unparse(given), ast.unparse(call.func)
+            what = f"{called} draws on {target} (the default device) with {own}, a host generator"
+            cause = (f"with {target} as the default device, the random op inside {called} makes its tensor there, "
+                     f"and a random op draws from a generator of the device it makes its tensor on")
+            summary = f"make the generator {own} on {target}: torch.Generator(device={device_expr})"
+            note = (scoped[0].upper() + scoped[1:] + ".") if scoped else None
+            fix = failed.edit_fix(summary, edits, note=note) if edits else Fix(summary=summary, note=note)
+            return DeviceError("generator device", first_line(failed.exc), what, failed.line(failed.cell),
+                               failed.deeper_line(), (dataclasses.replace(operand, name=own),), cause, fix)
+    return None
 
 
 def _generator_on_line(failed: Failed, entry: Entry, call: ast.Call, given: ast.expr, target: str, device_expr: str,

@@ -37,7 +37,7 @@ from ..collect.static import FUNCTION_CODE, instance_dict, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import DeviceError, Operand
 from ..model.fixes import Fix
-from . import fixes, line_edits
+from . import fixes, generator_edits, line_edits
 from .failed_frames import Failed
 
 _Loader = torch.utils.data.DataLoader
@@ -299,19 +299,24 @@ def loader_generator(failed: Failed, operand: Operand, target: str, device_expr:
     loader_text = names[0] if names else ast.unparse(found[1])
     made = _made_where(failed, found[0], found[1], loader)
     value = f"torch.Generator(device={device_expr})"
-    edits = None
+    edits, given = None, None
     if made is not None:
         statement, call = made
         sampler = next((c for c in ast.walk(call) if isinstance(c, ast.Call) and c is not call
                         and ast.unparse(c.func).endswith("RandomSampler")), None)
-        edits = line_edits.Changes(statement).keyword(sampler or call, "generator", value).edits()
+        given = generator_edits.given_generator(sampler or call)
+        frame = found[0].frame if loader is None else None  # made on the line that iterates it, else in a cell
+        edits = generator_edits.on_device(statement, sampler or call, frame, failed.namespace, device_expr)
     sampler = instance_dict(loader).get("sampler") if loader is not None else None
     code = (fixes.assignment(f"{names[0]}.sampler.generator", value)
             if names and type(sampler) is _Sampler and instance_dict(sampler).get("generator") is None else None)
-    what = f"{loader_text} shuffles with a host generator, on {target} (the default device)"
-    cause = (f"with {target} as the default device, the sampler's torch.randperm makes its tensor there, while the "
-             "generator it makes for itself is a host one")
-    summary = f"give {loader_text} a generator on {target}: generator={value}"
+    own = ast.unparse(given) if given is not None else None
+    what = (f"{loader_text} shuffles with {f'its generator {own}, a host one' if own else 'a host generator'}, on "
+            f"{target} (the default device)")
+    cause = (f"with {target} as the default device, the sampler's torch.randperm makes its tensor there, while "
+             + (f"{own} is a host generator" if own else "the generator it makes for itself is a host one"))
+    summary = (f"make the generator {own} of {loader_text} on {target}: torch.Generator(device={device_expr})" if own
+               else f"give {loader_text} a generator on {target}: generator={value}")
     note = " ".join(filter(None, [scoped and scoped[0].upper() + scoped[1:] + "."]))
     fix = failed.edit_fix(summary, edits, code=code, note=note or None) if edits else Fix(
         summary=summary, code=code, note=note or None, rerun=code is not None)
