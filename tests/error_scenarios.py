@@ -64,7 +64,8 @@ class _Draft:
 
 #: Every kind in every shape, in turn: a sample of a few dozen seeds has each of them.
 _COMBINATIONS = [(kind, shape) for kind in sorted(KINDS) for shape in KINDS[kind]]
-_NEAR_SHAPES = ("numpy_requires_grad", "worker_error", "generator_error", "clean_move", "index_error")
+_NEAR_SHAPES = ("numpy_requires_grad", "worker_error", "generator_error", "clean_move", "index_error",
+                "host_list_requires_grad")
 #: One seed in this many is an error near the kinds, or a clean session that looks like them.
 _NEAR_EVERY = 8
 
@@ -320,6 +321,10 @@ def _near(d: _Draft) -> None:
     elif d.shape == "generator_error":  # a random op refused for its arguments
         d.setup.append("g = torch.Generator().manual_seed(0)\n")
         d.failing = ["perm = torch.randperm(-3, generator=g)"]
+    elif d.shape == "host_list_requires_grad":  # host losses that require grad, handed to NumPy: not a device error
+        d.setup.append("import numpy as np\nw = torch.randn(3, requires_grad=True)\n"
+                       f"history = [(w * step).sum() for step in range(3)]\nkept = torch.ones(2, device={d.dev})\n")
+        d.failing = ["m = np.mean(history)"]
     elif d.shape == "index_error":
         d.setup.append(f"table = torch.arange(6, device={d.dev})\n")
         d.failing = ["row = table[99]"]
