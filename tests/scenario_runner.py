@@ -186,12 +186,12 @@ class ScenarioRun:
             raise Skip("the error did not happen")
         explanation = devinspect.explain(error, namespace=self.ip.user_ns)
         said = []
-        for explained in (explanation.mismatch, explanation.device_error):
+        for explained in (explanation.mismatch, getattr(explanation, "device_error", None)):
             if explained is not None:
                 said.append(f"plain cell explained as a device error: {explained.summary().splitlines()[0]}")
         self.cell("%%devcheck -v _scenario_report\n" + self.failing_source)
         report = self.ip.user_ns.get("_scenario_report")
-        for explained in (report.mismatch, report.device_error) if report is not None else ():
+        for explained in (report.mismatch, getattr(report, "device_error", None)) if report is not None else ():
             if explained is not None:
                 said.append(f"%%devcheck explained a device error: {explained.summary().splitlines()[0]}")
         if said:
@@ -235,7 +235,7 @@ class ScenarioRun:
 
             explanation = devinspect.explain(error, namespace=self.ip.user_ns)
             del error
-            mismatch = getattr(explanation, wanted)
+            mismatch = getattr(explanation, wanted, None)  # a devinspect without the field explained nothing
             if mismatch is None:
                 self.outcome.stated = False
                 raise Failed("explanation", f"not explained: {explanation.note or explanation.kind}")
@@ -245,7 +245,7 @@ class ScenarioRun:
         if entry == "devcheck":
             self.cell("%%devcheck -v _scenario_report\n" + self.failing_source, ("failing", 0))
             report = self.ip.user_ns.get("_scenario_report")
-            mismatch = getattr(report, wanted) if report is not None else None
+            mismatch = getattr(report, wanted, None) if report is not None else None
             if mismatch is None:
                 self.outcome.stated = False
                 raise Failed("explanation", f"%%devcheck explained no {wanted}")
