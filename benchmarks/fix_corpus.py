@@ -11,7 +11,14 @@ bug kind and entry point, with the targets:
 * 0 device explanations for errors that are not mismatches;
 * 0 error or warning findings on clean sessions.
 
-Run: ``python benchmarks/fix_corpus.py [--count 2000] [--device sim|cuda] [--json out.json] [--show-failures 20]``
+``--corpus errors`` runs the generator of the other device errors instead
+(``tests/error_scenarios.py``: a dropped ``.to()``, a device tensor read as a NumPy array, a
+DataLoader pinning or forking over device tensors, a generator of another device; each in a
+cell, a loop, a helper, a class or through a library call), with the same targets; its rates
+by kind are printed under "bug", by shape under "family".
+
+Run: ``python benchmarks/fix_corpus.py [--corpus mismatches|errors] [--count 2000] [--device sim|cuda]
+[--json out.json] [--show-failures 20]``
 """
 
 from __future__ import annotations
@@ -35,13 +42,19 @@ def main() -> int:
     parser.add_argument("--json", metavar="PATH", help="write every outcome as JSON")
     parser.add_argument("--show-failures", type=int, default=20, metavar="N")
     parser.add_argument("--only", metavar="BUG", help="only scenarios of this bug kind")
+    parser.add_argument("--corpus", choices=("mismatches", "errors"), default="mismatches",
+                        help="the device mismatches' generator, or the other device errors'")
     args = parser.parse_args()
 
     warnings.filterwarnings("ignore")
     import torch
     from IPython.testing.globalipapp import get_ipython
+    from error_scenarios import generate_error
     from scenario_runner import ScenarioRun
     from scenarios import generate
+
+    if args.corpus == "errors":
+        generate = generate_error  # noqa: F811 - the other corpus, judged the same way
 
     if args.device == "cuda":
         if not torch.cuda.is_available():
@@ -97,8 +110,9 @@ def rate_table(title: str, outcomes: list, key) -> list[str]:
 def report(outcomes: list, show: int, device: str) -> None:
     run = [o for o in outcomes if o.verdict != "skip"]
     skipped = [o for o in outcomes if o.verdict == "skip"]
-    fixes = [o for o in run if o.scenario.kind in ("mismatch", "stale")]
-    mismatches = [o for o in run if o.scenario.kind == "mismatch" and o.scenario.entry in ("plain", "devcheck", "button")]
+    fixes = [o for o in run if o.scenario.kind in ("mismatch", "device_error", "stale")]
+    mismatches = [o for o in run if o.scenario.kind in ("mismatch", "device_error")
+                  and o.scenario.entry in ("plain", "devcheck", "button")]
     clean = [o for o in run if o.scenario.kind == "clean"]
     other = [o for o in run if o.scenario.kind == "other"]
     passed = sum(o.verdict == "pass" for o in fixes)
@@ -108,7 +122,7 @@ def report(outcomes: list, show: int, device: str) -> None:
     print(f"lost data: {sum(o.lost for o in run)}   (target 0)")
     print(f"invented culprits: {sum(o.invented for o in run)}   (target 0)")
     stated = sum(bool(o.stated) for o in mismatches)
-    print(f"mismatches stated with their devices and line: {stated}/{len(mismatches)}   (target all)")
+    print(f"errors stated with their devices (or kind) and line: {stated}/{len(mismatches)}   (target all)")
     print(f"device explanations of other errors: {sum(o.false_explanation for o in other)}/{len(other)}   (target 0)")
     print(f"clean sessions with error/warning findings: {sum(bool(o.clean_findings) for o in clean)}/{len(clean)}"
           "   (target 0)")

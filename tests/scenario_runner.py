@@ -15,7 +15,6 @@ mismatches must get no device explanation.
 from __future__ import annotations
 
 import ast
-
 import gc
 import sys
 from dataclasses import dataclass, field
@@ -81,7 +80,7 @@ def shallow_recursion(frames: int = 300) -> Iterator[None]:
 
 def fill(code: str, device: str) -> str:
     kind = device.split(":")[0]
-    return code.replace("DEVICE_1", f"{kind}:1").replace("DEVICE", f"{kind}:0")
+    return code.replace("DEVTYPE", kind).replace("DEVICE_1", f"{kind}:1").replace("DEVICE", f"{kind}:0")
 
 
 class ScenarioRun:
@@ -138,11 +137,16 @@ class ScenarioRun:
         if "two_devices" in self.s.needs and kind == "cuda" and torch.cuda.device_count() < 2:
             self.outcome.verdict, self.outcome.reason = "skip", "needs two GPUs"
             return self.outcome
+        if "device_generator" in self.s.needs and kind != "cuda":
+            # A device written in Python cannot make a generator of its own (PyTorch asks its C++ hooks).
+            self.outcome.verdict, self.outcome.reason = "skip", "the simulated device has no generators"
+            return self.outcome
         before = set(self.ip.user_ns)
         out_before = set(self.ip.user_ns.get("Out", {}))
         try:
             self.run_setup()
-            {"mismatch": self.mismatch, "clean": self.clean, "other": self.other, "stale": self.stale}[self.s.kind]()
+            {"mismatch": self.mismatch, "device_error": self.mismatch, "clean": self.clean, "other": self.other,
+             "stale": self.stale}[self.s.kind]()
         except Skip as exc:
             self.outcome.verdict, self.outcome.reason = "skip", str(exc)[:300]
         except Failed as exc:
@@ -170,6 +174,7 @@ class ScenarioRun:
         self.ip.push({"_": "", "__": "", "___": ""}, interactive=False)
         self.ip.run_cell("pass")  # a clean last execution result
         torch.__future__.set_swap_module_params_on_conversion(False)
+        torch.set_default_device(None)  # a scenario that set a default device leaves none behind
         gc.collect()
 
     # -- kinds -----------------------------------------------------------------------------
@@ -201,13 +206,15 @@ class ScenarioRun:
             raise Skip("the error did not happen")
         explanation = devinspect.explain(error, namespace=self.ip.user_ns)
         said = []
-        if explanation.mismatch is not None:
-            said.append(f"plain cell explained as a mismatch: {explanation.mismatch.summary().splitlines()[0]}")
+        for explained in (explanation.mismatch, getattr(explanation, "device_error", None)):
+            if explained is not None:
+                said.append(f"plain cell explained as a device error: {explained.summary().splitlines()[0]}")
         with shallow_recursion():
             self.cell("%%devcheck -v _scenario_report\n" + self.failing_source)
         report = self.ip.user_ns.get("_scenario_report")
-        if report is not None and report.mismatch is not None:
-            said.append(f"%%devcheck explained a mismatch: {report.mismatch.summary().splitlines()[0]}")
+        for explained in (report.mismatch, getattr(report, "device_error", None)) if report is not None else ():
+            if explained is not None:
+                said.append(f"%%devcheck explained a device error: {explained.summary().splitlines()[0]}")
         if said:
             self.outcome.false_explanation = True
             raise Failed("false explanation", "; ".join(said))
@@ -243,12 +250,13 @@ class ScenarioRun:
         if error is None:
             raise Skip("the failing cell worked")
         entry = self.s.entry
+        wanted = "device_error" if self.s.kind == "device_error" else "mismatch"
         if entry in ("plain", "button"):
             import devinspect
 
             explanation = devinspect.explain(error, namespace=self.ip.user_ns)
             del error
-            mismatch = explanation.mismatch
+            mismatch = getattr(explanation, wanted, None)  # a devinspect without the field explained nothing
             if mismatch is None:
                 self.outcome.stated = False
                 raise Failed("explanation", f"not explained: {explanation.note or explanation.kind}")
@@ -258,10 +266,10 @@ class ScenarioRun:
         if entry == "devcheck":
             self.cell("%%devcheck -v _scenario_report\n" + self.failing_source, ("failing", 0))
             report = self.ip.user_ns.get("_scenario_report")
-            mismatch = report.mismatch if report is not None else None
+            mismatch = getattr(report, wanted, None) if report is not None else None
             if mismatch is None:
                 self.outcome.stated = False
-                raise Failed("explanation", "%%devcheck explained no mismatch")
+                raise Failed("explanation", f"%%devcheck explained no {wanted}")
             self.judge_statement(mismatch)
             return mismatch.fix
         findings = [f for f in self.findings() if f.fix is not None and (f.fix.code or f.fix.action or f.fix.edits)]
@@ -278,7 +286,11 @@ class ScenarioRun:
     def judge_statement(self, mismatch: Any) -> None:
         expected = devices_of(self.s.devices, self.device)
         lines = {w.text.strip() for w in (mismatch.cell_line, mismatch.user_frame) if w is not None}
-        right_devices = set(mismatch.devices) == set(expected)
+        if self.s.kind == "device_error":  # the kind of error it is, said at the right line
+            right_devices = mismatch.kind == self.s.error_kind
+            expected = frozenset({self.s.error_kind})
+        else:
+            right_devices = set(mismatch.devices) == set(expected)
         right_line = self.s.line.strip() in lines
         self.outcome.stated = right_devices and right_line
         blamed = {o.name for o in mismatch.operands if o.name}
@@ -286,7 +298,8 @@ class ScenarioRun:
             self.outcome.invented = True
             raise Failed("statement", f"blames an unrelated tensor: {sorted(blamed)}")
         if not self.outcome.stated:
-            raise Failed("statement", f"said devices {sorted(mismatch.devices)} at {sorted(lines)}; "
+            said = sorted(getattr(mismatch, "devices", (mismatch.kind,)))
+            raise Failed("statement", f"said {said} at {sorted(lines)}; "
                                       f"expected {sorted(expected)} at {self.s.line!r}")
 
     def judge_blame(self, fix: Any) -> None:
@@ -433,6 +446,8 @@ class ScenarioRun:
             if value is not None:
                 with torch.no_grad():
                     same = now.detach().to("cpu")
+                if name in assigned and same.dtype != value.dtype:
+                    value = value.to(same.dtype)  # the fix assigns it in the dtype the user's own line converts to
                 if same.shape != value.shape or same.dtype != value.dtype or not torch.equal(same, value):
                     self.outcome.lost = True
                     raise Failed("lost", f"{name} changed its value")

@@ -38,8 +38,9 @@ class Scenario:
     setup: tuple[str, ...]
     #: The cell that fails because of the bug (and works once it is fixed).
     failing: str
-    #: "mismatch" (a device mismatch), "clean" (no bug), "other" (fails, but not for devices),
-    #: "stale" (no error: an optimizer that trains nothing, shown by an assertion).
+    #: "mismatch" (a device mismatch), "device_error" (another device error, of ``error_kind``),
+    #: "clean" (no bug), "other" (fails, but not for devices), "stale" (no error: an optimizer
+    #: that trains nothing, shown by an assertion).
     kind: str = "mismatch"
     #: The devices of the failing call's tensors, and the line it is on (stripped), for "mismatch".
     devices: frozenset[str] = frozenset()
@@ -49,6 +50,8 @@ class Scenario:
     #: Run after the fixed failing cell: assertions about what must hold then.
     after: str = ""
     needs: tuple[str, ...] = ()  # "transformers", "peft", "accelerate", "two_devices", "compile"
+    #: For "device_error": what the explanation must say the error is (``DeviceError.kind``).
+    error_kind: str = ""
 
     @property
     def name(self) -> str:

@@ -156,9 +156,12 @@ def test_f_numpy_on_a_device_tensor(sim):
 
     report, error = run_checked(convert, {"t": t})
     assert isinstance(error, TypeError) and "Use Tensor.cpu()" in str(error)
-    # As on a GPU, .numpy() of a device tensor copies nothing (it raises): no sync is counted.
-    assert report.lines == ()
+    # .numpy() of a device tensor raises; it is counted as the device-to-host copy (and the wait
+    # for the device) that its fix, .cpu() first, makes it, and explained.
+    line, = report.lines
+    assert (line.d2h_count, line.d2h_bytes) == (1, 12) and dict(line.syncs) == {".numpy()": 1}
     assert report.mismatch is None and report.error.startswith("TypeError")
+    assert report.device_error.kind == "host array" and report.device_error.fix.edits[0].new == "return t.cpu().numpy()"
     with devinspect.check({"t": t}) as c:
         t.numpy(force=True)  # force=True does copy to the host
     assert dict(c.report.lines[0].syncs) == {".numpy()": 1}

@@ -258,7 +258,7 @@ def test_why_takes_a_name_with_a_space_and_last_says_what_it_cannot_read(ip, sim
     assert result.error_in_exec is None and 'd[("t", 1)]  namespace' in text
     _run(ip, "x + torch.from_numpy(np.ones(2, dtype='float32'))")  # an input made and dropped on the line
     result, text = _run(ip, "%devcheck --last")
-    assert "not a device mismatch" not in text and "could not be read back" in text and "%%devcheck" in text
+    assert "not a device error" not in text and "could not be read back" in text and "%%devcheck" in text
 
 
 def test_why_takes_every_listed_name_bare_or_quoted_as_a_shell_quotes_it(ip):

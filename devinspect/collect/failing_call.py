@@ -193,7 +193,7 @@ def failing_call(entries: list[Entry], exc: BaseException) -> FailingCall | None
                 or _is_module_call_plumbing(entry.frame.f_code):
             continue
         looked += 1
-        node = _running_expression(entry)
+        node = running_expression(entry)
         if node is not None:
             found = _call_from(node, entry, hinted, exc)
             if found is not None:
@@ -257,7 +257,7 @@ def message(exc: BaseException) -> str:
         return ""
 
 
-def _running_expression(entry: Entry) -> ast.AST | None:
+def running_expression(entry: Entry) -> ast.AST | None:
     """The expression the frame was running when the error passed through it (Python 3.11+
     keeps its exact position), parsed; None when its source is not at hand."""
     code = entry.frame.f_code
@@ -536,6 +536,13 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
             stand_in = next(t for t in inputs if device_of(t) == devices[0])
             return Result(ast.unparse(node), stand_in.stand_in if type(stand_in) is Result else stand_in)
     return _MISSING
+
+
+def value_in_frame(node: ast.AST, frame: types.FrameType) -> Any:
+    """The value the expression ``node`` had in ``frame``, read as :func:`failing_call` reads
+    operands (no property, no ``__getattr__``, no call); None when that would run code."""
+    value = _value(node, frame)
+    return None if value is _MISSING else value
 
 
 def _factory_call(node: ast.Call, frame: types.FrameType, depth: int, lineno: int) -> Any:

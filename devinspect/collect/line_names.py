@@ -16,6 +16,25 @@ from .names import root_of
 from .values import MISSING, object_at
 
 
+#: Methods that give the same tensor in another dtype or layout, on its device: ``x.float()`` on a
+#: line passes ``x`` as far as where it lives goes.
+_CONVERSIONS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "bool", "contiguous", "detach",
+                          "clone"})
+
+
+def converted_from(node: ast.AST) -> ast.AST:
+    """The expression a chain of conversions starts from: ``x`` for ``x.float().contiguous()``."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONVERSIONS \
+            and not node.args and not node.keywords:
+        node = node.func.value
+    return node
+
+
+def call_arguments(call: ast.Call) -> set[str]:
+    """A call's arguments as written."""
+    return {ast.unparse(a) for a in [*call.args, *(k.value for k in call.keywords)]}
+
+
 def object_on_line(namespace: Mapping[str, Any], node: ast.AST) -> Any:
     """What an expression of the user's line reads (statically), or MISSING."""
     if not isinstance(node, (ast.Subscript, ast.Attribute)):

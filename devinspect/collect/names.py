@@ -7,6 +7,7 @@ plumbing) are told apart here too.
 
 from __future__ import annotations
 
+import ast
 import json
 import keyword
 import re
@@ -103,6 +104,15 @@ def key_text(key: Any) -> str | None:
 def root_of(name: str) -> str:
     """The namespace variable a name starts from (``model`` for ``model.fc[0].weight``)."""
     return re.split(r"[.\[(]", name, maxsplit=1)[0] if not name.startswith("getattr(") else root_of(name[8:])
+
+
+def container_of(name: str) -> str | None:
+    """``batch`` for ``batch["ids"]``, ``shards`` for ``shards[0]``; None for a plain name or attribute."""
+    try:
+        node = ast.parse(name, mode="eval").body
+    except SyntaxError:
+        return None
+    return ast.unparse(node.value) if isinstance(node, ast.Subscript) else None
 
 
 def attr_name(parent: str, attr: str) -> str:

@@ -101,12 +101,14 @@ def scan(
                               "model.layers[0], d[\"key\"])")
     if rules is not None:
         # What the user's cells pass to their models and functions: the rules read inputs from it.
+        from .dropped_moves import dropped_records
         from .sources import function_calls, model_calls, moved_in_cells
 
         top = {m.name for m in walker.modules if "." not in m.name and "[" not in m.name}
         result = dataclasses.replace(result, calls=tuple(model_calls(namespace, top)) if top else (),
                                      function_calls=tuple(function_calls(namespace, top)),
-                                     moved_in_cells=tuple(moved_in_cells()))
+                                     moved_in_cells=tuple(moved_in_cells()),
+                                     dropped_moves=tuple(dropped_records(namespace)))
     return result
 
 

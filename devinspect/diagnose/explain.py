@@ -5,6 +5,11 @@ operands are read from the traceback (:mod:`devinspect.collect.failing_call`) an
 when they sit on more than one device, named and given a fix exactly as ``%%devcheck``
 does (:mod:`devinspect.diagnose.failed_call`).
 
+**Other device errors** (a device tensor read as a NumPy array, pinned, used in a DataLoader
+worker, or given a generator of another device) are read from the objects involved by
+:mod:`devinspect.diagnose.device_errors`, before a mismatch is looked for: their messages name
+devices too.
+
 **Out of memory** (``torch.OutOfMemoryError``) is explained by
 :mod:`devinspect.diagnose.out_of_memory`.
 """
@@ -31,6 +36,7 @@ from ..collect.failing_call import (
 from ..collect.static import type_is_one_of
 from ..model.check_report import Mismatch
 from ..model.explanation import Explanation
+from .device_errors import explain_device_error
 from .failed_call import Failure, diagnose
 
 #: Errors a device mismatch raises (PyTorch's C++ checks raise RuntimeError; a few Python
@@ -42,7 +48,9 @@ def explain(exc: BaseException | None = None, namespace: Mapping[str, Any] | Non
     """Explain ``exc`` (by default the last uncaught error, ``sys.last_value``).
 
     A device mismatch gets the failing op, its operands named as you know them and the
-    fix; ``torch.OutOfMemoryError`` gets the device's memory at that moment, the largest
+    fix; another device error (``.numpy()`` of a device tensor, a DataLoader pinning or
+    forking over device tensors, a generator of another device) its cause and fix;
+    ``torch.OutOfMemoryError`` gets the device's memory at that moment, the largest
     live tensors by name, what the traceback and output history hold and what
     ``empty_cache()`` would release. Any other error gets an explanation saying so.
     ``namespace`` is where names are looked up (by default the caller's globals).
@@ -66,6 +74,9 @@ def explanation_of(exc: BaseException, namespace: Mapping[str, Any], *, exclude:
 
         with tb.reading():
             return Explanation(error, out_of_memory=out_of_memory(exc, namespace, exclude=exclude))
+    device_error = explain_device_error(exc, namespace)
+    if device_error is not None:
+        return Explanation(error, device_error=device_error)
     mismatch = explain_mismatch(exc, namespace)
     if mismatch is not None:
         return Explanation(error, mismatch=mismatch)
@@ -75,7 +86,7 @@ def explanation_of(exc: BaseException, namespace: Mapping[str, Any], *, exclude:
         return Explanation(error, note="the error says its inputs are on different devices, but they could not "
                                        "be read back from the traceback: run the cell again under %%devcheck, "
                                        "which sees them as the call is made")
-    return Explanation(error, note="not a device mismatch or an out-of-memory error: devinspect has nothing to add")
+    return Explanation(error, note="not a device error or an out-of-memory error: devinspect has nothing to add")
 
 
 def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any]) -> Mismatch | None:

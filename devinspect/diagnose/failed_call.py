@@ -33,7 +33,7 @@ import torch
 from ..collect import line_names, locations, sources, stack_reads
 from ..collect import tensorbase as tb
 from ..collect.failing_call import Result, Temporary, Traced, first_line
-from ..collect.names import binds_module, root_of
+from ..collect.names import binds_module, container_of, root_of
 from ..collect.static import type_is_one_of, type_name
 from ..collect.values import MISSING, object_at
 from ..model.check_report import Mismatch, Operand
@@ -41,6 +41,7 @@ from ..model.fixes import EditCell, Fix
 from ..model.records import SourceLine, device_is_accelerator
 from . import device_names, fixes, made_in_code, origins
 from .container_fixes import MOVED_AT_MOST, ContainerFixes
+from .dropped_moves import dropped_move_fix
 
 _T = torch.Tensor
 _Module = torch.nn.Module
@@ -248,8 +249,8 @@ class _Diagnosis(ContainerFixes):
         moved = {n.operand.name for n in misplaced if n.operand.source == "namespace" and n.operand.name}
         if moved:
             # The other inputs of the call that passed a misplaced tensor would fail next (labels after ids).
-            parts.extend(f for f in self._passed_tensors(target, lambda call: bool(moved & _arguments(call)))
-                         if f.summary not in seen and not seen.add(f.summary))
+            passed = self._passed_tensors(target, lambda call: bool(moved & line_names.call_arguments(call)))
+            parts.extend(f for f in passed if f.summary not in seen and not seen.add(f.summary))
         if any(n.operand.source == "unknown" for n in misplaced):
             # Made inside library code from what the user passed in: those inputs are the cause.
             parts.extend(f for f in self._inputs_on_lines(target) if f.summary not in seen)
@@ -299,6 +300,9 @@ class _Diagnosis(ContainerFixes):
 
     def _operand_fix(self, n: _Named, target: str) -> Fix | None:
         source = n.operand.source
+        dropped = self._dropped_move(n, target)
+        if dropped is not None:  # x.to(dev) as a statement, its copy dropped: that line is the cause
+            return dropped
         if n.device == "meta":
             fix = self._meta_fix(n, target)
             if fix is None and source == "namespace" and n.record is not None:
@@ -332,10 +336,17 @@ class _Diagnosis(ContainerFixes):
         return Fix(summary=summary, edits=edits, action=action, rerun=in_cell,
                    note=None if in_cell else made_in_code.rerun_note(edits, self.cell_file))
 
+    def _dropped_move(self, n: _Named, target: str) -> Fix | None:
+        name = n.record.name if n.record is not None and n.operand.source == "namespace" else None
+        return dropped_move_fix(self.failure.namespace, n.value, name, n.device, target, self.user_frames, self.cell,
+                                lambda f: self.failure.source(f).line)
+
     def _namespace_fix(self, n: _Named, target: str) -> Fix | None:
+        if (dropped := self._dropped_move(n, target)) is not None:
+            return dropped
         record = n.record
         root = root_of(record.name)
-        parent = _parent(record.name)
+        parent = container_of(record.name)
         container = object_at(self.failure.namespace, parent) if parent else MISSING
         if type_is_one_of(container, (list, tuple, dict)):
             return self._container_fix(parent, container, target)
@@ -647,8 +658,8 @@ class _Diagnosis(ContainerFixes):
             for node in ast.walk(tree):
                 if not isinstance(node, ast.Call) or not wanted(node):
                     continue
-                for arg in [a.value if isinstance(a, ast.Starred) else a for a in node.args] + \
-                        [k.value for k in node.keywords]:
+                for arg in [line_names.converted_from(a.value if isinstance(a, ast.Starred) else a) for a in node.args] \
+                        + [line_names.converted_from(k.value) for k in node.keywords]:
                     if origins.factory_calls(arg) and ("line", id(frame)) not in self.handled:
                         # A tensor made right in the call (model(torch.ones(2, 4))): that line is the fix.
                         self.handled.add(("line", id(frame)))
@@ -674,15 +685,3 @@ class _Diagnosis(ContainerFixes):
                         out.append(fix)
         return out
 
-
-def _arguments(call: ast.Call) -> set[str]:
-    return {ast.unparse(a) for a in [*call.args, *(k.value for k in call.keywords)]}
-
-
-def _parent(name: str) -> str | None:
-    """``batch`` for ``batch["ids"]``, ``shards`` for ``shards[0]``; None for a plain name or attribute."""
-    try:
-        node = ast.parse(name, mode="eval").body
-    except SyntaxError:
-        return None
-    return ast.unparse(node.value) if isinstance(node, ast.Subscript) else None

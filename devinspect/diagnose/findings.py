@@ -25,6 +25,7 @@ from ..model.scan_result import ScanResult, is_under
 from ..model.units import human_bytes
 from . import fixes
 from .overlaps import outermost, said_once
+from .dropped_moves import dropped_moves_standing, standing_targets
 
 #: Variable names that usually hold a model's inputs or targets.
 INPUT_NAMES = frozenset(
@@ -474,7 +475,7 @@ def _replaced_part(result: ScanResult, opt: Any) -> tuple[str, list[tuple[str, s
 def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
     """Tensors the user's cells pass to a model on another device (the call fails when it runs
     again), then tensors named like inputs on another device than a model on an accelerator."""
-    reported: set[str] = set()
+    reported: set[str] = standing_targets(result)  # a dropped move is their cause, said by its own finding
     yield from _calls_elsewhere(result, reported)
     yield from _functions_elsewhere(result, reported)
     # A model whose hooks move its inputs (accelerate's) takes them from anywhere.
@@ -691,6 +692,7 @@ RULES: tuple[Rule, ...] = (
     optimizer_state_elsewhere,
     stale_optimizers,
     inputs_elsewhere,
+    dropped_moves_standing,
     history_holds,
     unpinned_loaders,
     truncated_walk,

@@ -121,7 +121,8 @@ class CheckedCell:
         self.mode.__exit__(None, None, None)
         try:
             self.report = self.mode.report(error, elapsed, self._unseen())
-            if error is not None and self.report.mismatch is not None and self.explained is not None:
+            if error is not None and (self.report.mismatch or self.report.device_error) is not None \
+                    and self.explained is not None:
                 self.explained(error)  # explained here: not again after the cell
             self._store(self.report)
             if not self.args.output and (not self.args.quiet or self.report.has_findings):
@@ -157,7 +158,8 @@ class CheckedCell:
 
         report, shell = self.report, self.shell
         display(report)
-        fix = report.mismatch.fix if report.mismatch is not None else None
+        explained = report.mismatch or report.device_error
+        fix = explained.fix if explained is not None else None
         if fix is not None and fix.action is not None and getattr(shell, "kernel", None) is not None:
             # A widget frontend: the fix as a button, then a re-run of this cell.
             from ..jupyter.fix_panel import fix_panel

@@ -114,7 +114,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             raise UsageError("%devcheck --last: the last error was a magic's usage error "
                              f"({_shortened(str(error).splitlines()[0], 80)}), not a failed computation: nothing to explain")
         made = self._made_after_failure
-        if made is not None and made[0] == id(error) and made[1].mismatch is not None:
+        if made is not None and made[0] == id(error) and (made[1].mismatch or made[1].device_error) is not None:
             # A mismatch is explained from the failing call's operands: as they were when the cell
             # failed, not from whatever the same names hold now (y = y.to(dev) since then).
             explanation = made[1]
@@ -128,7 +128,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         return explanation if args.output else None
 
     def _explain_after_cell(self, result: Any = None) -> None:
-        """After a failed cell: explain a device mismatch or an out-of-memory error under its
+        """After a failed cell: explain a device error or an out-of-memory error under its
         traceback. Any other outcome returns at once (no mode, no hook in the cell itself)."""
         error = getattr(result, "error_in_exec", None)
         if error is None or not self.settings.explain_errors:
@@ -178,8 +178,10 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
     def pointer_line(self, error: BaseException) -> str | None:
         """One line for the top of the traceback, pointing at the explanation printed after it."""
         torch = sys.modules.get("torch")
+        # Device errors raise RuntimeError (a mismatch, pinning, a worker, a generator) or TypeError
+        # (a device tensor read as a NumPy array); anything else returns here at once.
         if torch is None or not self.settings.explain_errors or id(error) == self._reported_error \
-                or not isinstance(error, (RuntimeError, torch.OutOfMemoryError)):
+                or not isinstance(error, (RuntimeError, TypeError, torch.OutOfMemoryError)):
             return None
         try:
             explanation = self._explanation(error, torch)

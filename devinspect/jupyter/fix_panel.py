@@ -143,12 +143,13 @@ _ACTION_LABELS = {ReleaseHistory: ("Release history", "history"), EmptyCache: ("
 
 def explanation_panel(explanation: Any, namespace: MutableMapping[str, Any], rerun: Callable[[], Any] | None = None,
                       shell: Any = None) -> Any:
-    """The buttons under an explained error: Apply fix and Re-run cell for a device mismatch;
+    """The buttons under an explained error: Apply fix and Re-run cell for a device error;
     Release history and empty_cache for an out-of-memory error, each saying what it did in bytes."""
     import ipywidgets as widgets
 
-    if explanation.mismatch is not None and explanation.mismatch.fix is not None:
-        return fix_panel(explanation.mismatch.fix, namespace, rerun, shell=shell)
+    explained = explanation.mismatch or explanation.device_error
+    if explained is not None and explained.fix is not None:
+        return fix_panel(explained.fix, namespace, rerun, shell=shell)
     rows = []
     for fix in explanation.fixes:
         label, icon = _ACTION_LABELS.get(type(fix.action), ("Apply fix", "wrench"))

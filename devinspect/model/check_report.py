@@ -87,6 +87,38 @@ class Mismatch:
         return text(self)
 
 
+#: The device errors other than a mismatch, by what caused them.
+DEVICE_ERROR_KINDS = {
+    "host array": "a tensor on a device read as a host (NumPy) array",
+    "pinned device tensor": "pinning a tensor that is on a device already",
+    "device tensor in a worker": "a device tensor used in a DataLoader worker process",
+    "generator device": "a random generator of another device than the tensor it makes",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceError:
+    """A device error that is not a mismatch, explained: what raised it, the tensors or objects at
+    its cause in the user's words, and the fix (one of :data:`DEVICE_ERROR_KINDS`)."""
+
+    kind: str
+    error: str
+    #: One line: what went wrong, in the user's names (``z.detach().numpy() needs z on the host``).
+    what: str
+    #: The user's line that raised (the cell's line; the user's function's when it is deeper).
+    cell_line: SourceLine | None
+    user_frame: SourceLine | None
+    #: The tensors (or the loader, the generator) involved, named as the user knows them.
+    operands: tuple[Operand, ...]
+    #: Why it fails, in a sentence or two.
+    cause: str
+    fix: Fix | None
+
+    def summary(self) -> str:
+        """A few lines for an exception note."""
+        return text(self)
+
+
 @dataclass(frozen=True, repr=False)
 class CheckReport(Displayed):
     """What ``%%devcheck`` / :func:`devinspect.check` saw while the code ran.
@@ -94,7 +126,8 @@ class CheckReport(Displayed):
     ``lines`` has one entry per source line that copied data between devices or made
     the host wait; ``mismatch`` explains a device-mismatch error; ``findings`` names
     patterns that cost time (round trips, syncs in loops, unpinned non-blocking copies,
-    the same host tensor copied again and again). ``frame`` has the lines as a DataFrame.
+    the same host tensor copied again and again); ``device_error`` explains any other device
+    error (:class:`DeviceError`). ``frame`` has the lines as a DataFrame.
     """
 
     lines: tuple[LineStats, ...] = ()
@@ -105,6 +138,7 @@ class CheckReport(Displayed):
     #: What the code handed to TorchScript (``sm is a TorchScript module (RecursiveScriptModule)``):
     #: it runs in C++, so the copies and syncs inside it are not counted.
     unseen: tuple[str, ...] = ()
+    device_error: DeviceError | None = None
 
     @property
     def totals(self) -> dict[str, int]:
@@ -147,4 +181,4 @@ class CheckReport(Displayed):
 
     @property
     def has_findings(self) -> bool:
-        return bool(self.findings or self.mismatch)
+        return bool(self.findings or self.mismatch or self.device_error)

@@ -1,11 +1,13 @@
-"""What an error explained after the fact says: a device mismatch, or device memory running out."""
+"""What an error explained after the fact says: a device mismatch, another device error
+(a device tensor read as a host array, pinned, used in a forked worker, or drawn from a generator
+of another device), or device memory running out."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from .check_report import Mismatch
+from .check_report import DeviceError, Mismatch
 from .display import Displayed
 from .fixes import Fix
 
@@ -86,8 +88,9 @@ class OutOfMemory:
 
 @dataclass(frozen=True, repr=False)
 class Explanation(Displayed):
-    """An error explained: ``mismatch`` for a device mismatch, ``out_of_memory`` when device
-    memory ran out; neither (with ``note`` saying so) for any other error.
+    """An error explained: ``mismatch`` for a device mismatch, ``device_error`` for another
+    device error (:class:`~devinspect.model.check_report.DeviceError`), ``out_of_memory`` when
+    device memory ran out; none of them (with ``note`` saying so) for any other error.
 
     What ``devinspect.explain()`` returns and what a notebook shows under a failed cell.
     """
@@ -96,11 +99,14 @@ class Explanation(Displayed):
     mismatch: Mismatch | None = None
     out_of_memory: OutOfMemory | None = None
     note: str = ""
+    device_error: DeviceError | None = None
 
     @property
     def kind(self) -> str | None:
         if self.mismatch is not None:
             return "device mismatch"
+        if self.device_error is not None:
+            return self.device_error.kind
         if self.out_of_memory is not None:
             return "out of memory"
         return None
@@ -109,6 +115,8 @@ class Explanation(Displayed):
     def fixes(self) -> tuple[Fix, ...]:
         if self.mismatch is not None and self.mismatch.fix is not None:
             return (self.mismatch.fix,)
+        if self.device_error is not None and self.device_error.fix is not None:
+            return (self.device_error.fix,)
         if self.out_of_memory is not None:
             return self.out_of_memory.fixes
         return ()

@@ -219,6 +219,19 @@ class ModelCall:
 
 
 @dataclass(frozen=True, slots=True)
+class DroppedMove:
+    """A statement of the session's latest cells that moves a tensor and drops the result
+    (``x.to(dev)``: ``Tensor.to`` returns a moved copy and leaves ``x`` where it was)."""
+
+    #: The tensor as the statement names it (``x``, ``batch["ids"]``), and the statement itself.
+    target: str
+    statement: str
+    #: The device it moves to, as read when the cells were read ("" when it could not be read).
+    device: str
+    where: SourceLine
+
+
+@dataclass(frozen=True, slots=True)
 class FunctionCall:
     """A call in one of the session's latest cells that passes several namespace tensors to a
     function (``F.linear(x, w, b)``): they must share a device when it runs again."""

@@ -14,6 +14,7 @@ from .record_table import RecordTable, record_column
 from .records import (
     KINDS,
     DeviceTotal,
+    DroppedMove,
     FunctionCall,
     HistoryHold,
     LoaderSummary,
@@ -58,6 +59,8 @@ class ScanResult:
     function_calls: tuple[FunctionCall, ...] = ()
     #: What the latest cells move where they use it (``x`` in ``model(x.to(dev))``), as written.
     moved_in_cells: tuple[str, ...] = ()
+    #: Moves in the latest cells whose result is dropped (``x.to(dev)`` as a statement).
+    dropped_moves: tuple[DroppedMove, ...] = ()
     #: ``(path, class name)`` of every module and submodule the namespace reaches by name.
     module_types: tuple[tuple[str, str], ...] = ()
     #: The rules that say what looks wrong (:func:`devinspect.find`), given by whoever

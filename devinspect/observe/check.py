@@ -22,8 +22,8 @@ def check(namespace: Mapping[str, Any] | None = None, *, strict: bool = False) -
             train_step()
         c.report            # a CheckReport: per-line copies/syncs, findings, mismatch
 
-    A device-mismatch error raised in the block gets the diagnosis as an exception
-    note and propagates unchanged. With ``strict=True`` findings raise
+    A device error raised in the block (a mismatch, or another one devinspect explains) gets
+    the diagnosis as an exception note and propagates unchanged. With ``strict=True`` findings raise
     :class:`DeviceCheckError` after the block.
     """
     caller = sys._getframe(2)
@@ -57,8 +57,9 @@ class DeviceCheckError(AssertionError):
     def __init__(self, report: CheckReport):
         self.report = report
         problems = [f.message for f in report.findings]
-        if report.mismatch is not None:
-            problems.insert(0, report.mismatch.summary().splitlines()[0])
+        for explained in (report.device_error, report.mismatch):
+            if explained is not None:
+                problems.insert(0, explained.summary().splitlines()[0])
         super().__init__("devinspect found device problems:\n" + "\n".join(f"- {p}" for p in problems))
 
     def _render_traceback_(self) -> list[str]:
@@ -67,10 +68,12 @@ class DeviceCheckError(AssertionError):
 
 
 def attach_note(exc: BaseException, report: CheckReport) -> None:
-    """Add the mismatch diagnosis to the exception as a note (for scripts, where nothing else shows it)."""
-    if report.mismatch is None:
+    """Add the diagnosis of a device error to the exception as a note (for scripts, where nothing
+    else shows it)."""
+    explained = report.mismatch or report.device_error
+    if explained is None:
         return
-    note = "devinspect: " + report.mismatch.summary()
+    note = "devinspect: " + explained.summary()
     with contextlib.suppress(Exception):
         if hasattr(exc, "add_note"):
             exc.add_note(note)

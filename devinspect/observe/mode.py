@@ -77,13 +77,13 @@ _FACTORIES = frozenset({
 _DEVICE_METHODS = {"cuda", "xpu", "mps"}
 
 
-_INTERESTING = {*_SYNC_METHODS, "numpy", "to", "cpu", "type_as", "copy_", "__getitem__", "__setitem__", "where",
-                "backward", *_DEVICE_METHODS, *_FACTORIES}
+_INTERESTING = {*_SYNC_METHODS, "numpy", "__array__", "to", "cpu", "type_as", "copy_", "__getitem__", "__setitem__",
+                "where", "backward", *_DEVICE_METHODS, *_FACTORIES}
 
 
 #: Calls that can only sync or copy when their tensor is on an accelerator: on a plain
 #: host tensor they take the path of any other op.
-_QUIET_ON_HOST = frozenset({*_SYNC_METHODS, "numpy", "__getitem__"})
+_QUIET_ON_HOST = frozenset({*_SYNC_METHODS, "numpy", "__array__", "__getitem__"})
 
 
 #: Results of .item()/.tolist() remembered to recognise the same values coming back.
@@ -353,6 +353,10 @@ class DeviceCheckMode(TorchFunctionMode):
 
     def _before(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
         self_t = args[0] if args and tb.is_tensor(args[0]) else None
+        if name in ("numpy", "__array__") and self_t is not None and _on_accelerator(self_t):
+            # A device-to-host copy: made by numpy(force=True), needed (and refused) without it.
+            self._copy_counted(self._where(), tb.device(self_t), torch.device("cpu"), _nbytes(self_t), ".numpy()")
+            return None
         if name in _SYNC_METHODS and self_t is not None:
             if _on_accelerator(self_t):
                 self._sync(_SYNC_METHODS[name])
@@ -387,9 +391,6 @@ class DeviceCheckMode(TorchFunctionMode):
                 self._from_device.set(result, self._where()[0].label)
             if src != dst and tb.grad_fn(result) is not None:
                 self._gradients.forward_copy(tb.grad_fn(result))
-        elif name == "numpy" and self_t is not None and _on_accelerator(self_t):
-            # Only numpy(force=True) gets here on a device tensor: it copied the data to the host.
-            self._copy_counted(self._where(), tb.device(self_t), torch.device("cpu"), _nbytes(self_t), ".numpy()")
         elif name in ("item", "tolist") and self_t is not None and _on_accelerator(self_t):
             self._remember_value(result)
         elif name in _FACTORIES and tb.is_tensor(result):
@@ -631,9 +632,13 @@ class DeviceCheckMode(TorchFunctionMode):
             if s.sync_count >= LOOP_SYNCS:
                 findings.append(sync_in_loop(s))
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
+        from ..diagnose.device_errors import explain_device_error
+
+        device_error = explain_device_error(error, self.namespace) if error is not None else None
+        self.mismatch = None if device_error is not None else self.mismatch  # its message names devices too
         unnamed = self.mismatch is None or not any(o.name for o in self.mismatch.operands) or \
             self._named_elsewhere_now()
-        if error is not None and (unnamed or not _actionable(self.mismatch)):
+        if error is not None and device_error is None and (unnamed or not _actionable(self.mismatch)):
             # No op was seen failing (torch.compile met it while tracing), its operands are
             # temporaries no name reaches ((a @ w).sum(0) + b * 2), the names held them only
             # while the op ran (functional_call puts a dict's tensors in a module for the call),
@@ -646,7 +651,7 @@ class DeviceCheckMode(TorchFunctionMode):
         return CheckReport(
             lines=tuple(lines), findings=tuple(findings), mismatch=self.mismatch,
             error=first_line(error) if error is not None else None, elapsed_s=elapsed_s, unseen=unseen,
-        )
+            device_error=device_error)
 
 
 def _actionable(mismatch: Mismatch) -> bool:

@@ -8,7 +8,7 @@ without the data importing this code.
 from __future__ import annotations
 
 from ..model import display
-from ..model.check_report import CheckReport, Mismatch
+from ..model.check_report import CheckReport, DeviceError, Mismatch
 from ..model.explanation import Explanation
 from ..model.holders import Holders
 from ..model.line_memory import LineMemoryProfile
@@ -34,6 +34,8 @@ from . import (
 display.register(ScanView, text=text.render_scan, html=html.render_scan)
 display.register(CheckReport, text=check_text.render_check, html=check_html.render_check)
 display.register(Mismatch, text=lambda m: "\n".join(check_text.mismatch_lines(m)), html=check_html.mismatch_html)
+display.register(DeviceError, text=lambda e: "\n".join(check_text.device_error_lines(e)),
+                 html=check_html.device_error_html)
 display.register(Explanation, text=explain_text.render_explanation, html=explain_html.render_explanation)
 display.register(MemorySnapshot, text=memory_text.render_snapshot, html=memory_html.render_snapshot)
 display.register(MemoryHistory, text=memory_text.render_history, html=memory_html.render_history,

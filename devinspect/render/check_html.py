@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model.check_report import CheckReport, Mismatch, Operand
+from ..model.check_report import CheckReport, DeviceError, Mismatch, Operand
 from .check_text import WORST_LINES, operand_kind, summary_line, transfer_text
 from .html import CELL, TABLE, WRAP, fix_html, text_table
 
@@ -57,12 +57,34 @@ def mismatch_html(m: Mismatch) -> str:
     return "".join(out)
 
 
+def device_error_html(e: DeviceError) -> str:
+    where = escape(e.cell_line.where) if e.cell_line else "?"
+    code = f": {_code(e.cell_line.text)}" if e.cell_line and e.cell_line.text else ""
+    out = [f"<p style=\"margin:4px 0\">✖ <b>{escape(e.kind)}</b>: {escape(e.what)} at {where}{code}</p>"]
+    if e.user_frame is not None:
+        out.append(f"<p style=\"margin:2px 0\">raised in {escape(e.user_frame.label)}: {_code(e.user_frame.text)}</p>")
+    if e.operands:
+        out.append('<table style="border-collapse:collapse;margin:2px 0"><thead><tr>')
+        for title in ("name", "device", "dtype/shape", "found as", "note"):
+            out.append(f'<th style="{_NOWRAP}">{title}</th>')
+        out.append("</tr></thead><tbody>")
+        out.extend(_operand_row(o) for o in e.operands)
+        out.append("</tbody></table>")
+    if e.cause:
+        out.append(f"<p style=\"margin:2px 0\">why: {escape(e.cause)}</p>")
+    if e.fix is not None:
+        out.append(fix_html(e.fix))
+    return "".join(out)
+
+
 def render_check(report: CheckReport) -> str:
     out = [f'<div class="devinspect"><p style="margin:4px 0"><b>devcheck</b>: {escape(summary_line(report))}</p>']
     out.extend(f'<p style="margin:2px 0">not counted: {escape(use)}; it runs in C++, where copies and syncs '
                "are not seen</p>" for use in report.unseen)
     if report.mismatch is not None:
         out.append(mismatch_html(report.mismatch))
+    if report.device_error is not None:
+        out.append(device_error_html(report.device_error))
     if report.findings:
         out.append(f"<p style=\"margin:4px 0\"><b>Findings ({len(report.findings)})</b></p><ul style=\"margin:2px 0\">")
         for f in report.findings:
@@ -84,7 +106,7 @@ def render_check(report: CheckReport) -> str:
         hidden = len(report.lines) - len(shown)
         if hidden:
             out.append(f"<p style=\"margin:2px 0\">… {hidden} more lines (<code>.frame</code> has all)</p>")
-    if report.error and report.mismatch is None:
+    if report.error and report.mismatch is None and report.device_error is None:
         out.append(f"<p style=\"margin:2px 0\">The cell raised {escape(report.error)}</p>")
     out.append("</div>")
     return "".join(out)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model.check_report import CheckReport, Mismatch, Operand
+from ..model.check_report import CheckReport, DeviceError, Mismatch, Operand
 from ..model.units import human_bytes, shape_text
 from .table import SEVERITY_MARK
 from .text import fix_block, render_findings
@@ -31,6 +31,25 @@ def mismatch_lines(m: Mismatch) -> list[str]:
         lines.append(f"  {name:<28} {o.device:<8} {operand_kind(o):<14}  [{o.source}]{extra}")
     if m.fix:
         lines.extend(fix_block(m.fix, "  "))
+    return lines
+
+
+def device_error_lines(e: DeviceError) -> list[str]:
+    """A device error other than a mismatch: what, where, the objects involved, why, and the fix."""
+    where = e.cell_line.label if e.cell_line else "?"
+    head = f"{e.kind}: {e.what} at {where}"
+    if e.cell_line and e.cell_line.text:
+        head += f": {e.cell_line.text}"
+    lines = [head]
+    if e.user_frame is not None:
+        lines.append(f"  raised in {e.user_frame.label}: {e.user_frame.text}")
+    for o in e.operands:
+        extra = f" — {o.detail}" if o.detail else ""
+        lines.append(f"  {o.name or '(unnamed)':<28} {o.device:<8} {operand_kind(o):<14}  [{o.source}]{extra}")
+    if e.cause:
+        lines.append(f"  why: {e.cause}")
+    if e.fix:
+        lines.extend(fix_block(e.fix, "  "))
     return lines
 
 
@@ -64,6 +83,9 @@ def render_check(report: CheckReport) -> str:
         lines.append("")
         lines.append(f"{SEVERITY_MARK['error']} " + mismatch_lines(report.mismatch)[0])
         lines.extend(mismatch_lines(report.mismatch)[1:])
+    if report.device_error is not None:
+        lines.append("")
+        lines.append(f"{SEVERITY_MARK['error']} " + "\n".join(device_error_lines(report.device_error)))
     if report.findings:
         lines.append("")
         lines.append(f"Findings ({len(report.findings)}):")
@@ -81,6 +103,6 @@ def render_check(report: CheckReport) -> str:
             lines.append("  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5])
         if len(report.lines) > len(worst):
             lines.append(f"… {len(report.lines) - len(worst)} more lines (.frame has all)")
-    if report.error and report.mismatch is None:
+    if report.error and report.mismatch is None and report.device_error is None:
         lines.append(f"The cell raised {report.error}")
     return "\n".join(lines)

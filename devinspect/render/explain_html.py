@@ -6,7 +6,7 @@ from html import escape
 
 from ..model.explanation import Explanation, OutOfMemory
 from ..model.units import human_bytes
-from .check_html import mismatch_html
+from .check_html import device_error_html, mismatch_html
 from .explain_text import (
     DEVCHECK_HINT,
     advice_text,
@@ -60,6 +60,8 @@ def render_explanation(e: Explanation) -> str:
     if e.mismatch is not None:
         out.append(mismatch_html(e.mismatch))
         out.append(f'<p style="margin:2px 0">({escape(DEVCHECK_HINT)})</p>')
+    elif e.device_error is not None:
+        out.append(device_error_html(e.device_error))
     elif e.out_of_memory is not None:
         out.append(out_of_memory_html(e.out_of_memory))
     else:

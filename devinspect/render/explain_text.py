@@ -1,10 +1,10 @@
-"""Plain-text rendering of an explained error (a device mismatch, or out of memory)."""
+"""Plain-text rendering of an explained error (a device mismatch, another device error, or out of memory)."""
 
 from __future__ import annotations
 
 from ..model.explanation import Explanation, HeldTensor, MemoryFigures, OutOfMemory
 from ..model.units import human_bytes, shape_text
-from .check_text import mismatch_lines
+from .check_text import device_error_lines, mismatch_lines
 from .text import fix_block
 
 #: What a mismatch explanation ends with: the check that sees more.
@@ -101,6 +101,8 @@ def render_explanation(e: Explanation) -> str:
     if e.mismatch is not None:
         lines = ["devinspect: " + mismatch_lines(e.mismatch)[0], *mismatch_lines(e.mismatch)[1:],
                  f"  ({DEVCHECK_HINT})"]
+    elif e.device_error is not None:
+        lines = ["devinspect: " + device_error_lines(e.device_error)[0], *device_error_lines(e.device_error)[1:]]
     elif e.out_of_memory is not None:
         body = out_of_memory_lines(e.out_of_memory)
         lines = ["devinspect: " + body[0], *body[1:]]
@@ -115,6 +117,9 @@ def headline(e: Explanation) -> str:
     if e.mismatch is not None:
         what = mismatch_lines(e.mismatch)[0]
         fix = f" — fix: {e.mismatch.fix.summary}" if e.mismatch.fix is not None else ""
+    elif e.device_error is not None:
+        what = device_error_lines(e.device_error)[0]
+        fix = f" — fix: {e.device_error.fix.summary}" if e.device_error.fix is not None else ""
     elif e.out_of_memory is not None:
         m = e.out_of_memory
         what = out_of_memory_lines(m)[0]

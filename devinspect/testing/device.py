@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
 from collections import OrderedDict
 from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_map
 
-from ..collect import tensorbase as tb
-from ..model.units import parse_bytes
 from ..observe import warning_places
 from ..observe.tracebacks import tidy_traceback
-from . import autocast, device_rules, gradients, moves, pinned, plain_paths, real_devices, recurrent, storages
+from . import autocast, device_rules, forks, generators, gradients, moves, pinned, plain_paths, real_devices, recurrent, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
+from .storage_books import StorageBooks, parse_capacity
 from .identity import DEVICE_COUNT, DEVICE_TYPE
 from .streams import DeviceContext, SimEvent, SimStream, StreamContext, streams
 
@@ -29,89 +27,7 @@ class SimulatedDeviceError(RuntimeError):
     """The simulated device cannot be set up in this process."""
 
 
-class _Books:
-    """Which host storages back a simulated device's tensors, and their allocator blocks.
-
-    A storage is booked when the first tensor on the device uses it and freed when the
-    last such tensor's data is gone (a finalizer on the host tensor each wrapper holds,
-    never on the user's tensor). Frees that arrive while the allocator is busy (the
-    garbage collector can run anywhere) wait for it.
-    """
-
-    def __init__(self, allocator: Allocator):
-        self.allocator = allocator
-        self.storages: dict[int, list[Any]] = {}  # storage key -> [blocks, users, booked bytes]
-        self._busy = False
-        self._waiting: list[int] = []
-
-    def reserve(self, nbytes: int) -> Block | None:
-        """Book ``nbytes`` before the host memory is taken (raises torch.OutOfMemoryError)."""
-        return self._malloc(nbytes) if nbytes else None
-
-    def track(self, data: torch.Tensor, block: Block | None = None) -> None:
-        with torch._C.DisableTorchFunction():
-            storage = tb.storage(data)
-            key, nbytes = storage._cdata, storage.nbytes()
-        entry = self.storages.get(key)
-        if entry is None:
-            if block is None and nbytes:
-                block = self._malloc(nbytes)
-            entry = self.storages[key] = [[block] if block is not None else [], 0, nbytes]
-        elif block is not None:
-            self._free(block)  # booked ahead for a storage already on the books
-        if nbytes > entry[2]:  # grown in place (resize_)
-            entry[0].append(self._malloc(nbytes - entry[2]))
-            entry[2] = nbytes
-        entry[1] += 1
-        weakref.finalize(data, self._release, key)
-
-    def _release(self, key: int) -> None:
-        if self._busy:
-            self._waiting.append(key)
-            return
-        entry = self.storages.get(key)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] <= 0:
-            del self.storages[key]
-            for block in entry[0]:
-                self._free(block)
-
-    def _malloc(self, nbytes: int) -> Block:
-        self._busy = True
-        try:
-            return self.allocator.malloc(nbytes)
-        finally:
-            self._busy = False
-            self._drain()
-
-    def _free(self, block: Block) -> None:
-        self._busy = True
-        try:
-            self.allocator.free(block)
-        finally:
-            self._busy = False
-            self._drain()
-
-    def _drain(self) -> None:
-        while self._waiting:
-            self._release(self._waiting.pop())
-
-
-def _parse_capacity(memory: Any) -> int | None:
-    if memory is None:
-        return None
-    try:
-        capacity = parse_bytes(memory)
-    except ValueError as exc:
-        raise ValueError(f"testing.enable(memory=...): {exc}") from None
-    if capacity <= 0:
-        raise ValueError(f"testing.enable(memory=...): a capacity must be more than 0 bytes, not {memory!r}")
-    return capacity
-
-
-_books = [_Books(Allocator(f"{DEVICE_TYPE}:{i}")) for i in range(DEVICE_COUNT)]
+_books = [StorageBooks(Allocator(f"{DEVICE_TYPE}:{i}")) for i in range(DEVICE_COUNT)]
 _UNCHANGED: Any = object()
 
 
@@ -174,7 +90,7 @@ class _BackendModule:
         self._current = int(index)
 
     def _is_in_bad_fork(self) -> bool:
-        return False
+        return forks.in_bad_fork
 
     def manual_seed_all(self, seed: int) -> None:
         pass
@@ -360,6 +276,8 @@ class SimTensor(torch.Tensor):
 def _function(func: Any, args: tuple, kwargs: dict) -> Any:
     """How a simulated tensor answers the calls a GPU tensor answers differently from a CPU one."""
     __tracebackhide__ = True  # noqa: F841
+    if forks.in_bad_fork:
+        raise forks.refusal()
     name = getattr(func, "__name__", "")
     if name == "__set__" and moves.is_data_setter(func) and type(args[0]) is SimTensor:
         # model.to("cpu") and the optimizer keep their parameters, as on CUDA (see moves).
@@ -377,7 +295,7 @@ def _function(func: Any, args: tuple, kwargs: dict) -> Any:
     if name == "__format__" and args and type(args[0]) is SimTensor:
         # f"{loss:.3f}" works on a GPU scalar; Tensor.__format__ only allows exact Tensors.
         return args[0]._data.__format__(*args[1:])
-    if name == "numpy" and args and type(args[0]) is SimTensor:
+    if name in ("numpy", "__array__") and args and type(args[0]) is SimTensor:  # np.asarray(t) calls __array__
         if kwargs.get("force") or (len(args) > 1 and args[1] is True):
             return args[0]._data.detach().numpy().copy()  # numpy(force=True) copies to the host first
         raise TypeError(
@@ -404,7 +322,12 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     __tracebackhide__ = True  # noqa: F841
     if func in _METADATA_OPS:
         return func(_data_of(args[0]), *args[1:])
+    if forks.in_bad_fork:
+        raise forks.refusal()
     name = func.overloadpacket.__name__
+    generators.check(kwargs.get("generator"))  # as CUDA's kernels check a generator's device
+    if name in pinned.PINNING:
+        raise pinned.refusal(args[0])
     if func is torch.ops.aten.record_stream.default:
         return None  # every kernel has finished when it returns: no memory waits on a stream
     if func is torch.ops.aten.copy_.default:
@@ -491,6 +414,7 @@ def _composite(func: Any, args: tuple, kwargs: dict) -> tuple[bool, Any]:
 
 def _wrap(data: torch.Tensor, device: torch.device, block: Block | None = None) -> SimTensor:
     """``data`` as a tensor on the simulated ``device``, its memory booked there."""
+    forks.used = True
     _books[device.index or 0].track(data, block)
     return SimTensor(data, device)
 
@@ -587,6 +511,7 @@ def _host_factory(qualname: str) -> Any:
     op = getattr(getattr(torch.ops.aten, name), overload or "default")
 
     def factory(*args: Any, device: Any = None, pin_memory: Any = None, **kwargs: Any) -> torch.Tensor:
+        generators.check(kwargs.get("generator"))
         target = _with_index(torch.device(device))
         block = _reserve(target, _result_bytes(op, args, kwargs))  # before the host memory is taken
         return _wrap(op(*args, device="cpu", **kwargs), target, block)
@@ -611,6 +536,8 @@ def _kernel(kernel: Any) -> Any:
     def run(*args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True  # noqa: F841
         try:
+            if forks.in_bad_fork:
+                raise forks.refusal()
             return kernel(*args, **kwargs)
         except Exception as exc:
             tidy_traceback(exc, kernel=True)
@@ -658,7 +585,7 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
     (it cannot host a backend written in Python).
     """
     global _enabled
-    capacity = _parse_capacity(memory) if memory is not _UNCHANGED else None  # a wrong size fails before anything
+    capacity = parse_capacity(memory) if memory is not _UNCHANGED else None  # a wrong size fails before anything
     with _lock:
         if not _enabled:
             current = torch._C._get_privateuse1_backend_name()
@@ -681,6 +608,7 @@ def enable(memory: str | int | None = _UNCHANGED) -> torch.device:
             plain_paths.install(SimTensor)
             pinned.install()
             torch.autograd.set_multithreading_enabled(False)
+            forks.install()
             warning_places.install()  # a warning an op raises names the user's line, as on a GPU
             _enabled = True
         if memory is not _UNCHANGED:

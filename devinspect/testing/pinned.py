@@ -7,6 +7,10 @@ then recognises; copies from it with ``non_blocking=True`` work as any copy does
 
 The simulated device is then the process's only accelerator (``enable()`` refuses to share a
 process with a GPU), so the host's pinning is its pinning.
+
+Only host memory can be pinned: pinning a tensor on the device (a DataLoader with
+``pin_memory=True`` over a dataset that holds device tensors) raises CUDA's error, with the
+device's tensor type: "cannot pin 'torch.sim.FloatTensor' only dense CPU tensors can be pinned".
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from typing import Any
 
 import torch
 
+from .identity import DEVICE_TYPE
+
+#: The ops that pin a tensor: on a tensor of the device they raise, as CUDA's do.
+PINNING = frozenset({"pin_memory", "_pin_memory"})
 _pinned: dict[int, int] = {}  # data address of a pinned allocation -> its bytes
 _library: Any = None
 
@@ -49,3 +57,11 @@ def _is_pinned(tensor: torch.Tensor, device: Any = None) -> bool:
         return False
     storage = tensor.untyped_storage()
     return _pinned.get(storage.data_ptr()) == storage.nbytes()
+
+
+def refusal(tensor: torch.Tensor) -> RuntimeError:
+    """The error pinning a tensor of the device raises (CUDA's, with this device's tensor type)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        host_type = tensor._data.type() if hasattr(tensor, "_data") else tensor.type()
+    return RuntimeError(f"cannot pin '{host_type.replace('torch.', f'torch.{DEVICE_TYPE}.', 1)}' "
+                        "only dense CPU tensors can be pinned")
