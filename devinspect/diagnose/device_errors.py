@@ -42,7 +42,7 @@ from ..collect.failing_call import (
 )
 from ..model.check_report import DeviceError, Operand
 from ..model.fixes import Fix
-from . import generator_edits, line_edits, origins
+from . import device_names, generator_edits, line_edits
 from .dropped_moves import dropped_move_fix
 from .failed_frames import Failed, describe, source_of
 from .loader_errors import loader_error, loader_generator
@@ -301,7 +301,7 @@ def generator_device(failed: Failed) -> DeviceError | None:
     entry, call, given, generator = made
     default = failed.device_of_default()
     target = default if default.split(":")[0] == wanted else wanted
-    device_expr = origins.device_expression(failed.namespace, target)
+    device_expr = device_names.device_expression(failed.namespace, target)
     operand = Operand(ast.unparse(given), "generator", str(generator.device), "?", None,
                       f"a torch.Generator, used by {ast.unparse(call.func)}")
     scoped = (f"or keep {target} as the default device only where tensors are made (with torch.device("
