@@ -32,8 +32,8 @@ from .model import display
 from .version import __version__
 
 #: The public functions, each imported from its module when first used.
-_LAZY = {"scan": "diagnose.findings", "find": "diagnose.findings", "check": "observe.check",
-         "explain": "diagnose.explain"}
+_LAZY = {"scan": "diagnose.findings", "find": "diagnose.findings", "check": "observe.checked_block",
+         "explain": "diagnose.errors.explainer"}
 
 # How every result draws itself: registered the first time a result is drawn.
 display.load_with(lambda: import_module(f"{__name__}.render"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .collect.environment import gather
+from .collect.machine.environment import gather
 from .render.environment_text import render
 
 

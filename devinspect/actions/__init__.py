@@ -10,7 +10,7 @@ did, in bytes, or why it did nothing; none raises.
 from __future__ import annotations
 
 from .apply import apply_fix, move_optimizer_state, rebuild_optimizer, register_buffer
-from .memory import (
+from .memory_release import (
     collect_garbage,
     empty_cache,
     error_holders,

@@ -23,7 +23,7 @@ from ..model.fixes import (
     Steps,
 )
 from .cells import edit_cell
-from .memory import empty_cache, release_history
+from .memory_release import empty_cache, release_history
 from .move import move, release_graphs
 from .result import ActionResult, NamePath, find_named, held_bytes, human, parse_device, reason
 from .undo import UndoLog, detail_of, failure

@@ -8,13 +8,13 @@ from typing import Any, Iterable, MutableMapping
 
 import torch
 
-from ..collect import tensorbase as tb
-from ..collect.locations import frame_locals
-from ..collect.script_modules import script_object
-from ..collect.static import instance_dict, type_is_one_of
+from ..runtime import tensor_getters as tb
+from ..collect.code.locations import frame_locals
+from ..collect.objects.script_modules import script_object
+from ..collect.objects.static_getters import instance_dict, type_is_one_of
 from ..diagnose import fixes
 from ..model.fixes import ReleaseGraphs
-from .memory import clear_last_error
+from .memory_release import clear_last_error
 from .result import ActionResult, CannotMove, NamePath, find_named, held_bytes, human, parse_device, reason
 from .undo import UndoLog, detail_of, failure
 
@@ -314,7 +314,7 @@ class Mover:
 
 def _named_modules(module: torch.nn.Module, name: str) -> list[tuple[str, torch.nn.Module]]:
     """``(path, module)`` for a module and its submodules, paths as %devices names them."""
-    from ..collect.names import child_name
+    from ..collect.namespace.names import child_name
 
     out, seen, stack = [], set(), [(name, module)]
     while stack:
@@ -330,7 +330,7 @@ def _named_modules(module: torch.nn.Module, name: str) -> list[tuple[str, torch.
 
 
 def _child(path: str, key: str, module: torch.nn.Module) -> str:
-    from ..collect.names import child_name
+    from ..collect.namespace.names import child_name
 
     return child_name(path, key, type(module))
 

@@ -82,7 +82,7 @@ class NamePath:
         of the user's code (each step through a builtin container's own item read, an instance's
         ``__dict__`` or a module's parameters, buffers and submodules); :data:`UNKNOWN` where a
         step would need more, and for a plain variable."""
-        from ..collect.static import instance_dict, mro
+        from ..collect.objects.static_getters import instance_dict, mro
 
         if not self.steps or type(namespace) is not dict or self.root not in namespace:
             return UNKNOWN

@@ -16,8 +16,8 @@ import sys
 from collections import Counter, defaultdict
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from ..collect.scan import scan as collect_scan
-from ..collect.walk import ScanOptions
+from ..collect.namespace.scan import scan as collect_scan
+from ..collect.namespace.walk import ScanOptions
 from ..model.fixes import SEVERITY_ORDER, Finding
 from ..model.record_table import record_column
 from ..model.records import ModuleSummary, TensorRecord, device_is_accelerator
@@ -25,7 +25,7 @@ from ..model.scan_result import ScanResult, is_under
 from ..model.units import human_bytes
 from . import fixes
 from .overlaps import outermost, said_once
-from .dropped_moves import dropped_moves_standing, standing_targets
+from .causes.dropped_moves import dropped_moves_standing, standing_targets
 
 #: Variable names that usually hold a model's inputs or targets.
 INPUT_NAMES = frozenset(
@@ -69,7 +69,7 @@ def scan(
     to those names (a dotted name such as ``model.encoder`` walks ``model`` and keeps
     what lies below ``model.encoder``). ``exclude`` names are never walked (IPython's
     own variables, say). The walk runs no user code and changes nothing
-    (:func:`devinspect.collect.scan.scan`).
+    (:func:`devinspect.collect.namespace.scan.scan`).
 
     Its ``storage_bytes`` count memory held by PyTorch's caching allocator for these
     tensors, which is less than ``nvidia-smi`` shows (the allocator's free cache, the
@@ -77,7 +77,7 @@ def scan(
     """
     if namespace is None:
         namespace = sys._getframe(1).f_globals
-    from .device_names import device_names
+    from .causes.device_names import device_names
 
     result = collect_scan(namespace, roots, include_hidden=include_hidden, all_objects=all_objects, exclude=exclude,
                           max_depth=max_depth, max_items=max_items, max_objects=max_objects, rules=find)
@@ -529,7 +529,7 @@ def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: 
     """``fix`` (a move now) with the edit of the cell line that made the variable ``name``, so that
     the cells make it on ``target`` when they run again (``.to()`` on a model's line, ``device=`` on
     a factory's, the loop's first line for a batch)."""
-    from .origins import namespace_origin
+    from .causes.creation_sites import namespace_origin
 
     if not name.isidentifier():
         return fix
@@ -551,8 +551,8 @@ def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: 
 
 def _unpacked_origin(result: ScanResult, name: str, target: str, device_expr: str) -> Any:
     """``x, adj = load()``: a line after it moves each of the tensors it unpacks that sit elsewhere."""
-    from ..collect.sources import assignment_in_session
-    from .origins import Origin, unpacking_edit
+    from ..collect.code.user_code import assignment_in_session
+    from .causes.creation_sites import Origin, unpacking_edit
 
     statement = assignment_in_session(name, None, 1 << 30)
     node = statement.node if statement is not None else None

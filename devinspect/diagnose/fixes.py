@@ -23,7 +23,7 @@ import dataclasses
 import re
 from typing import Iterable
 
-from ..collect.names import is_identifier, literal
+from ..collect.namespace.names import is_identifier, literal
 from ..model.fixes import (
     Fix,
     Move,

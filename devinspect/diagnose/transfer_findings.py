@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from ..collect import sources
+from ..collect.code import user_code
 from ..model.check_report import LineStats
 from ..model.records import SourceLine
 from ..model.units import human_bytes
@@ -63,7 +63,7 @@ def _device_value_read(node: ast.AST) -> str | None:
 def in_a_loop(where: SourceLine) -> bool | None:
     """Whether the line ``where`` of the user's code is inside a ``for``, a ``while`` or a
     comprehension of its own function (or cell); None when its source cannot be read."""
-    tree = sources.parse(where.file)
+    tree = user_code.parse(where.file)
     if tree is None:
         return None
     for node in ast.walk(tree):

@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
-from ..diagnose.cross_rank import make_report
-from ..diagnose.rank_summary import TOP, summary
+from ..diagnose.ranks.cross_rank import make_report
+from ..diagnose.ranks.rank_summary import TOP, summary
 from ..model.ranks import SKEW_MARGIN, CrossRankFinding, RankReport, RankSummary
 from .engines import from_view
 from .gather import DistributedError, gather

@@ -12,8 +12,8 @@ import pickle
 import time
 from typing import Any
 
-from ..diagnose.cross_rank import make_report
-from ..diagnose.rank_summary import TOP
+from ..diagnose.ranks.cross_rank import make_report
+from ..diagnose.ranks.rank_summary import TOP
 from ..model.ranks import SKEW_MARGIN, RankReport, failed_summary
 from .gather import DistributedError, read_payload
 
@@ -24,8 +24,8 @@ def engine_summary(get_shell: Any, top: int, timeout: float | None, engine: int,
     ``get_shell`` is the engine's own ``get_ipython`` (sent as a reference to that name)."""
     import torch.distributed as dist
 
-    from ..collect.names import shell_names
-    from ..diagnose.rank_summary import summary
+    from ..collect.namespace.names import shell_names
+    from ..diagnose.ranks.rank_summary import summary
 
     shell = get_shell() if callable(get_shell) else None
     namespace = shell.user_ns if shell is not None else {}
@@ -38,7 +38,7 @@ def engine_summary(get_shell: Any, top: int, timeout: float | None, engine: int,
 
 def from_view(view: Any, *, top: int = TOP, timeout: float = 30.0, margin: float = SKEW_MARGIN,
               focus: str = "devices") -> RankReport:
-    """Run :func:`~devinspect.diagnose.rank_summary.summary` on each engine of an ipyparallel
+    """Run :func:`~devinspect.diagnose.ranks.rank_summary.summary` on each engine of an ipyparallel
     view (``rc[:]``), in each engine's own namespace, and return the :class:`RankReport`. An
     engine that fails or does not answer within ``timeout`` seconds is a row that says so;
     the others show."""

@@ -7,8 +7,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from ..observe import tracebacks
-from .common import is_result_type, running_cell_number
+from ..runtime import tracebacks
+from .magic_support import is_result_type, running_cell_number
 
 
 class CheckedCell:
@@ -133,7 +133,7 @@ class CheckedCell:
 
     def _unseen(self) -> tuple[str, ...]:
         """What the cell hands to TorchScript, whose ops no Python mode sees (read statically)."""
-        from ..collect.script_modules import script_calls
+        from ..collect.objects.script_modules import script_calls
 
         try:
             return tuple(script_calls(self.transformed, self.shell.user_ns))
@@ -171,7 +171,7 @@ class CheckedCell:
             shown(shell, panel)
 
     def _result(self) -> Any:
-        from ..observe.check import DeviceCheckError
+        from ..observe.checked_block import DeviceCheckError
 
         if self.args.strict and self.report is not None and self.report.has_findings:
             raise DeviceCheckError(self.report)

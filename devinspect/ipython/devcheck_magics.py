@@ -11,7 +11,7 @@ from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .cell_runner import AwaitedCells, CheckedCell
-from .common import (
+from .magic_support import (
     DevInspectMagics,
     caller_result_use,
     calling_frame,
@@ -103,7 +103,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         if not args.last:
             raise UsageError("%devcheck checks a cell: put %%devcheck on the cell's first line "
                              "(or %devcheck --last to explain the last error)")
-        from ..diagnose.explain import explanation_of
+        from ..diagnose.errors.explainer import explanation_of
 
         variable_name("%devcheck", args.variable, self.shell)
         error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
@@ -151,7 +151,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             print(f"devinspect: could not explain the error ({type(exc).__name__}: {exc})", file=sys.stderr)
 
     def _explanation(self, error: BaseException, torch: Any) -> Any:
-        from ..diagnose.explain import explanation_of
+        from ..diagnose.errors.explainer import explanation_of
 
         # Only the out-of-memory scan needs IPython's own names (a walk of the namespace).
         exclude = self._ipython_names() if isinstance(error, torch.OutOfMemoryError) else ()
@@ -190,7 +190,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         self._explained_early = (id(error), explanation)
         if not explanation:
             return None
-        from ..render.explain_text import headline
+        from ..render.explanation_text import headline
 
         return headline(explanation) or None
 

@@ -11,7 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..model.records import KINDS
 from ..model.scan_result import SORTS
-from .common import (
+from .magic_support import (
     DevInspectMagics,
     caller_result_use,
     calling_frame,
@@ -149,7 +149,7 @@ class DevicesMagics(DevInspectMagics):
         """``%devices --why NAME``: the reference paths that keep that tensor alive."""
         from IPython.display import display
 
-        from ..collect.referrers import holders
+        from ..collect.namespace.referrers import holders
 
         variable_name("%devices", args.variable, self.shell)
         candidates = self._why_names(args, line)
@@ -198,7 +198,7 @@ class DevicesMagics(DevInspectMagics):
 
     def _explorer(self, view: Any, rescan: Any) -> Any:
         try:
-            from ..collect.devices import present
+            from ..collect.machine.devices import present
             from ..jupyter.devices_explorer import DevicesExplorer
         except ImportError:  # no ipywidgets: the static output is complete
             return None

@@ -8,11 +8,11 @@ from typing import Any
 
 from traitlets import TraitError
 
-from ..collect import locations
-from ..observe import tracebacks
+from ..collect.code import locations
+from ..runtime import tracebacks
 from .cell_runner import awaiting_magic_cells
 from .cell_widgets import CellWidgets
-from .common import cell_numbers, error_forgetter, traceback_drawer
+from .magic_support import cell_numbers, error_forgetter, traceback_drawer
 from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
 from .devices_magics import DevicesMagics

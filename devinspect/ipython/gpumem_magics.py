@@ -11,7 +11,7 @@ from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .cell_runner import AwaitedCells
-from .common import (
+from .magic_support import (
     DevInspectMagics,
     caller_result_use,
     calling_frame,
@@ -133,7 +133,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
                              "-d, -f, -o and -v")
         device = profiled_device(args.device)
         def live_view(profile: Any, plot_html: str | None) -> Any:
-            from ..jupyter.line_memory_widget import line_memory_widget
+            from ..jupyter.memory_profile_widget import line_memory_widget
             from ..jupyter.memory_dashboard import MemoryDashboard
 
             dashboard = MemoryDashboard(self._collector(str(device), True), self._memory_actions())
@@ -152,8 +152,8 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
 
     def _collector(self, device: str | None, count_tensors_by_default: bool, all_devices: bool = False) -> Any:
         """collect(count_tensors) -> MemorySnapshot, keeping the last tensor count between calls."""
-        from ..collect.memory import build, in_use, tally_tensors
-        from ..collect.memory_readings import read
+        from ..collect.machine.memory_snapshot import build, in_use, tally_tensors
+        from ..collect.machine.memory_readings import read
 
         shell = self.shell
         last: dict[str, Any] = {}
@@ -230,7 +230,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
             self._set_event("post_run_cell", self._after_cell_watch, False)
 
     def _set_tracking(self, on: bool) -> None:
-        from ..collect.memory_tracker import MemoryTracker
+        from ..collect.machine.memory_tracker import MemoryTracker
 
         if on:
             if self._tracker is None:
@@ -264,7 +264,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
     def _show_history(self, quiet: bool = False) -> Any:
         from IPython.display import display
 
-        from ..model.memory import MemoryHistory
+        from ..model.device_memory import MemoryHistory
 
         history = self._tracker.history() if self._tracker is not None else MemoryHistory(())
         if quiet:
@@ -272,7 +272,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
         display(history)
         if history.cells and getattr(self.shell, "kernel", None) is not None:
             # A plot only where a frontend can show one; a terminal gets the table alone.
-            from ..render.memory_plot import HistoryPlot
+            from ..render.memory.plot import HistoryPlot
 
             try:
                 display(HistoryPlot(history))

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 from IPython.core.error import UsageError
 
-from ..observe.line_memory import LineKey, LineMemoryRecorder, named_allocations
+from ..observe.memory_recorder import LineKey, LineMemoryRecorder, named_allocations
 from ..observe.line_tracers import mark_statements, uses_markers
 from .cell_runner import CheckedCell
 
@@ -38,8 +38,8 @@ class ProfiledCell(CheckedCell):
         return LineMemoryRecorder(self.device, self.function_codes | frozenset(_cell_codes(self.codes)), self.marked)
 
     def _finish(self, error: BaseException | None) -> None:
-        from ..collect.failing_call import first_line
-        from ..diagnose.line_memory import build_profile
+        from ..collect.code.failing_call import first_line
+        from ..diagnose.memory_profile_builder import build_profile
 
         try:
             self.mode.__exit__(None, None, None)
@@ -56,8 +56,8 @@ class ProfiledCell(CheckedCell):
     def _display(self) -> None:
         from IPython.display import display
 
-        from ..render.memory_plot import ProfileWithPlot
-        from .common import display_live
+        from ..render.memory.plot import ProfileWithPlot
+        from .magic_support import display_live
 
         if getattr(self.shell, "kernel", None) is not None and self.live_view is not None:
             # A frontend that shows images: the static copy has the plot too (what nbconvert
@@ -99,7 +99,7 @@ def profiled_device(text: str | None) -> torch.device:
     """The device ``-d`` names, else the accelerator in use: a Python backend that tells its
     allocator's events (the simulated device, once enabled), else CUDA, else
     ``torch.accelerator``'s (MPS, XPU). None at all is a UsageError."""
-    from .common import device_argument
+    from .magic_support import device_argument
 
     named = device_argument("%%gpumem", text)
     if named is not None:
@@ -126,8 +126,8 @@ def function_codes(namespace: Any, names: list[str]) -> tuple[Any, ...]:
     """The code objects ``-f NAME`` asks for, read statically: a function, a method, or a
     module (its class's ``forward``) or module class. A name that reads as anything else is a
     UsageError; functions the cell defines itself need no -f (the cell's code is profiled)."""
-    from ..collect.static import class_dict, mro, type_name
-    from ..collect.values import MISSING, object_at
+    from ..collect.objects.static_getters import class_dict, mro, type_name
+    from ..collect.namespace.path_lookup import MISSING, object_at
 
     codes = []
     for name in names:

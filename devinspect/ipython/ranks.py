@@ -7,7 +7,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from .common import caller_result_use, calling_frame, display_live, variable_name
+from .magic_support import caller_result_use, calling_frame, display_live, variable_name
 
 
 def show_ranks(shell: Any, magic: str, args: Any, focus: str, exclude: Any) -> Any:

@@ -1,7 +1,7 @@
 """``%devices`` in Jupyter: findings with Apply fix, a tensor table and a module tree, live.
 
 Composed from stock ipywidgets (no JavaScript of ours). The table is filtered, sorted
-and paged in the kernel (:mod:`devinspect.render.grid`): the browser holds one page of rows,
+and paged in the kernel (:mod:`devinspect.jupyter.explorer_table`): the browser holds one page of rows,
 a fixed set of widgets whose values change, so 100,000 tensors cost what 25 do. The
 module tree (:mod:`devinspect.render.module_tree`) opens a node's children when asked, a
 page of them at a time, and marks a node whose parameters span devices. Every row and node can be moved to
@@ -19,9 +19,9 @@ from ..diagnose import fixes
 from ..model.records import KINDS
 from ..model.scan_result import ScanView
 from ..model.units import human_bytes
-from ..render.grid import COLUMNS, GridState, page, select, table_frame
+from .explorer_table import COLUMNS, GridState, page, select, table_frame
 from ..render.html import fix_html
-from ..collect.static import mro, type_name
+from ..collect.objects.static_getters import mro, type_name
 from ..render.module_tree import ModuleNode, module_tree, parent_of
 from ..render.table import SEVERITY_MARK
 from ..render.text import summary_line

@@ -1,7 +1,7 @@
 """The live ``%gpumem`` dashboard: stock ipywidgets composed, actions through devinspect.actions.
 
 The dashboard never reads memory itself: it is given ``collect(count_tensors)``,
-which returns a fresh :class:`~devinspect.model.memory.MemorySnapshot` (counting
+which returns a fresh :class:`~devinspect.model.device_memory.MemorySnapshot` (counting
 tensors only when asked, since that walks every object), and the actions to offer.
 A :class:`Watcher` refreshes the counters from a timer thread; tensors are counted
 only on the kernel's own thread (Refresh, a button, or after a cell).
@@ -13,10 +13,10 @@ import threading
 from html import escape
 from typing import Any, Callable, Mapping
 
-from ..model.memory import DeviceMemory, MemorySnapshot
+from ..model.device_memory import DeviceMemory, MemorySnapshot
 from ..model.units import human_bytes
-from ..render.memory_html import bars, reconciliation_table
-from ..render.memory_text import details, device_title, headline
+from ..render.memory.snapshot_html import bars, reconciliation_table
+from ..render.memory.snapshot_text import details, device_title, headline
 
 #: (action key, button label, icon, tooltip)
 _BUTTONS = (

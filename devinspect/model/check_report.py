@@ -47,10 +47,11 @@ class LineStats:
 #: How an operand's name was found: a variable of the namespace; a parameter, buffer, gradient,
 #: other tensor attribute or optimizer state reached from one; a local of the user's frame; a
 #: tensor made on the failing line or in library code ("created"), a result computed on the
-#: line ("result"), a temporary of the line, a value torch.compile traced; "unknown" when
-#: nothing names it.
+#: line ("result"), a temporary of the line, a value torch.compile traced; for a device error
+#: other than a mismatch, the DataLoader, its dataset or the random generator at its cause;
+#: "unknown" when nothing names it.
 OperandSource = Literal["namespace", "parameter", "buffer", "gradient", "attribute", "optimizer_state", "local",
-                        "created", "result", "temporary", "traced", "unknown"]
+                        "created", "result", "temporary", "traced", "loader", "dataset", "generator", "unknown"]
 
 
 @dataclass(frozen=True, slots=True)

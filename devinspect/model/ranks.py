@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .display import Displayed
 from .fixes import Severity
-from .memory import nullable
+from .device_memory import nullable
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
-from ..collect import tensorbase as tb
+from ..runtime import tensor_getters as tb
 
 #: The autograd node of a copy between devices (``_to_copy``: ``.to()``, ``.cuda()``, ``.cpu()``).
 _COPY_NODE = "ToCopyBackward0"

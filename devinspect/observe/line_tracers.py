@@ -26,7 +26,7 @@ import sys
 from types import CodeType
 from typing import Any, Protocol
 
-from ..model.line_memory import LineKey
+from ..model.memory_profile import LineKey
 
 
 class LineListener(Protocol):

@@ -36,8 +36,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..collect.memory_readings import accelerator_call, stat
-from ..model.line_memory import MemoryEvent
+from ..collect.machine.memory_readings import accelerator_call, stat
+from ..model.memory_profile import MemoryEvent
 from .line_tracers import running_lines
 
 #: Events kept per run (about 100 bytes each); a longer run keeps counting lines and totals.

@@ -37,17 +37,17 @@ from typing import Any, Callable, Mapping
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..collect import locations
-from ..collect import tensorbase as tb
-from ..collect.failing_call import first_line, names_a_device, op_name, tensor_inputs
-from ..collect.static import type_is_one_of
-from ..collect.values import object_at
-from ..diagnose.failed_call import Failure, diagnose
+from ..collect.code import locations
+from ..runtime import tensor_getters as tb
+from ..collect.code.failing_call import first_line, names_a_device, op_name, tensor_inputs
+from ..collect.objects.static_getters import type_is_one_of
+from ..collect.namespace.path_lookup import object_at
+from ..diagnose.errors.mismatch import Failure, diagnose
 from ..diagnose.transfer_findings import repeated_transfer, round_trip, sync_in_loop, unpinned_non_blocking
 from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding
 from ..model.records import SourceLine
-from . import tracebacks, warning_places
+from ..runtime import tracebacks, warning_places
 from .fast_paths import FastPaths
 from .gradient_copies import GradientCopies
 
@@ -163,7 +163,7 @@ def _storage(t: Any) -> Any:
     try:
         if type(t) is _T or type(t) is torch.nn.Parameter:
             return tb.storage(t) if tb.layout(t) is torch.strided else None
-        from ..collect.tensors import inner_tensors
+        from ..collect.objects.tensor_facts import inner_tensors
 
         inner = inner_tensors(t)
         return _storage(inner[0]) if inner else tb.storage(t)
@@ -198,7 +198,7 @@ def _nbytes(t: Any) -> int:
     try:
         if type(t) is _T and tb.layout(t) is torch.strided:
             return int(tb.nbytes(t))
-        from ..collect.tensors import tensor_facts
+        from ..collect.objects.tensor_facts import tensor_facts
 
         with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
             facts = tensor_facts(t)
@@ -593,7 +593,7 @@ class DeviceCheckMode(TorchFunctionMode):
     def _explained_after(self, error: BaseException) -> Mismatch | None:
         """A mismatch no op of this mode saw fail (torch.compile meets it while tracing, on fake
         tensors): explained from the error and its traceback, as a plain cell's is."""
-        from ..diagnose.explain import explain_mismatch
+        from ..diagnose.errors.explainer import explain_mismatch
 
         try:
             return explain_mismatch(error, self.namespace)
@@ -632,7 +632,7 @@ class DeviceCheckMode(TorchFunctionMode):
             if s.sync_count >= LOOP_SYNCS:
                 findings.append(sync_in_loop(s))
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
-        from ..diagnose.device_errors import explain_device_error
+        from ..diagnose.errors.device_errors import explain_device_error
 
         device_error = explain_device_error(error, self.namespace) if error is not None else None
         self.mismatch = None if device_error is not None else self.mismatch  # its message names devices too

@@ -26,7 +26,7 @@ allocator), so the device module answers instead, under the names ``torch.cuda``
 ``torch.sim.memory_stats(i)``, ``memory_allocated``, ``memory_reserved``,
 ``max_memory_allocated``, ``reset_peak_memory_stats``, ``mem_get_info`` and
 ``empty_cache``. That is the one hook devinspect reads memory through where
-``torch.accelerator`` cannot (:func:`devinspect.collect.memory_readings.accelerator_call`).
+``torch.accelerator`` cannot (:func:`devinspect.collect.machine.memory_readings.accelerator_call`).
 
 Training code runs as on CUDA with the device swapped: factories, checkpointing,
 ``torch.autocast("sim")``, pinned memory, ``torch.sim.Stream``/``Event``,

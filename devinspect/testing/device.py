@@ -11,9 +11,10 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_map
 
-from ..observe import warning_places
-from ..observe.tracebacks import tidy_traceback
-from . import autocast, device_rules, forks, generators, gradients, moves, pinned, plain_paths, real_devices, recurrent, storages
+from ..runtime import warning_places
+from ..runtime.tracebacks import tidy_traceback
+from .ops import autocast, device_rules, gradients, plain_paths, recurrent
+from . import forks, generators, moves, pinned, real_devices, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
 from .storage_books import StorageBooks, parse_capacity

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..collect import tensorbase as tb
+from ..runtime import tensor_getters as tb
 from ..model.units import parse_bytes
 from .allocator import Allocator, Block
 

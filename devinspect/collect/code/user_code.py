@@ -1,0 +1,420 @@
+"""The user's code as text: the session's cells and the functions of their frames, parsed, never run.
+
+Where a tensor got its device is usually written in the user's own code: a factory call
+without ``device=`` in the cell that failed, an input made in an earlier cell, a ``for``
+loop over a DataLoader, a local of ``forward``. These readers find such lines from the
+source text IPython keeps for every cell (``linecache``) and from a frame's code object.
+Parsed cells are kept by file name and size (a cell's text never changes once run).
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import textwrap
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+
+from . import locations
+from ..objects.static_getters import type_is_one_of
+
+#: How many of the most recent cells are looked through for an assignment.
+MAX_CELLS = 200
+_parsed: dict[tuple[str, int], ast.Module | None] = {}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell of the session: its execution count, compiled file name and text."""
+
+    number: int
+    filename: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement of the user's code: where it is and its parsed form."""
+
+    filename: str
+    #: Line of the statement's start, 1-based, in its file or cell.
+    line: int
+    node: ast.stmt
+    #: The execution count of its cell, or None for a file.
+    cell: int | None
+    #: The function it is in (``forward``), or ``""`` at a cell's top level.
+    function: str = ""
+
+    @property
+    def text(self) -> str:
+        return linecache.getline(self.filename, self.line).strip()
+
+
+def parse(filename: str) -> ast.Module | None:
+    """The parsed text of a cell or file (None when it is not at hand or does not parse)."""
+    lines = linecache.getlines(filename)
+    if not lines:
+        return None
+    key = (filename, sum(len(line) for line in lines))
+    if key not in _parsed:
+        if len(_parsed) > 512:
+            _parsed.clear()
+        # Python first: a line may start with the % operator inside brackets ("..." % args). Else
+        # IPython's own syntax (%magic, %%cell magic, !shell) becomes blank lines, those that start
+        # a line first, then indented ones too: the Python around it parses, every line keeps its number.
+        def blank(indented: bool) -> str:
+            return "".join("\n" if (line.lstrip() if indented else line).startswith(("%", "!")) else line
+                           for line in lines)
+
+        _parsed[key] = None
+        for text in ("".join(lines), blank(False), blank(True)):
+            try:
+                _parsed[key] = ast.parse(text, filename)
+                break
+            except (SyntaxError, ValueError):
+                continue
+    return _parsed[key]
+
+
+def session_cells() -> list[Cell]:
+    """The cells IPython has run in this session, oldest first (only those linecache still holds)."""
+    found = []
+    for filename in list(linecache.cache):
+        number = locations.cell_number(filename)
+        if number is not None:
+            found.append(Cell(number, filename, "".join(linecache.getlines(filename))))
+    found.sort(key=lambda c: c.number)
+    return found[-MAX_CELLS:]
+
+
+def function_node(code: types.CodeType) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The ``def`` of a code object in its file's parsed text."""
+    tree = parse(code.co_filename)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if first <= code.co_firstlineno <= node.lineno:
+                return node
+    return None
+
+
+def parsed_statement(code: types.CodeType, line: int) -> ast.Module | None:
+    """The simple statement of the function (or cell) of ``code`` that holds line ``line``, parsed on
+    its own: a call written over several lines, whose one line does not parse. None for a
+    compound statement (its header alone is not a statement) or an unknown source."""
+    node = function_node(code)
+    tree = parse(code.co_filename) if node is None else None
+    body = node.body if node is not None else tree.body if tree is not None else []
+    held = [s for s in statements(body) if s.lineno <= line <= (s.end_lineno or s.lineno)]
+    if not held:
+        return None
+    inner = min(held, key=lambda s: (s.end_lineno or s.lineno) - s.lineno)
+    if any(isinstance(getattr(inner, f, None), list) for f in ("body", "orelse", "handlers")):
+        return None
+    lines = linecache.getlines(code.co_filename)[inner.lineno - 1: inner.end_lineno or inner.lineno]
+    try:
+        return ast.parse(textwrap.dedent("".join(lines)))
+    except SyntaxError:
+        return None
+
+
+def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement of a block, nested blocks included, not entering nested functions or classes."""
+    for node in body:
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from statements([n for n in inner if isinstance(n, ast.stmt)] +
+                                      [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body])
+
+
+def bound_before(code: types.CodeType, name: str, line: int) -> bool:
+    """Whether the local ``name`` of the function of ``code`` has a value when line ``line`` starts:
+    a parameter, or bound by a statement that starts before it (a loop holding the line binds its
+    target on every pass). A name bound only further down (later in a loop body) is not: an edit
+    reading it there raises on the first pass. Unknown source: True (nothing to contradict)."""
+    node = function_node(code)
+    if node is None:
+        return True
+    a = node.args
+    if name in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}:
+        return True
+    return any(name in assigned_names(s) or name in _imported(s) for s in statements(node.body) if s.lineno < line)
+
+
+def rebound_from(code: types.CodeType, name: str, line: int) -> bool:
+    """Whether a statement of the function of ``code`` at or after line ``line`` binds ``name``: then
+    the value the frame shows now is not the one a line there reads (``data, t = data.to(d), t``
+    reads the old ``data``)."""
+    node = function_node(code)
+    if node is None:
+        return False
+    return any(name in assigned_names(s) for s in statements(node.body) if s.lineno >= line
+               and not isinstance(s, (ast.For, ast.AsyncFor)))
+
+
+def _imported(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    return set()
+
+
+def assigned_names(node: ast.stmt) -> set[str]:
+    """Top-level names a statement binds (assignment targets, ``for`` targets, ``with … as``)."""
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+        targets = [node.target]
+    elif isinstance(node, (ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, (ast.With, ast.AsyncWith)):
+        targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+    out: set[str] = set()
+    while targets:
+        target = targets.pop()
+        if isinstance(target, ast.Name):
+            out.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            targets.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            targets.append(target.value)
+        elif isinstance(target, (ast.Attribute, ast.Subscript)):
+            # model.head = ..., model[2] = ...: that part is bound; the names it is read through
+            # (model, and idx in table[idx] = ...) are only used.
+            out.add(ast.unparse(target))
+    return out
+
+
+def last_assignment(name: str, filename: str, body: list[ast.stmt], before: int, cell: int | None,
+                    function: str = "", made: str | None = None) -> Statement | None:
+    """The last statement in ``body`` binding ``name`` that starts before line ``before``
+    (a ``for`` loop whose body holds that line counts: it binds the name on every pass). With
+    ``made``, the class name of the value: of two branches of an ``if`` that each bind it
+    (``model = TransformerModel(...)`` / ``else: model = RNNModel(...)``), the one that makes it."""
+    found: list[ast.stmt] = []
+    for node in statements(body):
+        if node.lineno >= before and not (isinstance(node, (ast.For, ast.AsyncFor))
+                                          and node.lineno < before <= (node.end_lineno or node.lineno)):
+            continue
+        if name in assigned_names(node):
+            found.append(node)
+    if not found:
+        return None
+    last = max(found, key=lambda n: n.lineno)
+    if made is not None and not _makes(last, made):
+        ran = [n for n in found if _makes(n, made) and _exclusive(body, n, last)]
+        last = max(ran, key=lambda n: n.lineno) if ran else last
+    return Statement(filename, last.lineno, last, cell, function)
+
+
+def made_before_updates(name: str, statement: Statement, body: list[ast.stmt],
+                        keeps: Callable[[ast.expr], bool], made_here: Callable[[Statement], bool]) -> Statement:
+    """The assignment that made the value ``name`` holds after ``statement``, past the updates
+    that only reshape it in place of itself (``ids = ids.unsqueeze(0)``, for which ``keeps``
+    holds), when ``made_here`` holds for it (a factory line: it made the tensor, and its device);
+    else ``statement``. A bare rebinding (``data = data``) is no reshape: it is where a move goes."""
+    current = statement
+    for _ in range(8):
+        value = current.node.value if isinstance(current.node, ast.Assign) else None
+        if value is None or isinstance(value, ast.Name) or not keeps(value):
+            break
+        earlier = last_assignment(name, current.filename, body, current.line, current.cell, current.function)
+        if earlier is None:
+            break
+        current = earlier
+    return current if current is not statement and made_here(current) else statement
+
+
+def _makes(node: ast.stmt, class_name: str) -> bool:
+    """Whether the value ``node`` assigns calls a class of that name (``Net(...)``, ``nn.Net(...).to(d)``)."""
+    value = getattr(node, "value", None)
+    return value is not None and any(isinstance(c, ast.Call) and ast.unparse(c.func).rsplit(".", 1)[-1] == class_name
+                                     for c in ast.walk(value))
+
+
+def _exclusive(body: list[ast.stmt], a: ast.stmt, b: ast.stmt) -> bool:
+    """Whether ``a`` and ``b`` sit in the two branches of one ``if`` (only one of them runs)."""
+    def within(node: ast.stmt, block: list[ast.stmt]) -> bool:
+        return bool(block) and block[0].lineno <= node.lineno <= (block[-1].end_lineno or block[-1].lineno)
+
+    return any(isinstance(n, ast.If) and ((within(a, n.body) and within(b, n.orelse))
+                                          or (within(b, n.body) and within(a, n.orelse))) for n in statements(body))
+
+
+def assignment_in_session(name: str, current: Cell | None, line: int, made: str | None = None) -> Statement | None:
+    """Where the namespace variable ``name`` was last bound: in the current cell before ``line``,
+    else in the most recent earlier cell that binds it at its top level (``made``: as in
+    :func:`last_assignment`)."""
+    cells = session_cells()
+    if current is not None:
+        tree = parse(current.filename)
+        if tree is not None:
+            found = last_assignment(name, current.filename, tree.body, line, current.number, made=made)
+            if found is not None:
+                return found
+    for cell in reversed(cells):
+        if current is not None and cell.number >= current.number:
+            continue
+        tree = parse(cell.filename)
+        if tree is None:
+            continue
+        found = last_assignment(name, cell.filename, tree.body, 1 << 30, cell.number, made=made)
+        if found is not None:
+            return found
+    return None
+
+
+def current_cell(filename: str) -> Cell | None:
+    """The cell compiled as ``filename`` (None for a file that is not a cell)."""
+    number = locations.cell_number(filename)
+    if number is None:
+        return None
+    return Cell(number, filename, "".join(linecache.getlines(filename)))
+
+
+#: ``nn.Module``'s own methods (``to``, ``eval``, ``parameters`` …): calling one passes the model
+#: no inputs (``forward`` and ``generate`` do).
+_MODULE_METHODS = frozenset(k for k in vars(torch.nn.Module) if not k.startswith("_")) - {"forward"}
+
+
+def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
+    """The namespace variables the session's latest cell calling each of ``modules`` passes to it
+    (module roots as the namespace names them), read from the cells' text."""
+    from ...model.records import ModelCall
+    from ..namespace.path_lookup import MISSING, object_at
+
+    found: dict[str, list[ModelCall]] = {}
+    for cell in reversed(session_cells()):
+        tree = parse(cell.filename)
+        if tree is None:
+            continue
+        calls: dict[str, list[ModelCall]] = {}
+        # Names the cell binds, by the line each binding ends on: an input the cell sets before
+        # its call (images = images.to(dev)) is what the call gets, whatever the name holds now.
+        bindings = [(node.end_lineno or node.lineno, name) for node in statements(tree.body)
+                    for name in assigned_names(node)]
+        for node, local in calls_with_locals(tree):
+            callee = _root(node.func)
+            if callee not in modules or callee in found or (isinstance(node.func, ast.Attribute)
+                                                             and node.func.attr in _MODULE_METHODS):
+                continue  # not a call of the model: model.eval(), model[0].to(dev)
+            set_before = {name for line, name in bindings if line < node.lineno}
+            calls.setdefault(callee, [])  # the latest cell calling it decides, even with nothing to note
+            loops = {g.target.id: ast.unparse(g.iter) for comp in ast.walk(tree)
+                     if isinstance(comp, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp))
+                     for g in comp.generators if isinstance(g.target, ast.Name)}
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                text = ast.unparse(arg)
+                if _root(arg) in set_before or _root(arg) in local:
+                    continue  # set before the call, or a local of the function the call is in
+                container = None
+                if isinstance(arg, ast.Name) and arg.id in loops:
+                    text = loops[arg.id]
+                    value = object_at(namespace, text)
+                    container = type(value).__name__ if type_is_one_of(value, (list, tuple, dict)) else None
+                    if container is None:
+                        continue
+                elif object_at(namespace, text) is MISSING:
+                    continue
+                where = locations.source_line(cell.filename, node.lineno)
+                calls.setdefault(callee, []).append(ModelCall(callee, text, container, where))
+        for callee, made in calls.items():
+            found.setdefault(callee, made)
+        if len(found) == len(modules):
+            break
+    return [c for made in found.values() for c in made]
+
+
+def calls_with_locals(tree: ast.AST) -> Iterator[tuple[ast.Call, frozenset[str]]]:
+    """Every call in a cell's code, with the names that are locals where it is (the parameters and
+    assignments of the functions and lambdas around it): those are not the notebook's variables,
+    whatever the namespace holds under the same name."""
+    def visit(node: ast.AST, local: frozenset[str]) -> Iterator[tuple[ast.Call, frozenset[str]]]:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            names = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+            if not isinstance(node, ast.Lambda):
+                declared = {n for g in ast.walk(node) if isinstance(g, (ast.Global, ast.Nonlocal)) for n in g.names}
+                names |= {n for s in statements(node.body) for n in assigned_names(s)} - declared
+            local = local | names
+        if isinstance(node, ast.Call):
+            yield node, local
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child, local)
+
+    yield from visit(tree, frozenset())
+
+
+def _root(node: ast.AST) -> str:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+#: How many of the latest cells are read for function calls.
+RECENT_CELLS = 10
+
+
+def _recent_cells() -> Iterator[tuple[Cell, ast.Module]]:
+    """The session's latest cells with their parsed text, newest first (one that does not parse
+    left out)."""
+    for cell in reversed(session_cells()[-RECENT_CELLS:]):
+        tree = parse(cell.filename)
+        if tree is not None:
+            yield cell, tree
+
+
+#: Methods that move a tensor (or a batch that moves its tensors) to a device.
+_MOVES = frozenset({"to", "cuda", "xpu", "mps"})
+
+
+def moved_in_cells() -> list[str]:
+    """What the latest cell that uses a variable moves as it uses it: ``x`` in
+    ``model(x.to(dev))``, ``batch["labels"]`` in ``loss_fn(out, batch["labels"].cuda())`` (as
+    written, read from the cells' text). An older cell's move does not count once a newer cell
+    uses the variable without it."""
+    out: dict[str, None] = {}
+    decided: set[str] = set()
+    for _, tree in _recent_cells():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MOVES \
+                    and _root(node.func.value) not in decided:
+                out[ast.unparse(node.func.value)] = None
+        decided |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    return list(out)
+
+
+def function_calls(namespace: Any, modules: set[str]) -> list[Any]:
+    """Calls in the latest cells (not of ``modules``) that pass two or more namespace tensors."""
+    from ...model.records import FunctionCall
+    from ..namespace.path_lookup import object_at
+
+    out = []
+    seen: set[str] = set()
+    for cell, tree in _recent_cells():
+        for node, local in calls_with_locals(tree):
+            if _root(node.func) in modules:
+                continue
+            arguments = []
+            for arg in [*node.args, *(k.value for k in node.keywords)]:
+                parts = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
+                for part in parts:
+                    if isinstance(part, (ast.Name, ast.Attribute, ast.Subscript)) and _root(part) not in local:
+                        text = ast.unparse(part)
+                        if issubclass(type(object_at(namespace, text)), torch.Tensor):
+                            arguments.append(text)
+            key = ast.unparse(node)
+            if len(arguments) >= 2 and key not in seen:
+                seen.add(key)
+                out.append(FunctionCall(ast.unparse(node.func), tuple(arguments),
+                                        locations.source_line(cell.filename, node.lineno)))
+    return out

@@ -1,0 +1,178 @@
+"""What a module's class says about it, read from source text and class dicts only:
+where an attribute is assigned, the class default, the ``super().__init__()`` line,
+which library a class comes from, which attributes a forward pre-hook recomputes."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import sys
+import textwrap
+import types
+from typing import Any
+
+import torch
+
+from ..code import locations
+from .static_getters import (
+    FUNCTION_CODE,
+    MODULE_DICT,
+    any_items,
+    instance_dict,
+    mro,
+    plain_class_dict,
+    type_module,
+    type_name,
+)
+
+_Module = torch.nn.Module
+
+
+#: Forward pre-hooks that recompute a plain tensor attribute before each forward
+#: (weight_norm, spectral_norm, pruning) keep its name in one of these attributes.
+_RECOMPUTED_NAME_ATTRS = ("name", "_tensor_name")
+
+
+def attribute_assignment(cls: type, attr: str) -> tuple[type, Any] | None:
+    """(class, SourceLine) of the line in the user's class that assigns ``self.<attr>``.
+
+    Reads only source text (linecache) and code objects; prefers ``__init__``.
+    """
+    found = None
+    for klass in mro(cls):
+        if klass is _Module or klass is object:
+            break
+        for name, value in dict.items(plain_class_dict(klass)):
+            if type(value) is not types.FunctionType:
+                continue
+            code = FUNCTION_CODE(value)
+            if not locations.is_user_code(code):
+                continue
+            line = _assignment_line(code, attr)
+            if line is not None and (found is None or name == "__init__"):
+                found = (klass, line)
+                if name == "__init__":
+                    return found
+    return found
+
+
+def class_source_lines(cls: type, attr: str) -> tuple[Any, Any]:
+    """(the class-body line defining ``attr``, the ``super().__init__()`` line of ``__init__``)
+    in the user's own source of ``cls``, each a SourceLine or None. Reads source text only."""
+    for klass in mro(cls):
+        if klass is _Module or klass is object:
+            break
+        functions = [v for v in dict.values(plain_class_dict(klass)) if type(v) is types.FunctionType]
+        codes = [FUNCTION_CODE(f) for f in functions]
+        codes = [c for c in codes if locations.is_user_code(c)]
+        if not codes:
+            continue
+        filename = codes[0].co_filename
+        lines = linecache.getlines(filename)
+        try:
+            tree = ast.parse("".join(lines))
+        except (SyntaxError, ValueError):
+            continue
+        first = min(c.co_firstlineno for c in codes if c.co_filename == filename)
+        node = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == type_name(klass)
+                     and n.lineno <= first <= (n.end_lineno or first)), None)
+        if node is None:
+            continue
+        default = None
+        for statement in node.body:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target] if isinstance(
+                statement, ast.AnnAssign) and statement.value is not None else []
+            if any(isinstance(t, ast.Name) and t.id == attr for t in targets) and statement.lineno == statement.end_lineno:
+                default = locations.source_line(filename, statement.lineno, type_name(klass))
+        init = None
+        init_def = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+        for statement in init_def.body if init_def is not None else ():
+            call = statement.value if isinstance(statement, ast.Expr) else None
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
+                    and statement.lineno == statement.end_lineno):
+                init = locations.source_line(filename, statement.lineno, "__init__")
+                break
+        return default, init
+    return None, None
+
+
+def assigned_while_running(cls: type, attr: str) -> bool:
+    """Whether a method of ``cls`` other than ``__init__`` assigns ``self.<attr>``: state the
+    module's own code makes as it runs (a mask or a recurrent state its forward pass fills in),
+    on the device of what it is given. Reads only source text and code objects."""
+    for klass in mro(cls):
+        if klass is _Module or klass is object:
+            break
+        for name, value in dict.items(plain_class_dict(klass)):
+            if name != "__init__" and type(value) is types.FunctionType and \
+                    _assignment_line(FUNCTION_CODE(value), attr) is not None:
+                return True
+    return False
+
+
+def _assignment_line(code: types.CodeType, attr: str) -> Any:
+    lines = linecache.getlines(code.co_filename)
+    if not lines:
+        return None
+    start = code.co_firstlineno - 1
+    block = inspect.getblock(lines[start:])
+    try:
+        tree = ast.parse(textwrap.dedent("".join(block)))
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            if (isinstance(target, ast.Attribute) and target.attr == attr and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"):
+                return locations.source_line(code.co_filename, start + node.lineno, code.co_name)
+    return None
+
+
+def library_of(cls: type) -> str:
+    """The top-level package of a class that comes from a library, or ``""`` for user code."""
+    module = type_module(cls)
+    top = module.split(".", 1)[0]
+    if not top or top == "__main__":
+        return ""
+    imported = sys.modules.get(top)
+    if not issubclass(type(imported), types.ModuleType):
+        return ""
+    # The module's own dict, read through ModuleType's descriptor (a lazy module's __getattr__ is not asked).
+    path = MODULE_DICT(imported).get("__file__")
+    return top if type(path) is str and locations.is_library_file(path) else ""
+
+
+def recomputed_attributes(d: dict[str, Any]) -> dict[str, str]:
+    """Tensor attributes a forward pre-hook recomputes (weight_norm, spectral_norm, pruning):
+    ``{attribute: what recomputes it}``. They are not unregistered buffers."""
+    out: dict[str, str] = {}
+    for _hid, hook in any_items(d.get("_forward_pre_hooks")):
+        hook_dict = instance_dict(hook)
+        for key in _RECOMPUTED_NAME_ATTRS:
+            attr = hook_dict.get(key)
+            if type(attr) is str:
+                out[attr] = type_name(type(hook))
+    return out
+
+
+def user_class_attributes(cls: type) -> list[tuple[str, Any]]:
+    """``(name, value)`` of the class attributes of a class the user wrote (``Cfg.table = t``),
+    dunders left out; none for a library's class. Read from the class's own mapping, never
+    through its metaclass."""
+    mapping = type.__dict__["__dict__"].__get__(cls)
+    module = mapping.get("__module__")
+    if type(module) is not str or not _is_users_module(module):
+        return []
+    return [(key, value) for key, value in list(mapping.items())
+            if type(key) is str and not (key.startswith("__") and key.endswith("__"))]
+
+
+def _is_users_module(name: str) -> bool:
+    if name == "__main__":
+        return True
+    module = sys.modules.get(name)
+    filename = module.__dict__.get("__file__") if type(module) is types.ModuleType else None
+    return type(filename) is str and not locations.is_library_file(filename)

@@ -1,0 +1,6 @@
+"""Where the user's own code gives a tensor its device, and the edit of that line: the line
+that made it (:mod:`.creation_sites`), a value received from the user's function or class
+(:mod:`.made_in_code`), a move whose result was dropped, a generator of another device; edits
+made on the text as written (:mod:`.line_edits`), naming the device in the user's own words
+(:mod:`.device_names`).
+"""

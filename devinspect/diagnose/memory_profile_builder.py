@@ -1,0 +1,203 @@
+"""From a recorded run to the profile ``%%gpumem`` shows: lines added up, the tensors
+each line made that are still alive, by name, and the peak explained."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..model.memory_profile import (
+    LineKey,
+    LineMemory,
+    LineMemoryProfile,
+    MemoryEvent,
+    PeakMoment,
+    Recording,
+    line_label,
+)
+
+BEFORE_THE_CELL = "held before the cell"
+
+
+def build_profile(recording: Recording, text_of: Callable[[LineKey], str], names_of: Callable[[], dict[int, str]],
+                  error: str | None = None) -> LineMemoryProfile:
+    """The profile of ``recording``. ``names_of()`` maps the address of each allocation a
+    user's name reaches at the end to that name (asked only when an allocation the cell
+    made is still alive: it walks the namespace); ``text_of`` gives a line's source."""
+    replay = _Replay(recording)
+    names = names_of() if replay.alive_at_end else {}
+    rows = _rows(recording, replay, text_of, names)
+    return LineMemoryProfile(
+        device=recording.device, lines=rows, peak=_peak(recording, replay, names),
+        allocated_start=recording.allocated_start, allocated_end=recording.allocated_end,
+        reserved_start=recording.reserved_start, reserved_end=recording.reserved_end,
+        events_source=recording.events_source, has_events=recording.has_events, error=error,
+        events_dropped=recording.events_dropped,
+        elsewhere=tuple((d, recording.others_start.get(d, 0), n) for d, n in recording.others_end.items()
+                        if n != recording.others_start.get(d, 0)),
+    )
+
+
+def label(key: LineKey | None) -> str:
+    return "outside the profiled lines" if key is None else line_label(key[1], key[2])
+
+
+class _Replay:
+    """The alloc and free events replayed from the allocated bytes at the start: the total
+    after each, the highest total while each line ran, and when each allocation was freed."""
+
+    def __init__(self, recording: Recording):
+        self.events: list[MemoryEvent] = [e for e in recording.events if e[0] == "alloc" or e[0] == "free"]
+        running = recording.allocated_start or 0
+        self.totals: list[int] = []
+        self.line_peaks: dict[LineKey, int] = {}
+        #: Bytes allocated less bytes freed while each line ran (every line on an event's stack).
+        self.line_changes: dict[LineKey, int] = {}
+        #: index of each alloc -> index of its free (len(events) when never freed)
+        self.freed_at: dict[int, int] = {}
+        live: dict[int, int] = {}  # address -> index of the alloc now holding it
+        # Added up per stack first: the events of one line run share their stack's tuple, so a
+        # loop of many small allocations costs a few dictionary steps each, whatever its depth.
+        stacks: dict[int, tuple[LineKey, ...]] = {}
+        changes: dict[int, int] = {}
+        peaks: dict[int, int] = {}
+        totals = self.totals
+        for i, (action, address, size, lines) in enumerate(self.events):
+            stack = id(lines)
+            if stack not in stacks:
+                stacks[stack] = lines
+            if action == "alloc":
+                running += size
+                live[address] = i
+                changes[stack] = changes.get(stack, 0) + size
+                if running > peaks.get(stack, -1):
+                    peaks[stack] = running
+            else:
+                running -= size
+                changes[stack] = changes.get(stack, 0) - size
+                made = live.pop(address, None)
+                if made is not None:
+                    self.freed_at[made] = i
+            totals.append(running)
+        for stack, lines in stacks.items():
+            for key in lines:
+                self.line_changes[key] = self.line_changes.get(key, 0) + changes.get(stack, 0)
+                if stack in peaks and peaks[stack] > self.line_peaks.get(key, -1):
+                    self.line_peaks[key] = peaks[stack]
+        for i in live.values():
+            self.freed_at[i] = len(self.events)
+        self.alive_at_end = {self.events[i][1]: i for i in live.values()}
+
+    def where_made(self, index: int) -> LineKey | None:
+        lines = self.events[index][3]
+        return lines[0] if lines else None
+
+
+def _rows(recording: Recording, replay: _Replay, text_of: Callable[[LineKey], str],
+          names: dict[int, str]) -> tuple[LineMemory, ...]:
+    alive: dict[LineKey, list[tuple[str, int]]] = {}
+    unnamed: dict[LineKey, int] = {}
+    for address, index in replay.alive_at_end.items():
+        key = replay.where_made(index)
+        if key is None:
+            continue
+        size = replay.events[index][2]
+        name = names.get(address)
+        if name is not None:
+            alive.setdefault(key, []).append((name, size))
+        else:
+            unnamed[key] = unnamed.get(key, 0) + size
+    rows = []
+    for key, depth in _as_they_ran(recording, replay):
+        totals = recording.lines.get(key)
+        if totals is None:  # known from events alone: no runs and no counters
+            runs = allocated_before = allocated_after = reserved_before = reserved_after = None
+            change, peak = replay.line_changes[key], replay.line_peaks.get(key)
+        else:
+            runs, change, peak = totals.runs, totals.change, totals.peak
+            allocated_before, allocated_after = totals.allocated_before, totals.allocated_after
+            reserved_before, reserved_after = totals.reserved_before, totals.reserved_after
+            if key in replay.line_peaks:
+                peak = max(replay.line_peaks[key], peak if peak is not None else -1,
+                           *(v for v in (allocated_before, allocated_after) if v is not None))
+        rows.append(LineMemory(
+            function=key[1], line=key[2], text=text_of(key), runs=runs, allocated_before=allocated_before,
+            allocated_after=allocated_after, change=change, peak=peak, reserved_before=reserved_before,
+            reserved_after=reserved_after, alive=tuple(sorted(alive.get(key, ()), key=lambda a: -a[1])),
+            alive_unnamed=unnamed.get(key, 0), filename=key[0], depth=depth,
+        ))
+    return tuple(rows)
+
+
+def _as_they_ran(recording: Recording, replay: _Replay) -> list[tuple[LineKey, int]]:
+    """Each line once, with its depth: as they first ran, each under the line that was running
+    it (a function's lines under the line that called the function)."""
+    callers: dict[LineKey, LineKey | None] = {key: totals.caller for key, totals in recording.lines.items()}
+    # Lines heard only through events (a function's, where a marked cell reads them from the
+    # stack): as their first event came, under the line below them on its stack.
+    if any(k not in callers and k[1] != "<module>" for k in replay.line_changes):
+        for _, _, _, lines in replay.events:
+            for i, key in enumerate(lines):
+                if key not in callers and key[1] != "<module>":
+                    callers[key] = lines[i + 1] if i + 1 < len(lines) else None
+    children: dict[LineKey | None, list[LineKey]] = {}
+    for key, caller in callers.items():
+        children.setdefault(caller if caller in callers and caller != key else None, []).append(key)
+    ordered: list[tuple[LineKey, int]] = []
+    pending = [(key, 0) for key in reversed(children.get(None, []))]
+    while pending:
+        key, depth = pending.pop()
+        ordered.append((key, depth))
+        pending.extend((child, depth + 1) for child in reversed(children.get(key, [])))
+    return ordered
+
+
+def _peak(recording: Recording, replay: _Replay, names: dict[int, str]) -> PeakMoment | None:
+    if not replay.events:
+        return _peak_from_counters(recording)
+    totals = replay.totals
+    at = max(range(len(totals)), key=totals.__getitem__)
+    start = recording.allocated_start or 0
+    if totals[at] <= start:
+        return _peak_from_counters(recording)
+    held: dict[str, int] = {}
+    temporaries: dict[str, list[int]] = {}  # "temporary on line N" -> its allocations live at the peak
+    for index, (action, address, size, _) in enumerate(replay.events[:at + 1]):
+        if action != "alloc" or replay.freed_at.get(index, 0) <= at:
+            continue
+        made = label(replay.where_made(index))
+        if replay.freed_at[index] < len(replay.events):
+            what = f"temporary on {made}"
+            temporaries.setdefault(what, []).append(index)
+        else:
+            what = names.get(address) or f"no name, from {made}"
+        held[what] = held.get(what, 0) + size
+    if start:
+        held[BEFORE_THE_CELL] = start
+    # The line whose temporaries held the most then, all of them: one line, one size.
+    largest = max(temporaries, key=held.__getitem__, default=None)
+    without = None
+    if largest is not None:
+        change = [0] * (len(totals) + 1)
+        for index in temporaries[largest]:
+            size = replay.events[index][2]
+            change[index] -= size
+            change[replay.freed_at[index]] += size
+        running = without = 0
+        for total, step in zip(totals, change):
+            running += step
+            without = max(without, total + running)
+    lines_then = replay.events[at][3]
+    return PeakMoment(
+        allocated=totals[at], line=label(lines_then[0] if lines_then else None),
+        held=tuple(sorted(held.items(), key=lambda h: -h[1])),
+        largest_temporary=(largest, held[largest]) if largest else None, without_largest_temporary=without,
+    )
+
+
+def _peak_from_counters(recording: Recording) -> PeakMoment | None:
+    """Without events: the highest total read where a line ended, and nothing about who held it."""
+    measured = [(t.allocated_after, key) for key, t in recording.lines.items() if t.allocated_after is not None]
+    if not measured:
+        return None
+    allocated, key = max(measured, key=lambda m: m[0])
+    return PeakMoment(allocated=allocated, line=label(key), held=())

@@ -1,0 +1,177 @@
+"""Accelerator memory line by line while a cell runs (``%%gpumem``).
+
+A line tracer on the cell's own code and the functions named with ``-f`` only
+(:mod:`.line_tracers`) marks where each line starts and ends; allocated and reserved
+bytes there, and the allocations themselves with the lines of the cell (and of the named
+functions) running when each happened, come from the device's source
+(:mod:`.memory_sources`): the simulated device tells its allocator's events as they
+happen; CUDA's memory history is read once at the end and replayed with the line events;
+any other accelerator gives its counters at each line.
+
+Nothing here allocates on the device, empties its cache, synchronises it or resets its
+peak counters.
+"""
+
+from __future__ import annotations
+
+from types import CodeType
+from typing import Any
+
+import torch
+
+from ..runtime import tensor_getters as tb
+from ..model.memory_profile import LineKey, LineTotals, Recording
+from .line_tracers import line_tracer
+from .memory_sources import MAX_EVENTS, cuda_events, device_module_call, event_source
+
+__all__ = ["LineMemoryRecorder", "LineKey", "MAX_EVENTS", "allocated_on_others", "cuda_events", "named_allocations"]
+
+
+class LineMemoryRecorder:
+    """Records the lines of ``codes`` while it is entered, and the device's allocation events.
+
+    Use as a context manager around running the cell; afterwards ``recording`` holds each
+    line's totals and the events. A line ends where the next line of the same frame starts
+    or where the frame leaves: the counters read there are the one's after and the other's
+    before (so one reading per line run). With CUDA the lines are heard by the history's
+    log while the cell runs and replayed into this recorder at the end.
+    """
+
+    def __init__(self, device: torch.device, codes: frozenset[CodeType], marked: bool = False):
+        self.device = device
+        self.codes, self.marked = codes, marked
+        self.recording = Recording(str(device))
+        #: Per running chosen code (innermost last): [code, open line's key or None, its totals,
+        #: allocated when the line started, the most allocated since].
+        self.open_lines: list[list[Any]] = []
+        #: The lines running now, innermost first (kept for the allocation events).
+        self.lines_now: tuple[LineKey, ...] = ()
+        #: A marked cell's codes: its functions' lines are read from the stack at each event,
+        #: up to the cell's own frame.
+        self.stack_read = codes if marked and any(c.co_name != "<module>" for c in codes) else frozenset()
+        #: (file name, function name) of each chosen code: a CUDA stack's frames are matched against them.
+        self.traced = {(c.co_filename, c.co_name) for c in codes}
+        self._events = event_source(device, self)
+        self._tracer: Any = None
+        #: code -> line number -> (its key, its totals): found without building the key again.
+        self._lines_of: dict[CodeType, dict[int, tuple[LineKey, LineTotals]]] = {}
+
+    def now(self) -> tuple[int | None, int | None]:
+        return self._events.now()
+
+    # -- entering and leaving -----------------------------------------------------------
+
+    def __enter__(self) -> LineMemoryRecorder:
+        rec = self.recording
+        rec.others_start = allocated_on_others(self.device)
+        self._events.start()
+        self.now = self._events.now  # type: ignore[method-assign]
+        rec.allocated_start, rec.reserved_start = self.now()
+        #: What hears the line tracer: this recorder, or CUDA's history log (replayed here at the end).
+        self.listener = self._events.listener or self
+        self._tracer = line_tracer(self.codes, self.listener, self.marked)
+        self._tracer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._tracer.stop()
+        finally:
+            self._events.stop()  # CUDA's history replays its lines into this recorder here
+        while self.open_lines:  # frames an exception or interrupt left without a leave event
+            self._close(self.open_lines.pop())
+        rec = self.recording
+        rec.allocated_end, rec.reserved_end = self.now()
+        rec.others_end = allocated_on_others(self.device)
+
+    # -- what the tracer tells ----------------------------------------------------------
+
+    def enter(self, code: CodeType, offset: int = 0) -> None:
+        self.open_lines.append([code, None, None, None, None])
+
+    def line(self, code: CodeType, number: int) -> None:
+        # Once per line run (a replayed CUDA history calls it for every line a loop ran): kept short.
+        open_ = self.open_lines
+        if not open_:
+            return
+        top = open_[-1]
+        if top[0] is not code:
+            return
+        allocated, reserved = self.now()
+        running = self.lines_now
+        if top[1] is not None:
+            self._end(top, allocated, reserved)
+            running = running[1:]
+        by_number = self._lines_of.get(code)
+        if by_number is None:
+            by_number = self._lines_of[code] = {}
+        known = by_number.get(number)
+        if known is None:
+            key = (code.co_filename, code.co_name, number)
+            totals = self.recording.lines.get(key)
+            if totals is None:
+                totals = self.recording.lines[key] = LineTotals(allocated_before=allocated, reserved_before=reserved,
+                                                                caller=running[0] if running else None)
+            known = by_number[number] = (key, totals)
+        top[1], top[2] = known
+        top[3] = top[4] = allocated
+        self.lines_now = (known[0], *running)
+
+    def leave(self, code: CodeType, offset: int = 0, value: Any = None) -> None:
+        if self.open_lines and self.open_lines[-1][0] is code:
+            self._close(self.open_lines.pop())
+
+    def _close(self, entry: list[Any]) -> None:
+        if entry[1] is not None:
+            self._end(entry, *self.now())
+            self.lines_now = self.lines_now[1:]
+
+    def _end(self, entry: list[Any], allocated: int | None, reserved: int | None) -> None:
+        totals, started, highest = entry[2], entry[3], entry[4]
+        totals.runs += 1
+        totals.allocated_after = allocated
+        totals.reserved_after = reserved
+        if allocated is not None and started is not None:
+            totals.change = (totals.change or 0) + allocated - started
+        if highest is not None and self.recording.has_events:
+            if allocated is not None and allocated > highest:
+                highest = allocated
+            if totals.peak is None or highest > totals.peak:
+                totals.peak = highest
+
+
+def named_allocations(namespace: Any, device: torch.device, exclude: Any = ()) -> dict[int, str]:
+    """The address of each allocation on ``device`` that a user's name reaches, to that
+    name (the scan's name: the first that reaches the memory; views and aliases add none)."""
+    from ..collect.namespace.scan import scan
+    from ..collect.namespace.path_lookup import object_at
+
+    wanted = str(device if device.index is not None else torch.device(device.type, 0))
+    names: dict[int, str] = {}
+    for record in scan(namespace, exclude=exclude).records:
+        if record.device != wanted or record.alias_of is not None or record.storage_id is None:
+            continue
+        if device.type == "cuda":
+            try:
+                with torch._C.DisableTorchFunction():  # TensorBase's own method: no subclass code runs
+                    addresses: tuple[int, ...] = (tb.storage(object_at(namespace, record.name)).data_ptr(),)
+            except Exception:  # noqa: BLE001 - a name that no longer reads: left unnamed
+                continue
+        else:
+            addresses = device_module_call(device.type, "storage_addresses", record.storage_id) or ()
+        for address in addresses:
+            names.setdefault(address, record.name)
+    return names
+
+
+def allocated_on_others(device: torch.device) -> dict[str, int]:
+    """Allocated bytes of each other device of ``device``'s kind (sim:1 while sim:0 is profiled),
+    read from the device module's counters: a cell that changes them is told it was not profiled there."""
+    count = device_module_call(device.type, "device_count")
+    out = {}
+    for index in range(count if type(count) is int else 0):
+        if index != (device.index or 0):
+            allocated = device_module_call(device.type, "memory_allocated", index)
+            if type(allocated) is int:
+                out[f"{device.type}:{index}"] = allocated
+    return out

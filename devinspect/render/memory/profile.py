@@ -1,0 +1,107 @@
+"""``%%gpumem``'s profile as text and as static HTML: the lines, then the peak explained."""
+
+from __future__ import annotations
+
+from html import escape
+
+from ...model.memory_profile import LineMemory, LineMemoryProfile
+from ...model.units import human_bytes, signed_bytes
+from ..html import text_table
+
+HEADERS = ("line", "runs", "allocated before → after", "change", "peak in line", "reserved before → after",
+           "made here, still alive", "code")
+_NUMERIC = {1, 2, 3, 4, 5}  # numbers right-aligned (before → after too)
+
+
+def _span(before: int | None, after: int | None) -> str:
+    return f"{human_bytes(before)} → {human_bytes(after)}"
+
+
+def _alive(m: LineMemory) -> str:
+    parts = [f"{name} {human_bytes(size)}" for name, size in m.alive]
+    if m.alive_unnamed:
+        parts.append(f"no name {human_bytes(m.alive_unnamed)}")
+    return ", ".join(parts)
+
+
+def nested_label(m: LineMemory) -> str:
+    """A line's label, marked as run inside the row above it when it is a function's line."""
+    return m.label if not m.depth else f"{'  ' * (m.depth - 1)}↳ {m.label}"
+
+
+def rows(profile: LineMemoryProfile) -> list[tuple[str, ...]]:
+    return [(nested_label(m), str(m.runs) if m.runs is not None else "—",
+             _span(m.allocated_before, m.allocated_after) if m.runs is not None else "—", signed_bytes(m.change),
+             human_bytes(m.peak) if m.peak is not None else "—",
+             _span(m.reserved_before, m.reserved_after) if m.runs is not None else "—",
+             _alive(m), m.text) for m in profile.lines]
+
+
+def title(profile: LineMemoryProfile) -> str:
+    change = None
+    if profile.allocated_end is not None and profile.allocated_start is not None:
+        change = profile.allocated_end - profile.allocated_start
+    return (f"devinspect: %%gpumem on {profile.device}: allocated {human_bytes(profile.allocated_start)} → "
+            f"{human_bytes(profile.allocated_end)} ({signed_bytes(change)}), reserved "
+            f"{human_bytes(profile.reserved_start)} → {human_bytes(profile.reserved_end)}")
+
+
+def peak_lines(profile: LineMemoryProfile) -> list[str]:
+    """The peak in words: where, what was live, and the what-if without the largest temporary."""
+    peak = profile.peak
+    if peak is None:
+        return []
+    out = [f"Peak {human_bytes(peak.allocated)} on {peak.line}."]
+    if peak.held:
+        shown = ", ".join(f"{what} {human_bytes(size)}" for what, size in peak.held[:6])
+        more = len(peak.held) - 6
+        out.append(f"Live then: {shown}" + (f", and {more} more." if more > 0 else "."))
+    if peak.largest_temporary is not None and peak.without_largest_temporary is not None:
+        what, size = peak.largest_temporary
+        out.append(f"Without the largest temporary ({what}, {human_bytes(size)}) the peak would be "
+                   f"{human_bytes(peak.without_largest_temporary)} (from the recorded sizes; nothing was run again).")
+    return out
+
+
+def notes(profile: LineMemoryProfile) -> list[str]:
+    out = []
+    if not profile.has_events:
+        out.append(f"No allocation events: {profile.events_source}.")
+    if profile.events_dropped:
+        out.append(f"{profile.events_dropped:,} allocation events came after the first "
+                   "2,000,000 and were not kept: the peak and the names cover the ones before.")
+    if profile.error is not None:
+        out.append(f"The cell stopped with {profile.error}: the lines up to it are shown.")
+    for device, before, after in profile.elsewhere:
+        out.append(f"Not profiled: {device}, where the cell changed allocated memory ({human_bytes(before)} → "
+                   f"{human_bytes(after)}); %%gpumem -d {device} profiles it.")
+    if any(m.runs is None for m in profile.lines):
+        out.append("Lines with — for runs are a function's, known from its allocations alone: this Python has no "
+                   "sys.monitoring (3.12+) to follow functions line by line without slowing every call.")
+    if not profile.lines:
+        out.append("No line of the cell ran.")
+    return out
+
+
+def render_text(profile: LineMemoryProfile) -> str:
+    table = rows(profile)
+    lines = [title(profile)]
+    if table:
+        widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(HEADERS)]
+        lines.append("  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip())
+        for r in table:
+            lines.append("  ".join(v.rjust(w) if i in _NUMERIC else v.ljust(w)
+                                   for i, (v, w) in enumerate(zip(r, widths))).rstrip())
+    lines.extend(peak_lines(profile))
+    lines.extend(notes(profile))
+    return "\n".join(lines)
+
+
+def render_html(profile: LineMemoryProfile) -> str:
+    out = [f'<div class="devinspect devinspect-gpumem-lines"><p><b>{escape(title(profile))}</b></p>']
+    table = rows(profile)
+    if table:
+        out.append(text_table(HEADERS, table, numeric=_NUMERIC, code=7, wrapped={6}))
+    out.extend(f"<p>{escape(line)}</p>" for line in peak_lines(profile) + notes(profile))
+    out.append("</div>")
+    return "".join(out)
