@@ -63,7 +63,7 @@ def namespace_cost(shell, tensors: int, repeat: int) -> None:
     from IPython.utils.io import capture_output
 
     from devinspect import testing
-    from devinspect.diagnose.explain import explanation_of
+    from devinspect.diagnose.errors.explainer import explanation_of
 
     testing.enable()
     shell.run_cell("import torch\nmodel = torch.nn.Linear(4, 2).to('sim:0')\nx = torch.ones(2, 4)\n"

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 import devinspect
-from devinspect.render.grid import GridState, select, table_frame
+from devinspect.jupyter.explorer_table import GridState, select, table_frame
 
 TARGET = 2.0
 

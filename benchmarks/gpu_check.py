@@ -289,7 +289,7 @@ def oom_part(out: Path, dry: bool) -> int:
     from IPython.utils.capture import capture_output
 
     import devinspect
-    from devinspect.render.explain_text import headline
+    from devinspect.render.explanation_text import headline
 
     if dry:
         from devinspect import testing

@@ -43,7 +43,7 @@ def main() -> None:
 
     from IPython.testing.globalipapp import get_ipython
 
-    from devinspect.collect import memory
+    from devinspect.collect.machine import memory_snapshot
 
     shell = get_ipython()
     shell.run_line_magic("load_ext", "devinspect")
@@ -63,13 +63,13 @@ def main() -> None:
     print(f"tracked cell          {t * 1e6:9.1f} us   overhead {(t - p) * 1e6:+.1f} us per cell, ratio {t / p:.2f}x")
 
     print(f"\n== one reading ({device}) ==")
-    r = median_time(memory.read, args.repeat * 3)
-    readings = memory.read()
-    b = median_time(lambda: memory.build(readings), args.repeat * 3)
+    r = median_time(memory_snapshot.read, args.repeat * 3)
+    readings = memory_snapshot.read()
+    b = median_time(lambda: memory_snapshot.build(readings), args.repeat * 3)
     print(f"memory.read()         {r * 1e3:9.2f} ms   (a --watch tick: counters, NVML, process)")
     print(f"memory.build()        {b * 1e3:9.2f} ms")
     ns = {f"t{i}": torch.zeros(4) for i in range(args.tensors)}
-    tally = median_time(lambda: memory.tally_tensors(ns), args.repeat)
+    tally = median_time(lambda: memory_snapshot.tally_tensors(ns), args.repeat)
     print(f"tally_tensors         {tally * 1e3:9.1f} ms   ({args.tensors:,} named tensors, with the gc walk)")
 
 

@@ -52,9 +52,9 @@ def _caught(fn: Callable[[], Any]) -> BaseException:
 
 def readers(device: str) -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
     import devinspect
-    from devinspect.collect.memory import tally_tensors
-    from devinspect.collect.referrers import holders
-    from devinspect.diagnose.rank_summary import summary
+    from devinspect.collect.machine.memory_snapshot import tally_tensors
+    from devinspect.collect.namespace.referrers import holders
+    from devinspect.diagnose.ranks.rank_summary import summary
 
     def explained(ns: dict[str, Any]) -> Any:
         hostile = {k: v for k, v in ns.items() if k.startswith("h")}

@@ -315,7 +315,7 @@ class Corpus:
 
     def _state(self) -> dict[str, str]:
         import devinspect
-        from devinspect.collect.names import shell_names
+        from devinspect.collect.namespace.names import shell_names
 
         result = devinspect.scan(self.ip.user_ns, exclude=shell_names(self.ip))
         return {r.name: r.device for r in result.records if not r.hidden and r.kind not in ("unnamed", "error")

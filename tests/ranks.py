@@ -93,7 +93,7 @@ def _dtensor(rank: int, world_size: int) -> tuple[dict, dict]:
 def _one_fails(rank: int, world_size: int) -> tuple[dict, dict]:
     ns = {"x": torch.zeros(10)}
     if rank == 1:
-        import devinspect.diagnose.rank_summary as rank_summary
+        import devinspect.diagnose.ranks.rank_summary as rank_summary
 
         def broken(*args):
             raise OSError("the driver did not answer")

@@ -465,7 +465,7 @@ class ScenarioRun:
         return list(view.findings) if view is not None else []
 
     def shell_names(self) -> list[str]:
-        from devinspect.collect.names import shell_names
+        from devinspect.collect.namespace.names import shell_names
 
         return shell_names(self.ip)
 

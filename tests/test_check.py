@@ -11,7 +11,7 @@ from torch import nn
 
 import devinspect
 from devinspect.model.fixes import Move, MoveOptimizerState, RegisterBuffer
-from devinspect.observe.check import DeviceCheckError
+from devinspect.observe.checked_block import DeviceCheckError
 
 
 def line_of(fn, needle):

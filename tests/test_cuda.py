@@ -103,7 +103,7 @@ MiB = 1 << 20
 
 
 def _cuda_row(ns):
-    from devinspect.collect.memory import snapshot
+    from devinspect.collect.machine.memory_snapshot import snapshot
 
     torch.cuda.synchronize()
     return snapshot(ns).device("cuda:0")
@@ -166,7 +166,7 @@ def test_empty_cache_action_releases_what_it_announced():
 
 def test_reset_peak_action_and_tracker_peak():
     from devinspect import actions
-    from devinspect.collect.memory_tracker import MemoryTracker
+    from devinspect.collect.machine.memory_tracker import MemoryTracker
 
     y = torch.empty(32 * MiB // 4, device="cuda:0")
     del y

@@ -105,7 +105,7 @@ def test_a_summary_from_another_version_is_read():
 
 def test_cross_rank_findings_on_recorded_summaries():
     """Foreign CUDA contexts (NVML per-process data), from summaries as a GPU job sends them."""
-    from devinspect.diagnose.cross_rank import cross_rank_findings
+    from devinspect.diagnose.ranks.cross_rank import cross_rank_findings
 
     ranks = [RankSummary(rank=r, world_size=2, local_rank=r, pid=100 + r, own_gpu=str(r),
                          cuda_contexts=("0", "1") if r == 1 else (str(r),)) for r in range(2)]

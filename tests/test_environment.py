@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from devinspect.collect import environment
+from devinspect.collect.machine import environment
 from devinspect.render.environment_text import render
 
 
@@ -37,7 +37,7 @@ def test_gpus_are_matched_to_torch_indices_through_cuda_visible_devices(monkeypa
     monkeypatch.setattr("torch.cuda._is_compiled", lambda: True)
     monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
     monkeypatch.setattr("torch.cuda.is_initialized", lambda: False)
-    monkeypatch.setattr("devinspect.collect.memory_readings.read_nvml", lambda: nvml)
+    monkeypatch.setattr("devinspect.collect.machine.memory_readings.read_nvml", lambda: nvml)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-cccc3333,GPU-aaaa")
     report = environment.gather()
     mapping = {m["torch"]: (m["driver"], m["how"]) for m in report["nvml"]["torch_to_driver"]}

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import run, widget_frontend
 
-from devinspect.render.grid import GridState, page, select, table_frame
+from devinspect.jupyter.explorer_table import GridState, page, select, table_frame
 
 SETUP = """
 import torch
@@ -264,7 +264,7 @@ def test_each_row_of_the_table_says_what_its_record_says(sim):
     from devinspect import scan
     from devinspect.model.scan_result import size_keys
     from devinspect.model.units import shape_text
-    from devinspect.render.grid import natural_key
+    from devinspect.jupyter.explorer_table import natural_key
     from devinspect.render.table import note_cell, size_cell, size_key
 
     base = torch.zeros(6)

@@ -159,7 +159,7 @@ def test_a_scheduler_made_again_for_a_new_optimizer_follows_the_same_schedule_or
     """Made again from the arguments read back, a scheduler gives the same rates and momenta
     step by step as one made as the user made it; where they cannot all be read back, no
     code is written (a scheduler with a default in place of a lost argument is a new problem)."""
-    from devinspect.collect.rebuild import scheduler_kwargs
+    from devinspect.collect.objects.rebuild_recipes import scheduler_kwargs
 
     rng, written = random.Random(kind), 0
     for _ in range(25):

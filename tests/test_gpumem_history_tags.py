@@ -16,8 +16,8 @@ from cuda_standin import CudaMemoryStandIn
 from test_gpumem_lines import generated_cell
 
 import devinspect.ipython.profiled_cell as profiled_cell
-from devinspect.model.line_memory import LineMemoryProfile
-from devinspect.observe.line_memory import LineMemoryRecorder
+from devinspect.model.memory_profile import LineMemoryProfile
+from devinspect.observe.memory_recorder import LineMemoryRecorder
 
 MIB = 1 << 20
 

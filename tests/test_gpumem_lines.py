@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import run
 
-from devinspect.model.line_memory import LineMemoryProfile
-from devinspect.observe.line_memory import cuda_events
+from devinspect.model.memory_profile import LineMemoryProfile
+from devinspect.observe.memory_recorder import cuda_events
 
 MIB = 1 << 20
 
@@ -115,7 +115,7 @@ STEP = """def step(n):
 
 
 def test_a_functions_lines_come_under_the_line_that_called_them_as_they_ran(ip, dev):
-    from devinspect.render.memory_plot import as_they_ended
+    from devinspect.render.memory.plot import as_they_ended
 
     ip.run_cell(STEP)
     prof, _, text = profiled(ip, "first = torch.empty(1 << 10, dtype=torch.uint8, device=dev)\n"
@@ -264,7 +264,7 @@ def test_output_forms(ip, dev):
     assert isinstance(prof, LineMemoryProfile) and prof.line(2).alive == (("k", 1024),)
     assert list(prof.frame.columns)[:4] == ["function", "line", "code", "runs"]
     assert "<table" in prof._repr_mimebundle_()["text/html"]
-    from devinspect.render.memory_plot import LinesPlot
+    from devinspect.render.memory.plot import LinesPlot
 
     assert "memory by line" in LinesPlot(prof)._repr_mimebundle_()["text/html"]
 

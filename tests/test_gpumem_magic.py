@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from devinspect import actions
-from devinspect.model.memory import MemoryHistory, MemorySnapshot
+from devinspect.model.device_memory import MemoryHistory, MemorySnapshot
 
 from conftest import run, widget_frontend
 
@@ -231,8 +231,8 @@ def recorded_snapshot():
     import json
     from pathlib import Path
 
-    from devinspect.collect.memory import build
-    from devinspect.model.memory import TensorTally
+    from devinspect.collect.machine.memory_snapshot import build
+    from devinspect.model.device_memory import TensorTally
 
     data = json.loads((Path(__file__).parent / "fixtures" / "gpumem_cuda.json").read_text())
     return build(data["readings"], {k: TensorTally(**v) for k, v in data["tensors"].items()})
@@ -257,10 +257,10 @@ def test_the_how_column_says_it_in_words_with_the_call_in_a_tooltip(recorded_sna
     import dataclasses
     from html import unescape
 
-    from devinspect.collect.memory import build
-    from devinspect.collect.memory_readings import read
-    from devinspect.render.memory_html import reconciliation_table
-    from devinspect.render.memory_text import details
+    from devinspect.collect.machine.memory_snapshot import build
+    from devinspect.collect.machine.memory_readings import read
+    from devinspect.render.memory.snapshot_html import reconciliation_table
+    from devinspect.render.memory.snapshot_text import details
 
     cuda = recorded_snapshot.accelerators[0]
     html = unescape(reconciliation_table(cuda))

@@ -421,7 +421,7 @@ def test_a_wrapper_that_answers_its_own_metadata_is_read_as_constructed_by_every
     from hostile_kinds import Tripwire, dispatching_wrapper, raising_wrapper
     from IPython.utils.capture import capture_output
 
-    from devinspect.collect.tensors import AS_CONSTRUCTED
+    from devinspect.collect.objects.tensor_facts import AS_CONSTRUCTED
 
     trip = Tripwire()
     answering, _ = dispatching_wrapper(trip)
@@ -483,7 +483,7 @@ def test_a_tensor_in_a_mappingproxy_or_a_paused_generator_is_listed_by_the_name_
     names = [r.name for r in result.records]
     assert names == ['proxy["w"]', 'paused.gi_frame.f_locals["t"]', 'coro.cr_frame.f_locals["u"]']
     for name in names:
-        assert eval(name, ip.user_ns) is devinspect.collect.scan.find_tensor(ip.user_ns, name)
+        assert eval(name, ip.user_ns) is devinspect.collect.namespace.scan.find_tensor(ip.user_ns, name)
     assert [t.reason for t in result.truncated] == ["a mappingproxy over another kind of mapping: not inspected"]
     with capture_output() as shown:
         ip.run_cell("%devices -f")

@@ -17,7 +17,7 @@ from pathlib import Path
 import IPython
 import pytest
 
-from devinspect.collect import locations
+from devinspect.collect.code import locations
 
 TESTS = Path(__file__).parent
 

@@ -19,11 +19,13 @@ import devinspect
 
 PACKAGE = Path(devinspect.__file__).parent
 MAX_LINES = 700
+#: A folder's modules can be told apart at a glance: more than this, and it gets sub-packages.
+MAX_MODULES_PER_PACKAGE = 15
 
 #: Stages, lowest first. A module may import its own stage or a lower one; two stages of
 #: the same rank (actions and distributed; ipython and testing) never import each other.
 RANKS = {
-    "version": 0, "model": 0,
+    "version": 0, "lazy_exports": 0, "runtime": 0, "model": 0,
     "collect": 1,
     "diagnose": 2,
     "observe": 3,
@@ -171,10 +173,10 @@ LAYOUT = read_layout(PACKAGE)
 
 def test_the_reader_sees_relative_and_function_level_imports():
     edges = LAYOUT.edges
-    assert "devinspect.model.memory" in edges["devinspect.render.memory_html"]
-    # model.memory imports its display registry; collect.memory imports the scan inside a function
-    assert "devinspect.model.display" in edges["devinspect.model.memory"]
-    assert "devinspect.collect.scan" in edges["devinspect.collect.memory"]
+    assert "devinspect.model.device_memory" in edges["devinspect.render.memory.snapshot_html"]
+    # model.device_memory imports its display registry; collect.machine.memory_snapshot imports the scan inside a function
+    assert "devinspect.model.display" in edges["devinspect.model.device_memory"]
+    assert "devinspect.collect.namespace.scan" in edges["devinspect.collect.machine.memory_snapshot"]
     assert set(RANKS) >= {LAYOUT.stage(m) for m in edges}, "a new stage needs a rank in RANKS"
 
 
@@ -188,6 +190,14 @@ def test_every_import_points_down_the_pipeline():
 
 def test_no_module_imports_another_modules_private_name():
     assert LAYOUT.private == []
+
+
+def test_every_folder_is_a_package_of_at_most_fifteen_modules():
+    folders = [d for d in [PACKAGE, *PACKAGE.rglob("*")] if d.is_dir() and d.name != "__pycache__"]
+    assert [d for d in folders if not (d / "__init__.py").exists()] == []
+    crowded = {str(d.relative_to(PACKAGE.parent)): n for d in folders
+               if (n := len([f for f in d.glob("*.py") if f.name != "__init__.py"])) > MAX_MODULES_PER_PACKAGE}
+    assert crowded == {}
 
 
 def test_every_module_can_be_read_in_one_sitting():
@@ -228,13 +238,13 @@ def test_the_checks_fail_on_a_planted_circle_upward_and_private_import(tmp_path)
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     records = copy / "model" / "records.py"
     records.write_text(records.read_text() + "\n\ndef _planted():\n    from ..ipython import extension  # noqa\n")
-    scan = copy / "collect" / "scan.py"
+    scan = copy / "collect" / "namespace" / "scan.py"
     scan.write_text(scan.read_text() + "\n\nfrom .walk import _MODULE_INTERNALS  # noqa\n")
     planted = read_layout(copy)
     assert any("devinspect.model.records" in group and "devinspect.ipython.extension" in group
                for group in planted.circles())
     assert ("devinspect.model.records", "devinspect.ipython.extension") in planted.upward()
-    assert ("devinspect.collect.scan", "devinspect.collect.walk", "_MODULE_INTERNALS") in planted.private
+    assert ("devinspect.collect.namespace.scan", "devinspect.collect.namespace.walk", "_MODULE_INTERNALS") in planted.private
 
 
 def test_fixes_and_findings_are_built_in_diagnose_only():

@@ -233,7 +233,7 @@ def test_loading_the_extension_imports_only_what_registering_the_magics_needs():
         "ip = InteractiveShell.instance()\nip.display_formatter.active_types = ip.display_formatter.format_types\n"
         "ip.run_line_magic('load_ext', 'devinspect')\n"
         "print('loaded:', sorted(m for m in ('torch', 'pandas', 'numpy', 'ipywidgets', 'devinspect.render', "
-        "'devinspect.diagnose.explain') if m in sys.modules))\n"
+        "'devinspect.diagnose.errors.explainer') if m in sys.modules))\n"
         "ip.run_cell('import torch\\nx = torch.zeros(2)\\n%devices')\n"
         "ip.run_cell('torch.ones(2) @ torch.ones(3)')\n")
     assert done.returncode == 0, done.stderr

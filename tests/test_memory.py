@@ -1,4 +1,4 @@
-"""devinspect.collect.memory: readings, the reconciliation arithmetic, rendering, tracking."""
+"""devinspect.collect.machine.memory_snapshot: readings, the reconciliation arithmetic, rendering, tracking."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from devinspect.collect import memory_readings
-from devinspect.collect.memory import build, match_driver_devices, snapshot
-from devinspect.collect.memory_readings import read
-from devinspect.collect.memory_tracker import MemoryTracker
-from devinspect.model.memory import MemoryHistory, TensorTally
+from devinspect.collect.machine import memory_readings
+from devinspect.collect.machine.memory_snapshot import build, match_driver_devices, snapshot
+from devinspect.collect.machine.memory_readings import read
+from devinspect.collect.machine.memory_tracker import MemoryTracker
+from devinspect.model.device_memory import MemoryHistory, TensorTally
 from devinspect.model.units import human_bytes
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumem_cuda.json"
@@ -296,7 +296,7 @@ def test_reading_changes_nothing(monkeypatch):
 
 def test_reading_never_initialises_cuda():
     code = (
-        "import torch, devinspect.collect.memory as m, IPython\n"
+        "import torch, devinspect.collect.machine.memory_snapshot as m, IPython\n"
         "from IPython.testing.globalipapp import get_ipython\n"
         "ip = get_ipython(); ip.run_line_magic('load_ext', 'devinspect')\n"
         "ip.run_cell('import torch; x = torch.ones(3)')\n"
@@ -345,6 +345,6 @@ def test_history_plot_is_a_matplotlib_figure():
         tracker.after()
     fig = tracker.history().figure()
     assert type(fig).__name__ == "Figure" and "cpu" in [ax.get_title(loc="left") for ax in fig.axes]
-    from devinspect.render.memory_plot import history_png
+    from devinspect.render.memory.plot import history_png
 
     assert history_png(tracker.history()).startswith(b"\x89PNG")

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from devinspect.collect.scan import NameIndex
+from devinspect.collect.namespace.scan import NameIndex
 
 
 class Holder:

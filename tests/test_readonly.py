@@ -205,11 +205,11 @@ ip.run_line_magic("gpumem", "--track")
 ip.run_cell("w = torch.ones(4)")
 ip.run_line_magic("gpumem", "--history")
 devinspect.scan({"x": torch.zeros(1)}, all_objects=True)
-import devinspect.collect.memory, devinspect.collect.devices
-devinspect.collect.memory.snapshot({"x": torch.zeros(1)})
-devinspect.collect.devices.present()
-import devinspect.collect.environment, devinspect.render.environment_text
-devinspect.render.environment_text.render(devinspect.collect.environment.gather())
+import devinspect.collect.machine.memory_snapshot, devinspect.collect.machine.devices
+devinspect.collect.machine.memory_snapshot.snapshot({"x": torch.zeros(1)})
+devinspect.collect.machine.devices.present()
+import devinspect.collect.machine.environment, devinspect.render.environment_text
+devinspect.render.environment_text.render(devinspect.collect.machine.environment.gather())
 print("initialised:", torch.cuda.is_initialized())
 """
     assert run_with_cuda_recorder(code) == "[]"

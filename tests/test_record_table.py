@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import devinspect
-from devinspect.collect.walk import Walker
+from devinspect.collect.namespace.walk import Walker
 from devinspect.model.name_column import IndexNames, NameColumn
 from devinspect.model.record_table import RecordTable, record_column
 from devinspect.model.records import TensorRecord
@@ -230,7 +230,7 @@ def test_records_are_picked_by_kind_among_many_combinations_of_shared_fields():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_explorer_frame_of_a_table_is_that_of_its_records(seed):
-    from devinspect.render.grid import table_frame
+    from devinspect.jupyter.explorer_table import table_frame
 
     def measurable(size):  # a size a real tensor can have
         return size is None or (type(size) is int and 0 <= size < 1 << 62)

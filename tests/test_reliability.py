@@ -156,7 +156,7 @@ def test_release_history_keeps_an_underscore_the_user_assigned(ip, sim):
     ip.run_cell("t * 2", store_history=True)
     ip.run_cell("_, idx = t.max(0)", store_history=True)
     mine = ip.user_ns["_"]
-    from devinspect.actions.memory import release_history
+    from devinspect.actions.memory_release import release_history
 
     result = release_history(ip.user_ns, ip.displayhook, ip.user_ns_hidden)
     assert result.ok and "Out[" in result.message
@@ -524,8 +524,8 @@ def test_a_namespace_a_thread_changes_at_every_step_is_read_without_an_error(sim
     """The namespace, an object's __dict__, a module's, a list, a dict, a set and an optimizer's
     state each grow on one step and shrink on the next: every reader takes its view of each as
     one copy, so none raises, makes an unreadable row, or names a tensor that was never there."""
-    from devinspect.collect.referrers import holders
-    from devinspect.collect.scan import NameIndex
+    from devinspect.collect.namespace.referrers import holders
+    from devinspect.collect.namespace.scan import NameIndex
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
     opt = torch.optim.AdamW(model.parameters())

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import devinspect
-from devinspect.collect.referrers import holders
+from devinspect.collect.namespace.referrers import holders
 from devinspect.model.records import FRAME_COLUMNS
 
 
@@ -296,7 +296,7 @@ def test_non_leaf_tensors_do_not_warn():
 @pytest.fixture
 def facts_fail_for_three_elements(monkeypatch):
     """Make reading any 3-element tensor fail, as a broken or exotic tensor would."""
-    scan_module = sys.modules["devinspect.collect.walk"]
+    scan_module = sys.modules["devinspect.collect.namespace.walk"]
     real = scan_module.tensor_facts
 
     def broken(t):
@@ -570,11 +570,11 @@ def _generated_containers(seed: int, sim: torch.device) -> dict:
 @pytest.mark.parametrize("seed", range(12))
 def test_containers_read_a_column_at_a_time_give_the_records_read_item_by_item(seed, sim, monkeypatch):
     namespace = _generated_containers(seed, sim)
-    monkeypatch.setattr(devinspect.collect.walk, "_RUN", 32)  # long containers are read in several runs
+    monkeypatch.setattr(devinspect.collect.namespace.walk, "_RUN", 32)  # long containers are read in several runs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # quantized and sparse tensors warn when made and read
         at_once = devinspect.scan(namespace)
-        monkeypatch.setattr(devinspect.collect.walk.Walker, "records_runs", False)
+        monkeypatch.setattr(devinspect.collect.namespace.walk.Walker, "records_runs", False)
         one_by_one = devinspect.scan(namespace)
     assert at_once.records == one_by_one.records
     assert at_once.devices == one_by_one.devices and at_once.truncated == one_by_one.truncated
@@ -614,7 +614,7 @@ def test_namespaces_and_the_class_attributes_of_the_users_classes_are_walked():
 
 
 def test_module_paths_are_read_in_order_and_a_shared_module_keeps_its_first_path():
-    from devinspect.collect.names import module_tree_paths
+    from devinspect.collect.namespace.names import module_tree_paths
 
     shared = torch.nn.Linear(2, 2)
     model = torch.nn.Sequential(torch.nn.Sequential(shared),

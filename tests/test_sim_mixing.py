@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from devinspect.testing import op_declarations
+from devinspect.testing.ops import op_declarations
 
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "mixing_float32.json").read_text())
 

@@ -8,7 +8,7 @@ from typing import Any, Iterable, MutableMapping
 
 import torch
 
-from ..runtime import tensor_getters as tb
+from ..runtime import tensor_getters
 from ..collect.code.locations import frame_locals
 from ..collect.objects.script_modules import script_object
 from ..collect.objects.static_getters import instance_dict, type_is_one_of
@@ -358,11 +358,11 @@ def _optimizers(namespace: MutableMapping[str, Any]) -> list[tuple[str, torch.op
 def _graph_root(value: Any) -> Any:
     """The autograd node that made ``value`` when it is a tensor (read through TensorBase's own
     getter, so a subclass's property or __torch_function__ is not run), else None."""
-    if not tb.is_tensor(value):
+    if not tensor_getters.is_tensor(value):
         return None
     try:
         with torch._C.DisableTorchFunction():
-            return tb.grad_fn(value)
+            return tensor_getters.grad_fn(value)
     except Exception:  # noqa: BLE001 - a tensor that cannot say holds no graph we can walk
         return None
 
@@ -416,7 +416,7 @@ def _frame_holds_tensors(frame: Any) -> bool:
     for v in values:
         vt = type(v)
         items = list.__iter__(v) if issubclass(vt, list) else tuple.__iter__(v) if issubclass(vt, tuple) else ()
-        if tb.is_tensor(v) or any(map(tb.is_tensor, items)):
+        if tensor_getters.is_tensor(v) or any(map(tensor_getters.is_tensor, items)):
             return True
     return False
 

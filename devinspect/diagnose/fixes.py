@@ -23,7 +23,7 @@ import dataclasses
 import re
 from typing import Iterable
 
-from ..collect.namespace.names import is_identifier, literal
+from ..collect.namespace.names import is_getattr_call, is_identifier, is_path, literal, parse_path
 from ..model.fixes import (
     Fix,
     Move,
@@ -56,50 +56,16 @@ DENSE_DEVICE_TYPES = frozenset({"cpu", "cuda", "xpu", "mps", "hip", "hpu", "mtia
 # -- names and literals -----------------------------------------------------------
 
 
-def _parse(name: str) -> ast.expr | None:
-    try:
-        node = ast.parse(name, mode="eval").body
-    except (SyntaxError, ValueError):
-        return None
-    return node if _is_path(node) else None
-
-
-def _is_path(node: ast.expr) -> bool:
-    """A plain name, attribute or constant item path, or ``getattr(path, "odd name")``."""
-    while True:
-        if isinstance(node, ast.Name):
-            return True
-        if isinstance(node, ast.Attribute):
-            node = node.value
-        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-            node = node.value
-        elif _is_getattr(node):
-            node = node.args[0]  # type: ignore[attr-defined]
-        else:
-            return False
-
-
-def _is_getattr(node: ast.expr) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-            and len(node.args) == 2 and not node.keywords and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str))
-
-
-def is_path(name: str) -> bool:
-    """Whether ``name`` is an expression devinspect can read (and maybe assign) as printed."""
-    return _parse(name) is not None
-
-
 def assignment(name: str, value: str) -> str | None:
     """Code that stores ``value`` under ``name`` (``x = …``, ``d["k"] = …``, ``setattr(o, "a b", …)``).
 
     None when the name cannot be assigned (an item of a tuple or set, a
     ``list(s)[0]`` name): no runnable fix then.
     """
-    node = _parse(name)
+    node = parse_path(name)
     if node is None:
         return None
-    if _is_getattr(node):
+    if is_getattr_call(node):
         call = node  # getattr(parent, "odd name") -> setattr(parent, "odd name", value)
         parent = ast.unparse(call.args[0])  # type: ignore[attr-defined]
         return _compiles(f"setattr({parent}, {literal(call.args[1].value)}, {value})")  # type: ignore[attr-defined]

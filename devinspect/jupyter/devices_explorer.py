@@ -15,7 +15,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Callable, MutableMapping
 
-from ..diagnose import fixes
+from ..collect.namespace.names import is_path
 from ..model.records import KINDS
 from ..model.scan_result import ScanView
 from ..model.units import human_bytes
@@ -266,7 +266,7 @@ class DevicesExplorer:
         a view moves with the tensor it views; a meta tensor holds no data to copy.
         """
         name = record.name
-        if record.kind in ("error", "unnamed") or record.hidden or not fixes.is_path(name):
+        if record.kind in ("error", "unnamed") or record.hidden or not is_path(name):
             return None, [], "cannot be moved by name"
         if record.alias_of is not None:
             return None, [], f"shares its memory with {record.alias_of}: move {record.alias_of}"
@@ -390,7 +390,7 @@ class DevicesExplorer:
                 f"{escape(size)} · {node.parameters:,} parameters", f"{node.path} {text}")
             + (_result_html(*said) if said else "") + "</div>",
             layout=layouts["label"])
-        movable = fixes.is_path(node.path)
+        movable = is_path(node.path)
         move = w.Dropdown(options=[_NO_CHOICE] + [d for d in self.devices if (d,) != node.devices],
                           layout=layouts["move"], disabled=not movable,
                           tooltip=(f"move {node.path} to another device: its parameters and buffers, their "

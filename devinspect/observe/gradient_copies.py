@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
-from ..runtime import tensor_getters as tb
+from ..runtime import tensor_getters
 
 #: The autograd node of a copy between devices (``_to_copy``: ``.to()``, ``.cuda()``, ``.cpu()``).
 _COPY_NODE = "ToCopyBackward0"
@@ -44,7 +44,7 @@ class GradientCopies:
     def before_backward(self, tensor: Any) -> None:
         """Hook the copy nodes of ``tensor``'s graph that no forward seen by the check made."""
         try:
-            root = tb.grad_fn(tensor) if tb.is_tensor(tensor) else None
+            root = tensor_getters.grad_fn(tensor) if tensor_getters.is_tensor(tensor) else None
         except Exception:  # noqa: BLE001 - no graph to read
             return
         # Nodes seen are kept alive during the walk: a node's Python object can be made afresh
@@ -71,8 +71,8 @@ class GradientCopies:
             try:
                 into = grad_inputs[0] if grad_inputs else None
                 came = grad_outputs[0] if grad_outputs else None
-                if tb.is_tensor(into) and tb.is_tensor(came) and tb.device(into) != tb.device(came):
-                    self._count(tb.device(came), tb.device(into), int(tb.nbytes(came)))
+                if tensor_getters.is_tensor(into) and tensor_getters.is_tensor(came) and tensor_getters.device(into) != tensor_getters.device(came):
+                    self._count(tensor_getters.device(came), tensor_getters.device(into), int(tensor_getters.nbytes(came)))
             except Exception:  # noqa: BLE001 - counted or not, the backward pass goes on
                 self._failed()
 

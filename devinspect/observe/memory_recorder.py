@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..runtime import tensor_getters as tb
+from ..runtime import tensor_getters
 from ..model.memory_profile import LineKey, LineTotals, Recording
 from .line_tracers import line_tracer
 from .memory_sources import MAX_EVENTS, cuda_events, device_module_call, event_source
@@ -154,7 +154,7 @@ def named_allocations(namespace: Any, device: torch.device, exclude: Any = ()) -
         if device.type == "cuda":
             try:
                 with torch._C.DisableTorchFunction():  # TensorBase's own method: no subclass code runs
-                    addresses: tuple[int, ...] = (tb.storage(object_at(namespace, record.name)).data_ptr(),)
+                    addresses: tuple[int, ...] = (tensor_getters.storage(object_at(namespace, record.name)).data_ptr(),)
             except Exception:  # noqa: BLE001 - a name that no longer reads: left unnamed
                 continue
         else:

@@ -38,7 +38,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..collect.code import locations
-from ..runtime import tensor_getters as tb
+from ..runtime import tensor_getters
 from ..collect.code.failing_call import first_line, names_a_device, op_name, tensor_inputs
 from ..collect.objects.static_getters import type_is_one_of
 from ..collect.namespace.path_lookup import object_at
@@ -162,18 +162,18 @@ def _storage(t: Any) -> Any:
     """The storage holding ``t``'s data (the inner tensor's for a wrapper subclass), or None."""
     try:
         if type(t) is _T or type(t) is torch.nn.Parameter:
-            return tb.storage(t) if tb.layout(t) is torch.strided else None
+            return tensor_getters.storage(t) if tensor_getters.layout(t) is torch.strided else None
         from ..collect.objects.tensor_facts import inner_tensors
 
         inner = inner_tensors(t)
-        return _storage(inner[0]) if inner else tb.storage(t)
+        return _storage(inner[0]) if inner else tensor_getters.storage(t)
     except Exception:  # noqa: BLE001 - no storage of its own (meta, sparse, a functional wrapper)
         return None
 
 
 def _on_accelerator(t: Any) -> bool:
     """Whether tensor ``t``'s memory is an accelerator's (not the host's, not meta)."""
-    return tb.device(t).type not in ("cpu", "meta")
+    return tensor_getters.device(t).type not in ("cpu", "meta")
 
 
 def _current_index(device_type: str) -> int:
@@ -189,15 +189,15 @@ def _current_index(device_type: str) -> int:
 
 def _is_pinned(t: Any) -> bool:
     with contextlib.suppress(Exception):
-        return bool(tb.is_pinned(t))
+        return bool(tensor_getters.is_pinned(t))
     return False
 
 
 def _nbytes(t: Any) -> int:
     """Bytes a copy of ``t`` moves; never raises (sparse, nested and meta tensors included)."""
     try:
-        if type(t) is _T and tb.layout(t) is torch.strided:
-            return int(tb.nbytes(t))
+        if type(t) is _T and tensor_getters.layout(t) is torch.strided:
+            return int(tensor_getters.nbytes(t))
         from ..collect.objects.tensor_facts import tensor_facts
 
         with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
@@ -338,10 +338,10 @@ class DeviceCheckMode(TorchFunctionMode):
             if type(result) is not _T:
                 return
             with _NO_SUBCLASS():
-                if tb.device(result).type != "cpu":
+                if tensor_getters.device(result).type != "cpu":
                     return
                 for a in args:
-                    if type(a) is _T and tb.device(a).type == "cpu":
+                    if type(a) is _T and tensor_getters.device(a).type == "cpu":
                         origin = self._from_device.get(a)
                         if origin is not None:
                             self._from_device.set(result, origin)
@@ -352,10 +352,10 @@ class DeviceCheckMode(TorchFunctionMode):
     # -- events ----------------------------------------------------------------
 
     def _before(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
-        self_t = args[0] if args and tb.is_tensor(args[0]) else None
+        self_t = args[0] if args and tensor_getters.is_tensor(args[0]) else None
         if name in ("numpy", "__array__") and self_t is not None and _on_accelerator(self_t):
             # A device-to-host copy: made by numpy(force=True), needed (and refused) without it.
-            self._copy_counted(self._where(), tb.device(self_t), torch.device("cpu"), _nbytes(self_t), ".numpy()")
+            self._copy_counted(self._where(), tensor_getters.device(self_t), torch.device("cpu"), _nbytes(self_t), ".numpy()")
             return None
         if name in _SYNC_METHODS and self_t is not None:
             if _on_accelerator(self_t):
@@ -364,7 +364,7 @@ class DeviceCheckMode(TorchFunctionMode):
         if name == "__getitem__" and self_t is not None and len(args) > 1:
             index = args[1]
             parts = tuple.__iter__(index) if type(index) is tuple else (index,)
-            if _on_accelerator(self_t) and any(tb.is_tensor(i) and tb.dtype(i) == torch.bool for i in parts):
+            if _on_accelerator(self_t) and any(tensor_getters.is_tensor(i) and tensor_getters.dtype(i) == torch.bool for i in parts):
                 self._sync("bool-mask indexing")
             return None
         if name == "where" and self_t is not None and len(args) == 1 and not kwargs and _on_accelerator(self_t):
@@ -372,28 +372,28 @@ class DeviceCheckMode(TorchFunctionMode):
             return None
         if name in ("to", "cpu", "type_as") or name in _DEVICE_METHODS:
             return self._planned_copy(name, self_t, args, kwargs) if self_t is not None else None
-        if name == "__setitem__" and self_t is not None and len(args) > 2 and tb.is_tensor(args[2]):
+        if name == "__setitem__" and self_t is not None and len(args) > 2 and tensor_getters.is_tensor(args[2]):
             value = args[2]
-            self._copy(tb.device(value), tb.device(self_t), _nbytes(value), value, False, into=self_t)
-        if name == "copy_" and self_t is not None and len(args) > 1 and tb.is_tensor(args[1]):
+            self._copy(tensor_getters.device(value), tensor_getters.device(self_t), _nbytes(value), value, False, into=self_t)
+        if name == "copy_" and self_t is not None and len(args) > 1 and tensor_getters.is_tensor(args[1]):
             src = args[1]
             non_blocking = bool(kwargs.get("non_blocking", args[2] if len(args) > 2 else False))
-            pinned = non_blocking and tb.device(self_t).type == "cpu" and _is_pinned(self_t)
-            self._copy(tb.device(src), tb.device(self_t), _nbytes(src), src, non_blocking, into=self_t,
+            pinned = non_blocking and tensor_getters.device(self_t).type == "cpu" and _is_pinned(self_t)
+            self._copy(tensor_getters.device(src), tensor_getters.device(self_t), _nbytes(src), src, non_blocking, into=self_t,
                        waits=not pinned)
         return None
 
     def _after(self, name: str, args: tuple, kwargs: dict, result: Any, before: Any) -> None:
-        self_t = args[0] if args and tb.is_tensor(args[0]) else None
-        if before is not None and tb.is_tensor(result):
+        self_t = args[0] if args and tensor_getters.is_tensor(args[0]) else None
+        if before is not None and tensor_getters.is_tensor(result):
             src, dst = before
             if dst.type == "cpu" and src.type != "cpu":
                 self._from_device.set(result, self._where()[0].label)
-            if src != dst and tb.grad_fn(result) is not None:
-                self._gradients.forward_copy(tb.grad_fn(result))
+            if src != dst and tensor_getters.grad_fn(result) is not None:
+                self._gradients.forward_copy(tensor_getters.grad_fn(result))
         elif name in ("item", "tolist") and self_t is not None and _on_accelerator(self_t):
             self._remember_value(result)
-        elif name in _FACTORIES and tb.is_tensor(result):
+        elif name in _FACTORIES and tensor_getters.is_tensor(result):
             where = self._where()
             # A device is chosen by device=, by the tensor a ``*_like`` or ``new_*`` call follows,
             # or by torch's default device (the tensor is then on an accelerator without device=).
@@ -407,8 +407,8 @@ class DeviceCheckMode(TorchFunctionMode):
 
     def _tensor_from_data(self, name: str, args: tuple, where: tuple[SourceLine, int | None, str],
                           given: bool, result: Any) -> None:
-        if args and tb.is_tensor(args[0]):  # made from a tensor: a copy only between two devices
-            self._copy(tb.device(args[0]), tb.device(result), _nbytes(result), args[0], False)
+        if args and tensor_getters.is_tensor(args[0]):  # made from a tensor: a copy only between two devices
+            self._copy(tensor_getters.device(args[0]), tensor_getters.device(result), _nbytes(result), args[0], False)
             return
         origin = self._value_origin(args[0]) if args else None
         on_device = _on_accelerator(result)
@@ -440,15 +440,15 @@ class DeviceCheckMode(TorchFunctionMode):
         self.internal_errors += 1
 
     def _planned_copy(self, name: str, t: Any, args: tuple, kwargs: dict) -> Any:
-        src = tb.device(t)
+        src = tensor_getters.device(t)
         non_blocking = bool(kwargs.get("non_blocking", False))
         dtype = None
         if name == "cpu":
             dst = torch.device("cpu")
         elif name == "type_as":
-            if len(args) < 2 or not tb.is_tensor(args[1]):
+            if len(args) < 2 or not tensor_getters.is_tensor(args[1]):
                 return None
-            dst, dtype = tb.device(args[1]), tb.dtype(args[1])
+            dst, dtype = tensor_getters.device(args[1]), tensor_getters.dtype(args[1])
         elif name in _DEVICE_METHODS:
             index = args[1] if len(args) > 1 else kwargs.get("device")
             dst = torch.device(name, index) if isinstance(index, int) else torch.device(index or name)
@@ -464,8 +464,8 @@ class DeviceCheckMode(TorchFunctionMode):
         if dst == src:
             return None  # no copy: already there
         nbytes = _nbytes(t)
-        if dtype is not None and src.type == "cpu" and tb.dtype(t) != dtype and tb.dtype(t).itemsize:
-            nbytes = nbytes // tb.dtype(t).itemsize * dtype.itemsize  # converted on the host, then copied
+        if dtype is not None and src.type == "cpu" and tensor_getters.dtype(t) != dtype and tensor_getters.dtype(t).itemsize:
+            nbytes = nbytes // tensor_getters.dtype(t).itemsize * dtype.itemsize  # converted on the host, then copied
         # A non-blocking copy to the host lands in pinned memory: the host does not wait for it.
         self._copy(src, dst, nbytes, t, non_blocking, waits=not (non_blocking and name in ("to", "cpu")))
         return (src, dst)
@@ -571,8 +571,8 @@ class DeviceCheckMode(TorchFunctionMode):
         try:
             with torch._C.DisableTorchFunction():
                 tensors = list(tensor_inputs(args, kwargs))
-                devices = sorted({str(tb.device(t)) for t in tensors
-                                  if not (tb.device(t).type == "cpu" and tb.dim(t) == 0)})
+                devices = sorted({str(tensor_getters.device(t)) for t in tensors
+                                  if not (tensor_getters.device(t).type == "cpu" and tensor_getters.dim(t) == 0)})
             if len(devices) < 2 or not names_a_device(exc, devices):
                 return
             self._seen_errors.add(id(exc))
@@ -606,7 +606,7 @@ class DeviceCheckMode(TorchFunctionMode):
         for operand in self.mismatch.operands:
             if operand.name and operand.source in ("parameter", "buffer"):
                 now = object_at(self.namespace, operand.name)
-                if issubclass(type(now), _T) and str(tb.device(now)) != operand.device:
+                if issubclass(type(now), _T) and str(tensor_getters.device(now)) != operand.device:
                     return True
         return False
 

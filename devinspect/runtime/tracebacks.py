@@ -11,7 +11,7 @@ import sys
 import types
 from typing import Callable
 
-from ..collect.code.locations import is_own_file
+from .own_code import is_own_file
 
 #: Draws ``(exc, tb)`` as the shell draws a traceback; registered by the IPython layer.
 _drawers: list[Callable[[BaseException, types.TracebackType | None], list[str]]] = []

@@ -23,7 +23,7 @@ import types
 import warnings
 from typing import Any
 
-from ..collect.code.locations import is_own_file
+from .own_code import is_own_file
 from .tracebacks import is_dispatch_plumbing
 
 #: The modules whose frames call PyTorch on the user's behalf.

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..runtime import tensor_getters as tb
+from ..runtime import tensor_getters
 from ..model.units import parse_bytes
 from .allocator import Allocator, Block
 
@@ -35,7 +35,7 @@ class StorageBooks:
 
     def track(self, data: torch.Tensor, block: Block | None = None) -> None:
         with torch._C.DisableTorchFunction():
-            storage = tb.storage(data)
+            storage = tensor_getters.storage(data)
             key, nbytes = storage._cdata, storage.nbytes()
         entry = self.storages.get(key)
         if entry is None:

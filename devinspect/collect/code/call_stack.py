@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import torch
 
 from . import locations
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ..objects.container_snapshots import dict_items
 from ..objects.static_getters import instance_dict, str_items, type_name
 
@@ -50,7 +50,7 @@ def running_module_device(frame: types.FrameType | None) -> str | None:
             devices = set()
             for _, p in str_items(instance_dict(owner).get("_parameters")):
                 if issubclass(type(p), _T):
-                    devices.add(str(tb.device(p)))
+                    devices.add(str(tensor_getters.device(p)))
             if len(devices) == 1:
                 return devices.pop()
         frame = frame.f_back

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from . import locations
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from .failing_call import (
     FACTORIES,
     LIKE_FACTORIES,
@@ -152,13 +152,13 @@ def _node_op(node: Any) -> str:
 
 
 def _fake_device(value: Any) -> str | None:
-    if not tb.is_tensor(value):
+    if not tensor_getters.is_tensor(value):
         return None
     fake = fake_device_of(instance_dict(value))
     if fake is not None:
         return str(fake)
     # A wrapper subclass around a fake tensor (the simulated device's, DTensor's): its own device.
-    inner = [v for v in instance_dict(value).values() if tb.is_tensor(v)]
+    inner = [v for v in instance_dict(value).values() if tensor_getters.is_tensor(v)]
     if inner and all(fake_device_of(instance_dict(v)) is not None for v in inner):
-        return str(tb.device(value))
+        return str(tensor_getters.device(value))
     return None

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from . import locations, user_code
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 
 #: The methods that move a tensor to a device named by the method itself.
 _NAMED_MOVES = frozenset({"cuda", "cpu", "xpu", "mps"})
@@ -94,7 +94,7 @@ def device_of(call: ast.Call, read: Callable[[ast.expr], Any]) -> str | None:
     if type(value) is int and call.func.attr != "to":  # type: ignore[union-attr]
         value = f"{call.func.attr}:{value}"  # type: ignore[union-attr]
     if issubclass(type(value), torch.Tensor):
-        return str(tb.device(value))
+        return str(tensor_getters.device(value))
     if type(value) not in (str, torch.device):
         return None
     try:

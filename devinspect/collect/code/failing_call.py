@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import torch
 
 from . import locations, user_functions
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from .factories import FACTORIES, LIKE_FACTORIES
 from ..objects.script_modules import script_object, script_tensors
 from ..objects.static_getters import instance_dict, type_is_one_of, type_name
@@ -407,7 +407,7 @@ def _module_sample(module: Any) -> list:
         d = instance_dict(m)
         for t in _own_tensors(d):
             if _is_tensor(t):
-                by_device.setdefault(str(tb.device(t)), t)
+                by_device.setdefault(str(tensor_getters.device(t)), t)
         children = d.get("_modules")
         stack.extend(c for c in (dict.values(children) if type(children) is dict else ()) if _is_module(c))
     return list(by_device.values())
@@ -432,7 +432,7 @@ def _own_tensors(d: dict) -> list:
 
 def device_of(operand: Any) -> str:
     """The device of a tensor, a :class:`Temporary`, :class:`Traced` or :class:`Result` operand."""
-    return operand.device if type_is_one_of(operand, (Temporary, Traced, Result)) else str(tb.device(operand))
+    return operand.device if type_is_one_of(operand, (Temporary, Traced, Result)) else str(tensor_getters.device(operand))
 
 
 def devices_of(operands: list) -> list[str]:
@@ -442,8 +442,8 @@ def devices_of(operands: list) -> list[str]:
         o = o.stand_in if type(o) is Result else o
         if type_is_one_of(o, (Temporary, Traced)):
             found.add(o.device)
-        elif not (tb.device(o).type == "cpu" and tb.dim(o) == 0):
-            found.add(str(tb.device(o)))
+        elif not (tensor_getters.device(o).type == "cpu" and tensor_getters.dim(o) == 0):
+            found.add(str(tensor_getters.device(o)))
     return sorted(found)
 
 
@@ -503,7 +503,7 @@ def _value(node: ast.AST, frame: types.FrameType, depth: int = 0, lineno: int = 
         if type_is_one_of(base, (Temporary, Result)):
             return _MISSING
         if _is_tensor(base) and node.attr == "shape":
-            return tb.shape(base)  # a size read from the C struct (what a helper is made from: zeros(x.shape))
+            return tensor_getters.shape(base)  # a size read from the C struct (what a helper is made from: zeros(x.shape))
         value = attribute_of(base, node.attr)
         return _MISSING if value is MISSING else value
     if isinstance(node, ast.Subscript):

@@ -11,7 +11,7 @@ import ast
 from typing import Any, Mapping
 
 from ...model.records import TensorRecord
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ..namespace.names import root_of
 from ..namespace.path_lookup import MISSING, object_at
 
@@ -64,7 +64,7 @@ def renamed(record: TensorRecord, name: str) -> TensorRecord:
 def record_on_line(namespace: Mapping[str, Any], index: Any, node: ast.AST) -> tuple[TensorRecord, Any] | None:
     """(the record of the tensor an expression of the line reads, under that expression's name; the tensor)."""
     value = object_on_line(namespace, node)
-    found = index.lookup(value) if tb.is_tensor(value) else None
+    found = index.lookup(value) if tensor_getters.is_tensor(value) else None
     if found is None or found[1]:
         return None
     return renamed(found[0], ast.unparse(node)), value

@@ -25,6 +25,7 @@ from importlib.util import find_spec
 from typing import Callable
 
 from ...model.records import SourceLine
+from ...runtime.own_code import PACKAGE_ROOT, is_own_file  # noqa: F401 - a kind of path, read here with the others
 
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
 
@@ -38,7 +39,7 @@ def _torch_root() -> str:
 
 
 def _library_roots() -> tuple[str, ...]:
-    roots = {_TORCH_ROOT.rstrip(os.sep), _DEVINSPECT_ROOT.rstrip(os.sep)}
+    roots = {_TORCH_ROOT.rstrip(os.sep), PACKAGE_ROOT.rstrip(os.sep)}
     for key in ("stdlib", "platstdlib"):
         path = sysconfig.get_paths().get(key)
         if path:
@@ -69,8 +70,6 @@ def frame_locals(frame: types.FrameType) -> dict:
     return {}
 
 
-#: devinspect's own package folder (this file is in its collect/ folder).
-_DEVINSPECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _TORCH_ROOT = _torch_root()
 _LIBRARY_ROOTS = _library_roots()
 _STDLIB_ROOTS = tuple(os.path.abspath(p) + os.sep for p in
@@ -155,14 +154,9 @@ def is_tool_file(filename: str) -> bool:
         in_package = next((parts[i + 1] for i, p in enumerate(parts[:-1]) if p in _PACKAGE_DIRS), None)
         stdlib = any(filename.startswith(r) for r in _STDLIB_ROOTS) and in_package is None
         known = (filename.startswith("<frozen") or stdlib or in_package in _TOOL_PACKAGES
-                 or filename.startswith(_DEVINSPECT_ROOT))
+                 or filename.startswith(PACKAGE_ROOT))
         _tool_cache[filename] = known
     return known
-
-
-def is_own_file(filename: str) -> bool:
-    """Whether ``filename`` is part of devinspect (its frames are never reported)."""
-    return filename.startswith(_DEVINSPECT_ROOT)
 
 
 def package_of(filename: str) -> str:
@@ -173,7 +167,7 @@ def package_of(filename: str) -> str:
             return parts[i + 1].removesuffix(".py")
     if filename.startswith(_TORCH_ROOT):
         return "torch"
-    if filename.startswith(_DEVINSPECT_ROOT):
+    if filename.startswith(PACKAGE_ROOT):
         return "devinspect"
     return "the standard library" if any(filename.startswith(r) for r in _STDLIB_ROOTS) else ""
 

@@ -209,3 +209,39 @@ def shell_names(shell: Any) -> list[str]:
     the scan measures what they hold."""
     namespace, hidden = shell.user_ns, shell.user_ns_hidden
     return [n for n, v in hidden.items() if namespace.get(n, v) is v and not is_history_name(n)]
+
+
+def parse_path(name: str) -> ast.expr | None:
+    """The expression ``name`` parses to, when it is a path devinspect reads as typed."""
+    try:
+        node = ast.parse(name, mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    return node if _is_path(node) else None
+
+
+def _is_path(node: ast.expr) -> bool:
+    """A plain name, attribute or constant item path, or ``getattr(path, "odd name")``."""
+    while True:
+        if isinstance(node, ast.Name):
+            return True
+        if isinstance(node, ast.Attribute):
+            node = node.value
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            node = node.value
+        elif is_getattr_call(node):
+            node = node.args[0]  # type: ignore[attr-defined]
+        else:
+            return False
+
+
+def is_getattr_call(node: ast.expr) -> bool:
+    """``getattr(path, "a name")``: how a path names an attribute that is no identifier."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) == 2 and not node.keywords and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str))
+
+
+def is_path(name: str) -> bool:
+    """Whether ``name`` is an expression devinspect can read (and maybe assign) as printed."""
+    return parse_path(name) is not None

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ..objects.static_getters import MODULE_DICT, instance_dict, slot_values, type_is_one_of
 
 _T = torch.Tensor
@@ -32,9 +32,9 @@ def _is_module(value: Any) -> bool:
 def attribute_of(base: Any, attr: str) -> Any:
     if _is_tensor(base):
         if attr == "grad":
-            return tb.grad(base)
+            return tensor_getters.grad(base)
         if attr == "device":
-            return tb.device(base)
+            return tensor_getters.device(base)
         return MISSING
     if issubclass(type(base), types.ModuleType):
         return dict.get(MODULE_DICT(base), attr, MISSING)  # never a lazy module's __getattr__

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ..objects.container_snapshots import dict_items
 from ..objects.static_getters import instance_dict
 
@@ -35,7 +35,7 @@ def offloads_weights(d: dict) -> bool:
 def offloaded_note(t: Any, offloaded: bool) -> str | None:
     """The note of a parameter or buffer an offloading hook keeps off its module (it is meta)."""
     try:
-        return OFFLOADED_NOTE if offloaded and issubclass(type(t), torch.Tensor) and tb.is_meta(t) else None
+        return OFFLOADED_NOTE if offloaded and issubclass(type(t), torch.Tensor) and tensor_getters.is_meta(t) else None
     except Exception:  # noqa: BLE001 - one that cannot be read is recorded as it is
         return None
 

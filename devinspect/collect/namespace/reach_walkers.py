@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ..objects.container_snapshots import dict_values, sequence_items
 from .walk import ScanOptions, Walker
 
@@ -54,7 +54,7 @@ class _WholeContainerWalker(Walker):
             return False
         # Only exact tensors (a subclass may wrap others, and a Parameter in a list is a record of
         # its own kind), compared by identity: hashing a class would run its metaclass's __hash__.
-        if any(map(operator.is_not, map(type, items), itertools.repeat(_Tensor))) or any(map(tb.requires_grad, items)):
+        if any(map(operator.is_not, map(type, items), itertools.repeat(_Tensor))) or any(map(tensor_getters.requires_grad, items)):
             return False  # another object, or a tensor with a gradient to follow: item by item
         self._whole_items.append(items)
         return True
@@ -75,8 +75,8 @@ class ReachWalker(_WholeContainerWalker):
         if tid in self._tensor_first:
             return
         self._tensor_first[tid] = name
-        if tb.requires_grad(t) and kind != "gradient" and (tb.is_leaf(t) or tb.retains_grad(t)):
-            grad = tb.grad(t)
+        if tensor_getters.requires_grad(t) and kind != "gradient" and (tensor_getters.is_leaf(t) or tensor_getters.retains_grad(t)):
+            grad = tensor_getters.grad(t)
             if grad is not None:
                 self._tensor(grad, f"{name}.grad", root, "gradient", owner, param=name)
 
@@ -87,12 +87,12 @@ class ReachWalker(_WholeContainerWalker):
         if id(t) in self._tensor_first or self.took(t):
             return True
         cls = type(t)
-        if not ((cls is _Tensor or cls is _Parameter) and tb.layout(t) is torch.strided and not tb.is_nested(t)):
+        if not ((cls is _Tensor or cls is _Parameter) and tensor_getters.layout(t) is torch.strided and not tensor_getters.is_nested(t)):
             return True
-        if tb.is_meta(t):
+        if tensor_getters.is_meta(t):
             return False  # no memory: only the tensor itself is named
         # Owners of the memory: t, the storage object made to ask, and anything else.
-        return torch._C._storage_Use_Count(tb.storage(t)._cdata) > 2
+        return torch._C._storage_Use_Count(tensor_getters.storage(t)._cdata) > 2
 
 
 class HolderWalker(_WholeContainerWalker):
@@ -108,7 +108,7 @@ class HolderWalker(_WholeContainerWalker):
 
     def _tensor(self, t: Any, name: str, root: str, kind: str = "tensor", owner: str | None = None,
                 param: str | None = None, note: str | None = None, facts: tuple | None = None) -> None:
-        if kind == "tensor" and type(t) is _Tensor and not tb.requires_grad(t):
+        if kind == "tensor" and type(t) is _Tensor and not tensor_getters.requires_grad(t):
             self._tensor_first.setdefault(id(t), name)
             return
         super()._tensor(t, name, root, kind, owner, param, note, facts)

@@ -30,7 +30,7 @@ import torch
 
 from ...model.holders import Holders, Reference
 from ..code import locations
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ..objects.class_source import user_class_attributes
 from .names import HISTORY_RE, PLUMBING, attr_name, binds_module, child_name, describe_error, key_text, namespace_items
 from ..objects.interiors import paused_frame, proxied_dict
@@ -73,7 +73,7 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
     from .scan import find_tensor
 
     start = time.perf_counter()
-    with tb.reading():
+    with tensor_getters.reading():
         target = find_tensor(namespace, name, exclude=exclude)
         search = _Search(target)
         complete = search.run(_roots(namespace, set(exclude) | PLUMBING))
@@ -296,13 +296,13 @@ class _Search:
                 yield value, attr_name(path, attr), "", ""  # hooks' dicts (closures), plain attributes
 
     def _tensor_children(self, t: Any, path: str) -> Iterator[tuple[Any, str, str, str]]:
-        base = tb.base(t)
+        base = tensor_getters.base(t)
         if base is not None:
             yield base, f"{path}._base", "view", "the view's base"
-        grad = tb.grad(t) if tb.is_leaf(t) else None
+        grad = tensor_getters.grad(t) if tensor_getters.is_leaf(t) else None
         if grad is not None:
             yield grad, f"{path}.grad", "", ""
-        node = tb.grad_fn(t)
+        node = tensor_getters.grad_fn(t)
         if node is not None:
             yield node, f"{path}.grad_fn", "autograd graph", f"saved for the backward pass of {path}"
         for attr, value in made_instance_dict(t).items():  # a subclass's own attributes

@@ -21,7 +21,7 @@ import torch
 from ...model.fixes import Finding
 from ...model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
 from ...model.scan_result import ScanResult, Selection
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from .reach_walkers import HolderWalker, ReachWalker
 from .names import HISTORY_RE, PLUMBING, binds_module, is_history_name, module_tree_paths, namespace_items, root_items
 from ..objects.static_getters import type_module, type_name
@@ -192,7 +192,7 @@ def _walk(walker: Walker, items: list[tuple[str, Any]], restricted: bool, user: 
           history: list[tuple[str, Any]], all_objects: bool) -> None:
     # No torch function (subclass or mode), no dispatch mode of the user's and no subclass's
     # __torch_dispatch__ sees any read the walk makes (a wrapper is read as constructed).
-    with tb.reading():
+    with tensor_getters.reading():
         if restricted:
             # Name parameters after the namespace's modules even when only an
             # optimizer is asked for: opt.state[model.fc.weight], not param_groups[0].
@@ -304,7 +304,7 @@ class NameIndex:
         collector_was_on = gc.isenabled()
         gc.disable()
         try:
-            with tb.reading():
+            with tensor_getters.reading():
                 for name, value in roots:
                     walker.root(name, value)
                     walker.flush_deferred()
@@ -338,7 +338,7 @@ class NameIndex:
             self._reach = ReachWalker(ScanOptions())
             self._run(self._reach, self._rest)
         try:
-            with tb.reading():
+            with tensor_getters.reading():
                 return self._reach.may_name(t)
         except Exception:  # noqa: BLE001 - when in doubt, the whole walk decides
             return True
@@ -403,7 +403,7 @@ class NameIndex:
         is_view = False
         if name is None:
             try:
-                with tb.reading():
+                with tensor_getters.reading():
                     key = tensor_facts(t)[5]
             except Exception:
                 key = None

@@ -22,7 +22,7 @@ import torch
 from ...model.name_column import IndexNames
 from ...model.record_table import RecordTable, spans_touched
 from ...model.records import LoaderSummary, ModuleSummary, OptimizerSummary, TensorRecord, Truncation, Unregistered
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from .aliases import link_aliases
 from ..objects.class_source import recomputed_attributes, user_class_attributes
 from ..code.error_frames import error_locals
@@ -255,7 +255,7 @@ class Walker:
 
     def _error_record(self, value: Any, name: str, root: str, exc: BaseException) -> None:
         alias = None
-        if tb.is_tensor(value):
+        if tensor_getters.is_tensor(value):
             # The same unreadable tensor under a second name is that name's alias, as a readable one is.
             alias = self._unreadable_first.setdefault(id(value), name)
             alias = alias if alias != name else None
@@ -296,8 +296,8 @@ class Walker:
         # A Parameter of a tensor subclass keeps its class and is marked by _is_param.
         if kind == "tensor" and cls is not _Tensor and (cls is _Parameter or "_is_param" in instance_dict(t)):
             kind = "parameter"
-        requires_grad = tb.requires_grad(t)
-        is_leaf = tb.is_leaf(t) if requires_grad else True
+        requires_grad = tensor_getters.requires_grad(t)
+        is_leaf = tensor_getters.is_leaf(t) if requires_grad else True
         if shape is not None:
             shape = self._shapes.setdefault(shape, shape)
         self.records.append(
@@ -309,8 +309,8 @@ class Walker:
         if kind == "attribute":
             self._count_attributes(owner, 1)
         # Reading .grad of a non-leaf warns; only leaves (or retain_grad()) have one.
-        if requires_grad and kind != "gradient" and not same_object and (is_leaf or tb.retains_grad(t)):
-            grad = tb.grad(t)
+        if requires_grad and kind != "gradient" and not same_object and (is_leaf or tensor_getters.retains_grad(t)):
+            grad = tensor_getters.grad(t)
             if grad is not None:
                 self._tensor(grad, f"{name}.grad", root, "gradient", owner, param=name)
 
@@ -366,7 +366,7 @@ class Walker:
                 pfull = child_name(name, pname, mt)
                 self._param_names.setdefault(id(p), pfull)
                 self._guarded(self._tensor_visit, p, pfull, root, "parameter", name, offloaded_note(p, offloaded))
-                if issubclass(type(p), _Tensor) and tb.use_count(p) > 2:
+                if issubclass(type(p), _Tensor) and tensor_getters.use_count(p) > 2:
                     self._held.append(pfull)
         non_persistent = d.get("_non_persistent_buffers_set") or ()
         on_host = ON_HOST_BY_DESIGN.get((type_module(mt), type_name(mt)), ())
@@ -602,7 +602,7 @@ class Walker:
             return False
         try:
             # A meta tensor (no memory) is told by its device, read with the columns.
-            if any(map(operator.is_not, map(tb.layout, values), repeat(_strided))) or any(map(tb.is_nested, values)):
+            if any(map(operator.is_not, map(tensor_getters.layout, values), repeat(_strided))) or any(map(tensor_getters.is_nested, values)):
                 return False
         except Exception:  # noqa: BLE001 - an item that cannot be read goes the item-by-item way
             return False
@@ -623,19 +623,19 @@ class Walker:
     def _columns(self, values: list) -> tuple[list, ...] | None:
         """Devices, dtypes, shapes, sizes, storage sizes and keys of a run of plain tensors;
         None when one is a meta tensor (it holds no memory: its record says so)."""
-        devices = list(map(device_names.__getitem__, map(tb.device, values)))
+        devices = list(map(device_names.__getitem__, map(tensor_getters.device, values)))
         if "meta" in devices:
             return None
-        dtypes = list(map(dtype_names.__getitem__, map(tb.dtype, values)))
+        dtypes = list(map(dtype_names.__getitem__, map(tensor_getters.dtype, values)))
         # One tuple per distinct shape, found by the torch.Size itself (equal and hashed alike).
-        sizes = list(map(tb.shape, values))
+        sizes = list(map(tensor_getters.shape, values))
         shapes = list(map(self._shapes.get, sizes))
         if None in shapes:
             for i in compress(range(len(shapes)), map(operator.is_, shapes, repeat(None))):
                 shape = tuple(sizes[i])
                 shapes[i] = self._shapes.setdefault(shape, shape)
-        nbytes = list(map(tb.nbytes, values))
-        storages = list(map(tb.storage, values))
+        nbytes = list(map(tensor_getters.nbytes, values))
+        storages = list(map(tensor_getters.storage, values))
         return devices, dtypes, shapes, nbytes, list(map(_storage_bytes, storages)), list(map(_storage_key, storages))
 
     def _plain_run(self, values: list, names: list[str], columns: tuple[list, ...], root: str, kind: str,
@@ -644,7 +644,7 @@ class Walker:
         devices, dtypes, shapes, nbytes, storage_bytes, keys = columns
         notes = list(map(_QUANTIZED.get, dtypes))
         tensor_first, storage_first = self._tensor_first, self._storage_first
-        grads = list(map(tb.requires_grad, values))
+        grads = list(map(tensor_getters.requires_grad, values))
         if not any(grads) and not any(notes) and (not self.keeps_first_names or (
                 len(set(keys)) == len(keys) and storage_first.keys().isdisjoint(keys))):
             # The common case: no alias to look up as the walk goes (memory met before is marked

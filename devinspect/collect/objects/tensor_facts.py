@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from .static_getters import instance_dict, slot_values, static_class_attr, type_module, type_name
 
 _Tensor = torch.Tensor
@@ -83,10 +83,10 @@ AS_CONSTRUCTED = "as constructed: its __torch_dispatch__ may report another devi
 
 
 def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
-    if tb.dispatches_to_python(t) and not tb.is_devinspects_own(cls):
+    if tensor_getters.dispatches_to_python(t) and not tensor_getters.is_devinspects_own(cls):
         # Its device, layout or sizes may be answered by the class's __torch_dispatch__: read as
         # constructed instead (no code of the subclass runs), and said so when that happened.
-        with tb.reading() as reader:
+        with tensor_getters.reading() as reader:
             facts = _held_tensor_facts(t, cls)
         # PyTorch's own wrappers (jagged nested tensors, FakeTensor) construct what they report.
         if reader.answered and facts[7] is None and not type_module(cls).startswith("torch."):
@@ -97,21 +97,21 @@ def _unusual_tensor_facts(t: Any, cls: type) -> tuple:
 
 def _held_tensor_facts(t: Any, cls: type) -> tuple:
     if issubclass(cls, _Lazy):
-        device = device_name(tb.device(t))
-        return (device, dtype_name(tb.dtype(t)), None, None, None, None, "strided", "lazy: not initialised yet, size unknown")
+        device = device_name(tensor_getters.device(t))
+        return (device, dtype_name(tensor_getters.dtype(t)), None, None, None, None, "strided", "lazy: not initialised yet, size unknown")
     d = instance_dict(t)
-    device = device_name(tb.device(t))
-    dtype = dtype_name(tb.dtype(t))
+    device = device_name(tensor_getters.device(t))
+    dtype = dtype_name(tensor_getters.dtype(t))
     if "fake_mode" in d and type_name(cls) == "FakeTensor":
-        device = device_name(fake_device_of(d) or tb.device(t))
+        device = device_name(fake_device_of(d) or tensor_getters.device(t))
         return (device, dtype, shape_of(t), None, 0, None, "strided", "fake tensor: holds no memory")
-    layout = tb.layout(t)
+    layout = tensor_getters.layout(t)
     if static_class_attr(cls, "__tensor_flatten__") is not None:
         # A traceable wrapper subclass (DTensor, nested jagged, devinspect's simulated device).
         return _wrapper_facts(t, device, dtype, layout)
-    if tb.is_meta(t):
+    if tensor_getters.is_meta(t):
         return ("meta", dtype, shape_of(t), None, 0, None, layout_name(layout), "meta: holds no memory")
-    if layout is not _strided and not tb.dispatches_to_python(t):
+    if layout is not _strided and not tensor_getters.dispatches_to_python(t):
         # Reading the parts of a sparse tensor dispatches ops: the user's dispatch modes must not see
         # them (nor a subclass's __getattribute__: TensorBase's own methods). A subclass with its own
         # __torch_dispatch__ would be asked for them: its parts are not read.
@@ -125,26 +125,26 @@ def _held_tensor_facts(t: Any, cls: type) -> tuple:
             else:
                 parts = None
         if parts is not None:
-            storages = [tb.storage(p) for p in parts]
+            storages = [tensor_getters.storage(p) for p in parts]
             return (
                 device,
                 dtype,
                 shape_of(t),
-                sum(tb.nbytes(p) for p in parts),
+                sum(tensor_getters.nbytes(p) for p in parts),
                 sum(s.nbytes() for s in storages),
                 storages[-1]._cdata,
                 layout_name(layout),
                 layout_name(layout),
             )
-    if tb.is_nested(t):
-        storage = tb.storage(t)
+    if tensor_getters.is_nested(t):
+        storage = tensor_getters.storage(t)
         return (device, dtype, shape_of(t), storage.nbytes(), storage.nbytes(), storage._cdata, "strided", "nested tensor")
-    storage = tb.storage(t)
+    storage = tensor_getters.storage(t)
     if not _holds_memory(storage):
         # Any other wrapper subclass: its storage only stands for its size.
         return _wrapper_facts(t, device, dtype, layout)
-    note = "quantized" if tb.is_quantized(t) else None
-    return (device, dtype, shape_of(t), tb.nbytes(t), storage.nbytes(), storage._cdata, layout_name(layout), note)
+    note = "quantized" if tensor_getters.is_quantized(t) else None
+    return (device, dtype, shape_of(t), tensor_getters.nbytes(t), storage.nbytes(), storage._cdata, layout_name(layout), note)
 
 
 def _wrapper_facts(t: Any, device: str, dtype: str, layout: Any) -> tuple:
@@ -175,7 +175,7 @@ def inner_tensors(t: Any) -> list:
 
 def shape_of(t: Any) -> tuple | None:
     try:
-        return tuple(int(s) if type(s) is int else str(s) for s in tb.shape(t))
+        return tuple(int(s) if type(s) is int else str(s) for s in tensor_getters.shape(t))
     except Exception:
         return None
 

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from ...collect.code import locations, user_code
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ...collect.code.failing_call import FACTORIES, LIKE_FACTORIES, SAME_DEVICE_METHODS
 from ...collect.objects.static_getters import static_class_attr
 from ...model.fixes import SourceEdit
@@ -349,23 +349,23 @@ def moved_expression(name: str, value: Any, target: str, device_expr: str, depth
     """``name`` with its tensors on ``target``: a tensor's ``.to()``, a list's, tuple's or dict's own
     comprehension, a nested dict rebuilt around its moved items (``{**batch, "inputs": {…}}``);
     None when nothing it holds is elsewhere, or it cannot be written so."""
-    if tb.is_tensor(value):
-        return f"{name}.to({device_expr})" if str(tb.device(value)) != target else None
+    if tensor_getters.is_tensor(value):
+        return f"{name}.to({device_expr})" if str(tensor_getters.device(value)) != target else None
     fields = named_fields(value)
     if fields is not None:  # a namedtuple: its fields cannot be set, _replace makes it again
         moved = [f"{field}={name}.{field}.to({device_expr})" for field, item in zip(fields, tuple.__iter__(value))
-                 if tb.is_tensor(item) and str(tb.device(item)) != target]
+                 if tensor_getters.is_tensor(item) and str(tensor_getters.device(item)) != target]
         return f"{name}._replace({', '.join(moved)})" if moved else None
     if type(value) not in (list, tuple, dict) or depth > 3:
         return None
     items = list(dict.items(value)) if type(value) is dict else list(enumerate(value))
-    tensors = [v for _, v in items if tb.is_tensor(v)]
+    tensors = [v for _, v in items if tensor_getters.is_tensor(v)]
     if len(tensors) == len(items):
-        if not any(str(tb.device(v)) != target for v in tensors):
+        if not any(str(tensor_getters.device(v)) != target for v in tensors):
             return None
         return fixes.container_moved(name, device_expr, type(value).__name__, True)
     if type(value) is not dict or not all(type(k) is str for k, _ in items):
-        moved = any(tb.is_tensor(v) and str(tb.device(v)) != target for _, v in items)
+        moved = any(tensor_getters.is_tensor(v) and str(tensor_getters.device(v)) != target for _, v in items)
         return fixes.container_moved(name, device_expr, type(value).__name__, False) if moved else None
     parts = []
     for key, item in items:  # a batch of dicts: each part that holds a tensor elsewhere, moved in place
@@ -396,7 +396,7 @@ def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_li
     out = []
     for name in user_code.assigned_names(statement.node):
         value = dict.get(namespace, name) if issubclass(type(namespace), dict) else None
-        if tb.is_tensor(value) and str(tb.device(value)) != target:
+        if tensor_getters.is_tensor(value) and str(tensor_getters.device(value)) != target:
             out.append(name)
     ordered = [e.id for e in ast.walk(statement.node.target) if isinstance(e, ast.Name) and e.id in out]
     return ordered or [root]

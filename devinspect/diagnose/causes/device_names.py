@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 
 from ...collect.code import locations, user_code
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ...collect.namespace.names import namespace_items
 from .. import fixes
 
@@ -79,7 +79,7 @@ def device_in_frame(frame: types.FrameType | None, device: str, avoid: set[str] 
                 return name  # the function's own device variable
     ordered = [(n, dict.get(local_vars, n)) for n in prefer if n in local_vars] + list(dict.items(local_vars))
     for name, value in ordered:
-        if (name != "self" and name not in avoid and issubclass(type(value), _T) and str(tb.device(value)) == device
+        if (name != "self" and name not in avoid and issubclass(type(value), _T) and str(tensor_getters.device(value)) == device
                 and usable(name)):
             return f"{name}.device"
     return None

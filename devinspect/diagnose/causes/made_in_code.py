@@ -195,10 +195,10 @@ def _local_names(function: ast.AST | None) -> set[str]:
 
 def _parameter_on(module: Any, target: str, depth: int = 0) -> bool:
     """Whether ``module`` (read statically) has a parameter, and its first one is on ``target``."""
-    from ...runtime import tensor_getters as tb
+    from ...runtime import tensor_getters
 
     for p in _parameters(module, depth):
-        return str(tb.device(p)) == target
+        return str(tensor_getters.device(p)) == target
     return False
 
 
@@ -315,10 +315,10 @@ def _returned_value_moved(called: user_functions.Function, function: Any, statem
 
 
 def _off(namespace: Mapping[str, Any], name: str, target: str) -> bool:
-    from ...runtime import tensor_getters as tb
+    from ...runtime import tensor_getters
 
     value = dict.get(namespace, name) if issubclass(type(namespace), dict) else None
-    return tb.is_tensor(value) and str(tb.device(value)) != target
+    return tensor_getters.is_tensor(value) and str(tensor_getters.device(value)) != target
 
 
 def received_from_the_same_function(statement: user_code.Statement, namespace: Mapping[str, Any]) -> list[str]:

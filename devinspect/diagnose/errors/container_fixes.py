@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ...collect.namespace.names import root_of
 from ...collect.objects.static_getters import type_is_one_of, type_name
 from ...collect.namespace.path_lookup import object_at
@@ -83,7 +83,7 @@ class ContainerFixes:
                                                device_expr, self.failure.namespace, target, moved=loop)
         if origin is not None and origin.kind not in ("loop", "inside") and not self._movable(root):
             origin = None  # `.to(dev)` on the line that made a list or dict would raise
-        leaves = all_tensors and bool(values) and all(type(v) is _T and tb.requires_grad(v) and tb.is_leaf(v)
+        leaves = all_tensors and bool(values) and all(type(v) is _T and tensor_getters.requires_grad(v) and tensor_getters.is_leaf(v)
                                                      for v in values)
         moved = fixes.move_container(name, target, kind, all_tensors=all_tensors, leaves=leaves)
         if leaves:  # an optimizer's state of those tensors follows them, as the next step needs it

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import torch
 
 from ...collect.code import locations
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ...collect.code.failing_call import (
     FACTORIES,
     Entry,
@@ -107,7 +107,7 @@ def _on_device(value: Any) -> bool:
         return True
     if type(value) is Result:
         return value.device.split(":")[0] not in ("cpu", "meta")
-    return issubclass(type(value), _T) and tb.device(value).type not in ("cpu", "meta")
+    return issubclass(type(value), _T) and tensor_getters.device(value).type not in ("cpu", "meta")
 
 
 def _leaves(node: ast.expr) -> list[ast.expr]:
@@ -200,7 +200,7 @@ def host_array(failed: Failed) -> DeviceError | None:
         text = _named(leaf)
         written = line_edits.find(statement.node, ast.unparse(leaf)) if statement is not None else None
         if type(value) is _Items:
-            grad = any(tb.requires_grad(t) for t in value.tensors)
+            grad = any(tensor_getters.requires_grad(t) for t in value.tensors)
             item = next(n for n in ("t", "item", "tensor", "_t") if n not in _names_in(leaf))
             shown.append(f"[{item}{'.detach()' if grad else ''}.cpu() for {item} in {ast.unparse(leaf)}]")
             first = describe(value.on_device, text, source_of(inner.frame, failed))
@@ -211,7 +211,7 @@ def host_array(failed: Failed) -> DeviceError | None:
             lists += 1
         else:
             tensor = value.stand_in if type(value) is Result else value
-            grad = tb.requires_grad(tensor)
+            grad = tensor_getters.requires_grad(tensor)
             detach = grad and not _detached(leaf)
             shown.append(f"{ast.unparse(leaf)}{'.detach()' if detach else ''}.cpu()")
             operands.append(describe(tensor, text, source_of(inner.frame, failed), "requires grad" if grad else "")
@@ -249,13 +249,13 @@ def _dropped_host_move(failed: Failed, inner: Entry, leaves: list[tuple[ast.expr
     if not issubclass(type(value), _T):
         return None
     read = _undetached(leaf)
-    if not isinstance(read, ast.Name) or (tb.requires_grad(value) and not _detached(leaf)):
+    if not isinstance(read, ast.Name) or (tensor_getters.requires_grad(value) and not _detached(leaf)):
         return None
     lines = {id(e.frame): e.lineno for e in failed.entries}
     frames = [e.frame for e in reversed(failed.users)]
     cell = failed.cell.frame if failed.cell is not None else None
     name = read.id if inner is failed.cell else None
-    device = str(tb.device(value))
+    device = str(tensor_getters.device(value))
     fix = dropped_move_fix(failed.namespace, value, name, device, "cpu", frames, cell,
                            lambda frame: lines.get(id(frame), 1 << 30))
     if fix is None:

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import torch
 
 from ...collect.code import locations
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ...collect.code.compiled_call import compiled_call
 from ...collect.code.failing_call import Temporary, Traced, failing_call, first_line, says_mismatch, traceback_entries
 from ...collect.objects.static_getters import type_is_one_of
@@ -65,7 +65,7 @@ def explanation_of(exc: BaseException, namespace: Mapping[str, Any], *, exclude:
     if isinstance(exc, torch.OutOfMemoryError):
         from .out_of_memory import out_of_memory
 
-        with tb.reading():
+        with tensor_getters.reading():
             return Explanation(error, out_of_memory=out_of_memory(exc, namespace, exclude=exclude))
     device_error = explain_device_error(exc, namespace)
     if device_error is not None:
@@ -89,7 +89,7 @@ def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any]) -> Mismat
     entries = list(traceback_entries(exc.__traceback__))
     if not entries:
         return None
-    with tb.reading():
+    with tensor_getters.reading():
         call = failing_call(entries, exc)
         traced = None
         if call is None:

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import torch
 
 from ...collect.code import locations
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ...collect.code.failing_call import Entry
 from ...model.check_report import Operand
 from ...model.fixes import EditCell, Fix, SourceEdit
@@ -86,10 +86,10 @@ class Failed:
 def describe(value: Any, name: str, source: str, detail: str = "") -> Operand:
     """An operand row for a tensor (its device, dtype and shape read statically)."""
     try:
-        shape = tuple(int(s) for s in tb.shape(value))
+        shape = tuple(int(s) for s in tensor_getters.shape(value))
     except Exception:  # noqa: BLE001
         shape = None
-    return Operand(name, source, str(tb.device(value)), str(tb.dtype(value)).removeprefix("torch."), shape, detail)
+    return Operand(name, source, str(tensor_getters.device(value)), str(tensor_getters.dtype(value)).removeprefix("torch."), shape, detail)
 
 
 def source_of(frame: types.FrameType, failed: Failed) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ...collect.code import locations, user_code
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ...collect.code.dropped_moves import current_index
 from ...collect.code.failing_call import Entry, first_line, message, running_expression, value_in_frame
 from ...collect.namespace.names import namespace_items
@@ -107,8 +107,8 @@ def _pinned_device(failed: Failed) -> str | None:
     for entry in reversed(failed.entries):
         if entry.frame.f_code.co_filename.replace("\\", "/").endswith(_PIN_FILE):
             data = dict.get(locations.frame_locals(entry.frame), "data")
-            if issubclass(type(data), torch.Tensor) and tb.device(data).type not in ("cpu", "meta"):
-                return str(tb.device(data))
+            if issubclass(type(data), torch.Tensor) and tensor_getters.device(data).type not in ("cpu", "meta"):
+                return str(tensor_getters.device(data))
     refused = _REFUSED_PIN.search(message(failed.exc))
     return _device_named(refused.group(1)) if refused is not None else None
 

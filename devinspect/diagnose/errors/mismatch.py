@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from ...collect.code import line_names, locations, user_code, call_stack
-from ...runtime import tensor_getters as tb
+from ...runtime import tensor_getters
 from ...collect.code.failing_call import Result, Temporary, Traced, first_line
 from ...collect.namespace.names import binds_module, container_of, root_of
 from ...collect.objects.static_getters import type_is_one_of, type_name
@@ -157,9 +157,9 @@ class _Diagnosis(ContainerFixes):
             operand = Operand(value.name, "traced", value.device, "?", None,
                               f"traced by torch.compile at {where.label}")
             return _Named(operand, value, local=value.name)
-        device, dtype = str(tb.device(value)), str(tb.dtype(value)).removeprefix("torch.")
+        device, dtype = str(tensor_getters.device(value)), str(tensor_getters.dtype(value)).removeprefix("torch.")
         try:
-            shape = tuple(int(s) for s in tb.shape(value))
+            shape = tuple(int(s) for s in tensor_getters.shape(value))
         except Exception:  # noqa: BLE001 - a symbolic or unreadable shape
             shape = None
         created = self.failure.created(value)
