@@ -745,3 +745,17 @@ def test_a_kept_error_with_a_chained_one_is_freed_by_the_printed_fix(ip, capped)
     assert "saved.__context__ = saved.__cause__ = None" in fix.code
     before = torch.sim.memory_allocated()
     assert run(ip, fix.code)[0].success and before - torch.sim.memory_allocated() == 40 << 20
+
+
+def test_a_failed_cells_explanation_is_made_once_and_shown_once(ip, sim):
+    """The pointer line drawn with the traceback makes the explanation; the cell's end shows that
+    one (not a second), and %devcheck --last shows what was made when the cell failed."""
+    failed = ip.magics_manager.registry["DevcheckMagics"].failed
+    run(ip, SETUP)
+    result, text, _, _ = run(ip, "y = model(x)")
+    error = result.error_in_exec
+    assert text.count("devinspect: device mismatch in F.linear") == 2  # the pointer line, then the explanation
+    assert failed.last_for(error) is not None and failed.early_for(error) is None  # taken by the cell's end
+    assert ip.run_line_magic("devcheck", "--last -o") is failed.last_for(error)
+    checked, said, _, _ = run(ip, "%%devcheck\ny = model(x)")
+    assert said.count("device mismatch in F.linear") >= 1 and failed.last_for(checked.error_in_exec) is None  # the report said it: nothing after the cell

@@ -11,6 +11,7 @@ from IPython.core.magic import line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .cell_runner import AwaitedCells, CheckedCell
+from .failed_cells import FailedCells
 from .magic_support import (
     DevInspectMagics,
     caller_result_use,
@@ -27,12 +28,8 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
 
     def __init__(self, shell: Any, settings: Any):
         super().__init__(shell, settings)
-        self._reported_error = 0  # id of the error a %%devcheck report already explained
-        # The explanation made while the traceback was drawn, for the cell's end: (id of the error, explanation).
-        self._explained_early: tuple[int, Any] | None = None
-        #: (id of the error, its explanation) made when the cell failed: what %devcheck --last shows for it.
-        self._made_after_failure: tuple[int, Any] | None = None
-        self._shown_early = 0  # id of the error whose explanation went above its traceback
+        #: The failed cell's explanation, from its traceback's pointer line to its display.
+        self.failed = FailedCells()
         self._running_cell: str | None = None  # the raw text of the cell now running (for its Re-run)
         self._set_event("pre_run_cell", self._note_running_cell, True)
 
@@ -80,7 +77,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         if args.last:
             raise UsageError("%%devcheck: --last explains the last error and takes no cell; "
                              "use %devcheck --last on a line of its own")
-        run = CheckedCell(self.shell, args, line, cell, self.explained)
+        run = CheckedCell(self.shell, args, line, cell, self.failed.report_explained)
         if run.needs_await and event_loop_running():
             # Only reached when the cell was not rewritten by awaiting_magic_cells (a direct call).
             raise UsageError("%%devcheck: this cell awaits; run it as a cell (%%devcheck on its first line) "
@@ -95,7 +92,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         runs it as an async cell instead of blocking its own loop.
         """
         __tracebackhide__ = True  # noqa: F841
-        run = CheckedCell(self.shell, self._devcheck_args(line), line, cell, self.explained)
+        run = CheckedCell(self.shell, self._devcheck_args(line), line, cell, self.failed.report_explained)
         self._async_outcome = await run.run_async()
 
     def _explain_last(self, args: Any) -> Any:
@@ -113,11 +110,11 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         if isinstance(error, UsageError):  # IPython keeps a magic's usage error as the last error too
             raise UsageError("%devcheck --last: the last error was a magic's usage error "
                              f"({_shortened(str(error).splitlines()[0], 80)}), not a failed computation: nothing to explain")
-        made = self._made_after_failure
-        if made is not None and made[0] == id(error) and (made[1].mismatch or made[1].device_error) is not None:
+        made = self.failed.last_for(error)
+        if made is not None and (made.mismatch or made.device_error) is not None:
             # A mismatch is explained from the failing call's operands: as they were when the cell
             # failed, not from whatever the same names hold now (y = y.to(dev) since then).
-            explanation = made[1]
+            explanation = made
         else:
             explanation = explanation_of(error, self.shell.user_ns, exclude=self._ipython_names())
         if args.variable:
@@ -133,18 +130,16 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         error = getattr(result, "error_in_exec", None)
         if error is None or not self.settings.explain_errors:
             return
-        if id(error) == self._reported_error:  # a %%devcheck report already said it
-            self._reported_error = 0
+        if self.failed.take_reported(error):  # a %%devcheck report already said it
             return
         torch = sys.modules.get("torch")
         if torch is None:  # no tensor anywhere: nothing to explain, and no import of torch to pay for
             return
         try:
-            early, self._explained_early = self._explained_early, None
-            explanation = early[1] if early is not None and early[0] == id(error) else self._explanation(error, torch)
-            self._made_after_failure = (id(error), explanation) if explanation else None
-            shown_early, self._shown_early = self._shown_early, 0
-            if explanation and shown_early != id(error):
+            made, early = self.failed.take_early(error)
+            explanation = early if made else self._explanation(error, torch)
+            self.failed.remember(error, explanation)
+            if not self.failed.take_shown_above(error) and explanation:
                 raw = getattr(getattr(result, "info", None), "raw_cell", None)
                 self._show_explanation(explanation, rerun=raw)
         except Exception as exc:  # noqa: BLE001 - explaining must never add an error of its own
@@ -159,7 +154,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
 
     def _note_running_cell(self, info: Any = None) -> None:
         self._running_cell = getattr(info, "raw_cell", None)
-        self._shown_early = 0
+        self.failed.new_cell()
 
     def before_traceback(self, error: BaseException) -> str | None:
         """Called as the shell draws ``error``'s traceback (a model call's is 60 lines of torch
@@ -168,11 +163,11 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         each output in turn, the explanation follows the traceback and the line returned here
         goes at its top, pointing there."""
         line = self.pointer_line(error)
-        early = self._explained_early
-        if line is None or early is None or early[0] != id(error) or getattr(self.shell, "kernel", None) is None:
+        early = self.failed.early_for(error)
+        if line is None or early is None or getattr(self.shell, "kernel", None) is None:
             return line
-        self._shown_early = id(error)
-        self._show_explanation(early[1], rerun=self._running_cell)
+        self.failed.show_above(error)
+        self._show_explanation(early, rerun=self._running_cell)
         return None
 
     def pointer_line(self, error: BaseException) -> str | None:
@@ -180,14 +175,14 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         torch = sys.modules.get("torch")
         # Device errors raise RuntimeError (a mismatch, pinning, a worker, a generator) or TypeError
         # (a device tensor read as a NumPy array); anything else returns here at once.
-        if torch is None or not self.settings.explain_errors or id(error) == self._reported_error \
+        if torch is None or not self.settings.explain_errors or self.failed.was_reported(error) \
                 or not isinstance(error, (RuntimeError, TypeError, torch.OutOfMemoryError)):
             return None
         try:
             explanation = self._explanation(error, torch)
         except Exception:  # noqa: BLE001 - the after-cell step says why, once
             return None
-        self._explained_early = (id(error), explanation)
+        self.failed.made_early(error, explanation)
         if not explanation:
             return None
         from ..render.explanation_text import headline
@@ -222,10 +217,6 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             args.variable, args.output = args.output, None
         variable_name("%%devcheck", args.variable, self.shell)
         return args
-
-    def explained(self, error: BaseException) -> None:
-        """A %%devcheck report explained ``error``: the explanation after the cell does not repeat it."""
-        self._reported_error = id(error)
 
     def close(self) -> None:
         self._set_event("post_run_cell", self._explain_after_cell, False)
