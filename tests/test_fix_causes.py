@@ -477,3 +477,23 @@ def test_a_step_that_failed_part_way_says_what_it_already_changed(ip, sim):
     assert "inside the optimizer's step" in fix.note and "one more step" in fix.note
     run(ip, "x = torch.ones(2, device=dev) + torch.ones(2)")  # a failure outside a step says nothing of one
     assert "optimizer's step" not in (devinspect.explain(namespace=ip.user_ns).mismatch.fix.note or "")
+
+
+@pytest.mark.parametrize("optimizer", ["Adam", "SGD", "RMSprop"])
+def test_a_failure_inside_any_optimizers_step_says_the_step_was_partly_applied(ip, sim, optimizer):
+    """Whatever optimizer (and whatever functions its step calls), a failure inside its step
+    says that the parameters it reached first keep their update."""
+    from devinspect.diagnose.fixes import PARTIAL_STEP_NOTE
+
+    extra = ", momentum=0.9" if optimizer == "SGD" else ""
+    run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+            f"w = torch.nn.Parameter(torch.randn(3, device=dev))\nopt = torch.optim.{optimizer}([w], lr=0.1{extra})\n"
+            "w.grad = torch.ones(3, device=dev)\nopt.step()\n"
+            "for state in opt.state.values():\n"
+            "    for key in [k for k, v in state.items() if v.dim() > 0]:\n"
+            "        state[key] = state[key].cpu()")
+    result, _, _, _ = run(ip, "opt.step()")
+    assert result.error_in_exec is not None
+    explanation = devinspect.explain(namespace=ip.user_ns)
+    assert explanation.mismatch is not None and explanation.mismatch.fix is not None
+    assert PARTIAL_STEP_NOTE in (explanation.mismatch.fix.note or "")

@@ -27,14 +27,12 @@ from . import fixes
 from .overlaps import outermost, said_once
 from .causes.dropped_moves import dropped_moves_standing, standing_targets
 
-#: Variable names that usually hold a model's inputs or targets.
-INPUT_NAMES = frozenset(
-    {
-        "x", "y", "X", "Y", "xb", "yb", "x_batch", "y_batch", "batch", "inputs", "input", "input_ids",
-        "labels", "label", "targets", "target", "mask", "attention_mask", "images", "imgs", "image",
-        "features", "data", "sample", "samples", "tokens", "ids", "src", "tgt", "y_true", "y_pred",
-    }
-)
+#: Names that usually hold a model's inputs or targets. At rest, before any call, a name is all
+#: that says a tensor is an input (no rule exists then): it gives a hint, never an error.
+INPUT_NAMES = frozenset({
+    "x", "y", "X", "Y", "xb", "yb", "x_batch", "y_batch", "batch", "inputs", "input", "input_ids",
+    "labels", "label", "targets", "target", "mask", "attention_mask", "images", "imgs", "image",
+    "features", "data", "sample", "samples", "tokens", "ids", "src", "tgt", "y_true", "y_pred"})
 
 Rule = Callable[[ScanResult], Iterator[Finding]]
 
@@ -165,7 +163,7 @@ def _meta_call(result: ScanResult, module: ModuleSummary, call: Any, reported: s
         message=(f"{module.name} ({module.type_name}) is on the meta device: its parameters have shapes but no "
                  f"data, and {call.where.where} passes it {call.argument} on {target}: that call fails"),
         fix=fixes.materialise(module.name, target, max(1, module.unmaterialised),
-                              hf_model=module.library == "transformers", release=release,
+                              initialiser=module.initialiser, release=release,
                               release_traceback=traceback_too, unsaved=unsaved_meta_buffers(result, module.name)),
         names=_module_records(result, module.name),
     )
@@ -494,7 +492,9 @@ def inputs_elsewhere(result: ScanResult) -> Iterator[Finding]:
         target = accelerated[0]
         models = [m for m in placed if m.devices[0] == target]
         # Some models move some inputs themselves (many transformers losses move labels):
-        # the hint says where the tensor is, never that a call will fail.
+        # the hint says where the tensor is, never that a call will fail. No static rule says
+        # which: the move happens in a loss function chosen at run time, so the words name the
+        # library where it is common.
         itself = " (unless the model moves it itself, as many transformers models do with labels)" \
             if base in ("labels", "label") and any(m.library == "transformers" for m in models) else ""
         yield Finding(

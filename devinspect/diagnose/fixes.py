@@ -400,7 +400,7 @@ def _register_line(text: str, attr: str) -> str | None:
     return f"self.register_buffer({literal(attr)}, {value}, persistent=False){rest}"
 
 
-def materialise(name: str, device: str | None, meta_count: int, hf_model: bool = False,
+def materialise(name: str, device: str | None, meta_count: int, initialiser: str = "",
                 release: Iterable[str] = (), release_traceback: bool = False, unsaved: tuple[str, ...] = (),
                 real_device: str | None = None) -> Fix:
     """A model (partly) on ``meta``: its tensors hold no data, which ``.to()`` cannot copy. For a
@@ -411,9 +411,10 @@ def materialise(name: str, device: str | None, meta_count: int, hf_model: bool =
     ``unsaved`` are non-persistent buffers on meta: no checkpoint holds them and no
     ``reset_parameters`` sets them (the module computes them when it is made), so loading or
     ``to_empty`` cannot give them their values: the advice is to make the model on the device
-    (``real_device``, where its other tensors are, when ``device`` is None). A transformers
-    model wholly on meta is the exception: its ``init_weights`` computes them again."""
-    if unsaved and not (hf_model and device is not None):  # a transformers model's init_weights sets them
+    (``real_device``, where its other tensors are, when ``device`` is None). A model wholly on
+    meta whose class has a whole-model ``initialiser`` (``init_weights``) is the exception: it
+    computes them again."""
+    if unsaved and not (initialiser and device is not None):  # the model's own initialiser sets them
         one = len(unsaved) == 1
         where = f"on {device or real_device}" if device or real_device else "on its device"
         return Fix(
@@ -436,8 +437,8 @@ def materialise(name: str, device: str | None, meta_count: int, hf_model: bool =
     # PyTorch refuses while a graph or the failed call's traceback still uses them.
     lines = _release_lines(tuple(release), release_traceback)
     lines.append(f"{name}.to_empty(device={device_literal(device)})  # storage for every tensor; values not set yet")
-    if hf_model:
-        lines.append(f"{name}.init_weights()  # the model's own initialisation")
+    if initialiser:
+        lines.append(f"{name}.{initialiser}()  # the model's own initialisation")
     else:
         # A comprehension, so that no loop variable is left over a name of the user's.
         lines += [f"[m.reset_parameters() for m in {name}.modules() if hasattr(m, \"reset_parameters\")];"

@@ -132,6 +132,9 @@ class ModuleSummary:
     held_parameters: tuple[str, ...] = ()
     #: The package the module's class comes from (``transformers``), or ``""`` for user code.
     library: str = ""
+    #: The method of its class that initialises the whole model again, every tensor as at
+    #: construction (``init_weights``), or ``""`` when its class has none.
+    initialiser: str = ""
     #: A forward pre-hook (or accelerate's hook) may move its inputs: where they come from differs.
     moves_inputs: bool = False
 

@@ -12,11 +12,13 @@ from typing import Any, Iterator
 import torch
 
 from . import locations
+from .locations import frame_locals
 from ...runtime import tensor_getters
 from ..objects.container_snapshots import dict_items
 from ..objects.static_getters import instance_dict, str_items, type_name
 
 _T = torch.Tensor
+_Optimizer = torch.optim.Optimizer
 
 
 def frames_from(frame: Any) -> Iterator[Any]:
@@ -131,6 +133,8 @@ def _param_of(local_vars: dict, value: Any) -> str:
 
 
 def optimizer_step_running(stack: Any) -> bool:
-    """Whether the failure came inside a PyTorch optimizer's ``step`` (which updates in place)."""
-    return any(f.f_code.co_name in ("step", "_single_tensor_adam", "_multi_tensor_adam")
-               and "/torch/optim/" in f.f_code.co_filename.replace("\\", "/") for f in frames_from(stack))
+    """Whether the failure came inside an optimizer's ``step`` (which updates parameters in place,
+    so some may have moved on before it failed): a ``step`` frame whose ``self`` is an optimizer,
+    PyTorch's or the user's own subclass, whatever functions it calls."""
+    return any(f.f_code.co_name == "step" and issubclass(type(dict.get(frame_locals(f), "self")), _Optimizer)
+               for f in frames_from(stack))

@@ -10,7 +10,7 @@ import torch
 from ...model.records import ModuleSummary, Unregistered
 from ..objects.class_source import assigned_while_running, attribute_assignment, class_source_lines, library_of
 from .placement import OFFLOADED_NOTE, ON_HOST_NOTE, moves_inputs, off_map, placement_of
-from ..objects.static_getters import instance_dict, mro, plain_class_dict, type_name
+from ..objects.static_getters import instance_dict, mro, plain_class_dict, static_class_attr, type_name
 
 _Module = torch.nn.Module
 
@@ -54,6 +54,7 @@ def module_summary(m: Any, name: str, columns: Mapping[str, list], unregistered:
         off_map=off_map(name, instance_dict(m).get("hf_device_map"), owner_devices),
         held_parameters=tuple(held),
         library=library_of(type(m)),
+        initialiser=whole_model_initialiser(type(m)),
         moves_inputs=moves_inputs(instance_dict(m)),
         **module_bytes(columns),
     )
@@ -103,3 +104,13 @@ def unregistered_attribute(mt: type, full: str, owner: str, attr: str, vt: type)
     container = next((k.__name__ for k in (dict, tuple, list, set) if issubclass(vt, k)), None)
     return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at, container,
                         running)
+
+
+#: The method name by which a model class offers to initialise all of its tensors again (as
+#: transformers' PreTrainedModel does); a module's own reset_parameters covers only itself.
+_WHOLE_MODEL_INITIALISER = "init_weights"
+
+
+def whole_model_initialiser(cls: type) -> str:
+    """The whole-model initialiser ``cls`` defines or inherits (read from class dicts), or ``""``."""
+    return _WHOLE_MODEL_INITIALISER if static_class_attr(cls, _WHOLE_MODEL_INITIALISER) is not None else ""

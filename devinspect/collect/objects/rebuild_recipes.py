@@ -33,6 +33,8 @@ def scheduler_kwargs(name: str, cls: type, d: dict) -> tuple[tuple[str, str], ..
     scheduler (``sched.lr_lambdas[0]``); None when a required argument cannot be found."""
     if not type_module(cls).startswith(SCHEDULER_MODULES):
         return None
+    # One scheduler by name, because no rule exists: OneCycleLR alone keeps none of its arguments,
+    # only the phases and rates it computed from them, which the recipe below reads back.
     if type_name(cls) == "OneCycleLR":
         return _one_cycle_kwargs(d)
     signature = _signature(cls)

@@ -618,7 +618,7 @@ class _Diagnosis(ContainerFixes):
         if whole:
             self.whole_moves.add(model.name)
         fix = fixes.materialise(model.name, target if whole else None, max(1, model.unmaterialised),
-                                hf_model=model.library == "transformers",
+                                initialiser=model.initialiser,
                                 release=graph_holder_names(self.index.holders), release_traceback=True,
                                 unsaved=unsaved_meta_buffers(self.index.result_under(model.name), model.name),
                                 real_device=target)
