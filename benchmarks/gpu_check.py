@@ -13,7 +13,9 @@ of time is reported as such and the others go on. The parts:
 3. The fix corpus (``benchmarks/fix_corpus.py``) on CUDA, ``--seeds`` seeds (56 by default),
    and on the simulated device for the same seeds beside it, in a process with the GPU
    hidden (``CUDA_VISIBLE_DEVICES=""``: the simulated device refuses to start beside a real
-   accelerator), run at the same time on the CPU.
+   accelerator), run at the same time on the CPU; and the corpus of the other device errors
+   (``--corpus errors``: a dropped move, NumPy, pinning, workers, generators) on CUDA, where
+   the generator fixes that only a GPU can run are run too.
 4. The overheads: ``%%gpumem`` (``gpumem_lines.py --device cuda``, and the replay of the
    trace captured in part 6), ``%%devcheck`` (``devcheck_overhead.py --device cuda``).
 5. The mixing table, captured again on CUDA (``benchmarks/mixing_table.py``), "not
@@ -122,6 +124,10 @@ def parts(out: Path, dry: bool, seeds: int) -> list[Part]:
         Part("corpus_cuda", f"fix corpus, {corpus}" + (" (no GPU: the simulated device)" if dry else ""),
              python(str(BENCH / "fix_corpus.py"), "--device", corpus, "--count", corpus_count,
                     "--json", str(out / f"fix_corpus_{'cuda' if not dry else 'sim_again'}.json"), "--show-failures", "10"),
+             180 if dry else 120, HIDE_GPU if dry else {}, key=(r"^printed fixes", r"^lost data", r"^invented")),
+        Part("corpus_errors", f"device-error corpus, {corpus}" + (" (no GPU: the simulated device)" if dry else ""),
+             python(str(BENCH / "fix_corpus.py"), "--corpus", "errors", "--device", corpus, "--count", corpus_count,
+                    "--json", str(out / f"error_corpus_{'cuda' if not dry else 'sim'}.json"), "--show-failures", "10"),
              180 if dry else 120, HIDE_GPU if dry else {}, key=(r"^printed fixes", r"^lost data", r"^invented")),
         Part("oom", "out of memory on the real allocator" + (" (no GPU: the simulated device)" if dry else ""),
              python(str(BENCH / "gpu_check.py"), "--part", "oom", "--out", str(out), *(["--dry-run"] if dry else [])),

@@ -72,7 +72,8 @@ def test_the_dry_run_runs_every_part_in_its_cpu_form(tmp_path):
     summary = {p["name"]: p for p in json.loads((out / "summary.json").read_text())["parts"]}
     statuses = {name: p["status"] for name, p in summary.items()}
     assert done.returncode == 0, statuses
-    for name in ("pytest", "gpu_validate", "corpus_cuda", "corpus_sim", "oom", "gpumem_replay", "devcheck_overhead"):
+    for name in ("pytest", "gpu_validate", "corpus_cuda", "corpus_sim", "corpus_errors", "oom", "gpumem_replay",
+                 "devcheck_overhead"):
         assert statuses[name] == "passed", (name, statuses[name])
     assert statuses["trace"].startswith("not available: needs CUDA")
     assert statuses["gpumem_overhead"].startswith("not available: needs CUDA")
