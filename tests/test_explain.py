@@ -4,6 +4,7 @@ memory, and what keeps a tensor alive (%devices --why)."""
 from __future__ import annotations
 
 import gc
+import traceback
 import json
 import re
 import sys
@@ -38,6 +39,11 @@ def capped(sim, ip):
     # An earlier test's error still reachable when its shell was frozen (gc.freeze) is garbage
     # only a collection of the frozen objects frees: its frames may hold tensors on the device.
     gc.unfreeze()
+    gc.collect()
+    # Errors earlier tests still hold (a failed test's report, a fixture's result) keep their
+    # frames' tensors: their frames are cleared, as devinspect.release_traceback() does.
+    for error in [o for o in gc.get_objects() if isinstance(o, BaseException) and o.__traceback__ is not None]:
+        traceback.clear_frames(error.__traceback__)
     gc.collect()
     testing.enable(memory="64MiB")
     torch.sim.empty_cache()
