@@ -406,7 +406,8 @@ def test_a_tensor_held_by_an_earlier_errors_traceback_is_named_and_released(ip, 
     lines = text.splitlines()
     largest = lines.index("  largest live tensors on sim:0:")
     # Listed by the name it has there (a tensor an earlier test left unnamed may come first).
-    row = next(line for line in lines[largest + 1:] if line.split()[:3] == ["hidden", "in", "f"])
+    row = next((line for line in lines[largest + 1:] if line.split()[:3] == ["hidden", "in", "f"]), None)
+    assert row is not None, text
     assert row.split()[3:5] == ["32.0", "MiB"] and "[the traceback of the ValueError from Cell In[" in row
     # The fix that frees the most leads, and it says whether the request then fits.
     m = devinspect.explain(namespace=ip.user_ns).out_of_memory
