@@ -4,7 +4,6 @@ memory, and what keeps a tensor alive (%devices --why)."""
 from __future__ import annotations
 
 import gc
-import traceback
 import json
 import re
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import notebook, run, run_notebook
+from conftest import notebook, run, run_notebook, run_python
 from IPython.utils.capture import capture_output
 from nbclient.exceptions import CellExecutionError
 
@@ -39,11 +38,6 @@ def capped(sim, ip):
     # An earlier test's error still reachable when its shell was frozen (gc.freeze) is garbage
     # only a collection of the frozen objects frees: its frames may hold tensors on the device.
     gc.unfreeze()
-    gc.collect()
-    # Errors earlier tests still hold (a failed test's report, a fixture's result) keep their
-    # frames' tensors: their frames are cleared, as devinspect.release_traceback() does.
-    for error in [o for o in gc.get_objects() if isinstance(o, BaseException) and o.__traceback__ is not None]:
-        traceback.clear_frames(error.__traceback__)
     gc.collect()
     testing.enable(memory="64MiB")
     torch.sim.empty_cache()
@@ -395,7 +389,22 @@ def f():
 """
 
 
-def test_a_tensor_held_by_an_earlier_errors_traceback_is_named_and_released(ip, capped):
+def test_a_tensor_held_by_an_earlier_errors_traceback_is_named_and_released():
+    """Run in a fresh interpreter: the garbage other tests leave in this one (errors and their
+    frames, frozen objects) must not decide which tensors the out-of-memory scan finds."""
+    tests = Path(__file__).resolve().parent
+    code = (f"import sys; sys.path.insert(0, {str(tests)!r})\n"
+            "from IPython.testing.globalipapp import get_ipython\n"
+            "ip = get_ipython(); ip.run_line_magic('load_ext', 'devinspect')\n"
+            "from devinspect import testing\n"
+            "import test_explain\n"
+            "test_explain.earlier_errors_local_named_and_released(ip, testing.enable(memory='64MiB'))\n"
+            "print('ok')\n")
+    out = run_python(code)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def earlier_errors_local_named_and_released(ip, capped):
     # f raised a cell before: its traceback lives on (IPython's frame in it holds the cell's
     # result, which holds the error) and keeps f's 32 MiB local, which no name reaches.
     run(ip, EARLIER_ERROR)
