@@ -260,6 +260,85 @@ CASES: list[Case] = [
         expect=("edits",),  # a local of the user's forward: only their own line can change it
     ),
     Case(
+        "mask-made-in-one-branch-feeds-a-helper",
+        "def position_bias(mask, heads):\n"
+        "    slopes = torch.arange(1, heads + 1, device=mask.device).float()\n"
+        "    return (mask.cumsum(-1) - 1)[:, None, :] * slopes[None, :, None]\n"
+        "class BiasNet(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(8, 8)\n"
+        "    def forward(self, x, attention_mask=None):\n"
+        "        batch, length, _ = x.shape\n"
+        "        mask = (\n"
+        "            torch.ones((batch, length), dtype=torch.long)\n"
+        "            if attention_mask is None\n"
+        "            else attention_mask\n"
+        "        )\n"
+        "        bias = position_bias(mask, 2)\n"
+        "        bias = bias.reshape(batch, 2, length)\n"
+        "        return self.fc(x).sum(-1, keepdim=True).transpose(1, 2) + bias\n"
+        "model = BiasNet().to(dev)\n"
+        "x = torch.randn(3, 5, 8, device=dev)\n",
+        "y = model(x)\n",
+        expect=("edits",),  # computed from a mask made in the user's forward: that line is the cause
+    ),
+    Case(
+        "state-list-made-in-a-comprehension-passed-down",
+        "def scan_step(state, k):\n"
+        "    num, top = state\n"
+        "    return torch.maximum(top, k) + num\n"
+        "class Recurrent(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.key = nn.Linear(4, 4)\n"
+        "    def layer(self, x, state):\n"
+        "        parts = tuple(s[:, :, 0] for s in state[1:]) if state is not None else None\n"
+        "        return scan_step(parts, self.key(x))\n"
+        "    def forward(self, x, state=None):\n"
+        "        if state is None:\n"
+        "            shape = (x.size(0), 4, 2)\n"
+        "            state = [\n"
+        "                torch.zeros(\n"
+        "                    *shape, dtype=x.dtype\n"
+        "                )\n"
+        "                for i in range(3)\n"
+        "            ]\n"
+        "        return self.layer(x, state=state)\n"
+        "model = Recurrent().to(dev)\n"
+        "x = torch.randn(2, 4, device=dev)\n",
+        "y = model(x)\n",
+        expect=("edits",),  # made in the user's forward and passed down: that line is the cause
+    ),
+    Case(
+        "host-data-reaches-the-model-through-a-helper",
+        "class Tagger(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(8, 3)\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x)\n"
+        "    def init_state(self, n):\n"
+        "        return self.fc.weight.new_zeros(n, 3)\n"
+        "model = Tagger().to(dev)\n"
+        "def batchify(data, bsz):\n"
+        "    rows = data.size(0) // bsz * bsz\n"
+        "    return data[:rows].view(bsz, -1, 8)\n"
+        "train_data = batchify(torch.randn(20, 8), 2)\n"
+        "def get_batch(source, i):\n"
+        "    return source[i], i\n"
+        "def train():\n"
+        "    for i in range(train_data.size(0)):\n"
+        "        x, _ = get_batch(train_data, i)\n"
+        "        out = model(x)\n"
+        "    return out\n"
+        "def first_state():\n"
+        "    return model.init_state(2)  # a method of the model that never runs it\n",
+        "out = train()\n",
+        sources=("devcheck", "input-on-other-device"),
+        expect=("code", "edits", "action"),
+    ),
+    Case(
         "loss-weight-left-on-host",
         "model = nn.Linear(8, 3).to(dev)\n"
         "loss_fn = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 1.0]))\n"

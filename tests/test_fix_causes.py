@@ -12,6 +12,7 @@ import torch
 from torch.optim import lr_scheduler as L
 from conftest import run
 from scenario_runner import shallow_recursion
+from fix_cases import CASES, PRELUDE
 
 import devinspect
 
@@ -497,3 +498,31 @@ def test_a_failure_inside_any_optimizers_step_says_the_step_was_partly_applied(i
     explanation = devinspect.explain(namespace=ip.user_ns)
     assert explanation.mismatch is not None and explanation.mismatch.fix is not None
     assert PARTIAL_STEP_NOTE in (explanation.mismatch.fix.note or "")
+
+
+def test_a_value_computed_from_a_host_tensor_is_fixed_where_that_tensor_is_made(ip, sim):
+    """``bias`` is computed (through the user's helper, then a reshape) from ``mask``, which one
+    branch of a conditional expression makes without ``device=``: that factory line is the cause,
+    not the line that adds ``bias``."""
+    case = next(c for c in CASES if c.name == "mask-made-in-one-branch-feeds-a-helper")
+    run(ip, (PRELUDE + case.setup).replace("DEVICE", str(sim)))
+    result, _, _, _ = run(ip, case.failing)
+    assert result.error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    (edit,) = fix.edits
+    assert (edit.old, edit.new) == ("torch.ones((batch, length), dtype=torch.long)",
+                                    "torch.ones((batch, length), dtype=torch.long, device=x.device)")
+    assert fix.summary.startswith("create mask (which bias is computed from)")
+
+
+def test_a_state_made_in_a_comprehension_and_passed_down_is_fixed_where_it_is_made(ip, sim):
+    """The operand is unpacked from a parameter, computed by the caller from its own parameter,
+    which the forward made in a list comprehension without ``device=``: the edit is there, naming
+    the device by a tensor that line reads."""
+    case = next(c for c in CASES if c.name == "state-list-made-in-a-comprehension-passed-down")
+    run(ip, (PRELUDE + case.setup).replace("DEVICE", str(sim)))
+    result, _, _, _ = run(ip, case.failing)
+    assert result.error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    (edit,) = fix.edits
+    assert (edit.old, edit.new) == ("*shape, dtype=x.dtype", "*shape, dtype=x.dtype, device=x.device")

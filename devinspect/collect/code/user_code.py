@@ -302,11 +302,13 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
         # its call (images = images.to(dev)) is what the call gets, whatever the name holds now.
         bindings = [(node.end_lineno or node.lineno, name) for node in statements(tree.body)
                     for name in assigned_names(node)]
-        for node, local in calls_with_locals(tree):
+        for node, local, function in calls_with_locals(tree):
             callee = _root(node.func)
             if callee not in modules or callee in found or (isinstance(node.func, ast.Attribute)
                                                              and node.func.attr in _MODULE_METHODS):
                 continue  # not a call of the model: model.eval(), model[0].to(dev)
+            if _own_method_without_forward(namespace, node.func):
+                continue  # model.init_hidden(bsz): the user's method that never runs the model
             set_before = {name for line, name in bindings if line < node.lineno}
             calls.setdefault(callee, [])  # the latest cell calling it decides, even with nothing to note
             loops = {g.target.id: ast.unparse(g.iter) for comp in ast.walk(tree)
@@ -314,6 +316,12 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                      for g in comp.generators if isinstance(g.target, ast.Name)}
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 text = ast.unparse(arg)
+                if _root(arg) in local and isinstance(arg, ast.Name):
+                    # A local the function made with the user's helper from the notebook's variables
+                    # (data, targets = get_batch(train_data, i)): those are what the model gets.
+                    for made_from in helper_inputs(function, arg.id, node.lineno, local, namespace):
+                        where = locations.source_line(cell.filename, node.lineno)
+                        calls.setdefault(callee, []).append(ModelCall(callee, made_from, None, where))
                 if _root(arg) in set_before or _root(arg) in local:
                     continue  # set before the call, or a local of the function the call is in
                 container = None
@@ -334,24 +342,100 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
     return [c for made in found.values() for c in made]
 
 
-def calls_with_locals(tree: ast.AST) -> Iterator[tuple[ast.Call, frozenset[str]]]:
+def _own_method_without_forward(namespace: Any, func: ast.expr) -> bool:
+    """Whether ``func`` (``model.init_hidden``) is a method of the user's own module class whose
+    source never calls the module (no ``self(...)``, ``self.forward(...)`` or a submodule call):
+    it passes the model no inputs. A library's method (``generate``) is not read: it may."""
+    from ..namespace.path_lookup import MISSING, object_at
+    from ..objects.static_getters import FUNCTION_CODE, static_class_attr
+
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = object_at(namespace, ast.unparse(func.value))
+    if owner is MISSING or not issubclass(type(owner), torch.nn.Module):
+        return False
+    method = static_class_attr(type(owner), func.attr)
+    if type(method) is not types.FunctionType or not locations.is_user_code(FUNCTION_CODE(method)):
+        return False
+    node = function_node(FUNCTION_CODE(method))
+    if node is None:
+        return False
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and _root(n.func) == "self" and not (
+                isinstance(n.func, ast.Attribute) and n.func.attr in _MODULE_METHODS):
+            return False  # self(x), self.forward(x), self.encoder(x): it may run the model
+    return True
+
+
+def calls_with_locals(tree: ast.AST) -> Iterator[tuple[ast.Call, frozenset[str], ast.FunctionDef | None]]:
     """Every call in a cell's code, with the names that are locals where it is (the parameters and
     assignments of the functions and lambdas around it): those are not the notebook's variables,
-    whatever the namespace holds under the same name."""
-    def visit(node: ast.AST, local: frozenset[str]) -> Iterator[tuple[ast.Call, frozenset[str]]]:
+    whatever the namespace holds under the same name. Also the innermost ``def`` around the call."""
+    def visit(node: ast.AST, local: frozenset[str], function: ast.FunctionDef | None
+              ) -> Iterator[tuple[ast.Call, frozenset[str], ast.FunctionDef | None]]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             a = node.args
             names = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
             if not isinstance(node, ast.Lambda):
                 declared = {n for g in ast.walk(node) if isinstance(g, (ast.Global, ast.Nonlocal)) for n in g.names}
                 names |= {n for s in statements(node.body) for n in assigned_names(s)} - declared
+                function = node
             local = local | names
         if isinstance(node, ast.Call):
-            yield node, local
+            yield node, local, function
         for child in ast.iter_child_nodes(node):
-            yield from visit(child, local)
+            yield from visit(child, local, function)
 
-    yield from visit(tree, frozenset())
+    yield from visit(tree, frozenset(), None)
+
+
+#: What moves a tensor in the user's code: a helper that says none of these hands back its inputs
+#: where they are.
+_MOVING_WORDS = frozenset({"to", "cuda", "xpu", "mps", "device"})
+
+
+def _moves_nothing(function: Any) -> bool:
+    """Whether the source of the user's function ``function`` (a plain function defined in the
+    session or the user's files) never moves a tensor and never names a device: what it returns
+    from its arguments stays on their device. Read from the source text; False when unknown."""
+    from ..objects.static_getters import FUNCTION_CODE
+
+    if type(function) is not types.FunctionType:
+        return False
+    code = FUNCTION_CODE(function)
+    if not locations.is_user_code(code):
+        return False
+    node = function_node(code)
+    if node is None:
+        return False
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr in _MOVING_WORDS or isinstance(n, ast.keyword) and n.arg == "device":
+            return False
+        if isinstance(n, ast.Call) and not isinstance(n.func, (ast.Name, ast.Attribute)):
+            return False
+    return True
+
+
+def helper_inputs(function: ast.FunctionDef | None, name: str, before: int, local: frozenset[str],
+                  namespace: Any) -> list[str]:
+    """The notebook's variables a local of ``function`` (the cell's ``def``) was made from by a call
+    of the user's own helper that moves nothing, as its last binding before line ``before``
+    (``data, targets = get_batch(train_data, i)`` makes ``data`` from ``train_data``)."""
+    from ..namespace.path_lookup import MISSING, object_at
+
+    if function is None:
+        return []
+    found = [s for s in statements(function.body) if s.lineno < before and name in assigned_names(s)]
+    if not found:
+        return []
+    value = getattr(max(found, key=lambda s: s.lineno), "value", None)
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id not in local):
+        return []
+    helper = object_at(namespace, value.func.id)
+    if helper is MISSING or not _moves_nothing(helper):
+        return []
+    return [a.id for a in [*value.args, *(k.value for k in value.keywords)]
+            if isinstance(a, ast.Name) and a.id not in local and issubclass(type(object_at(namespace, a.id)), torch.Tensor)]
 
 
 def _root(node: ast.AST) -> str:
@@ -401,7 +485,7 @@ def function_calls(namespace: Any, modules: set[str]) -> list[Any]:
     out = []
     seen: set[str] = set()
     for cell, tree in _recent_cells():
-        for node, local in calls_with_locals(tree):
+        for node, local, _ in calls_with_locals(tree):
             if _root(node.func) in modules:
                 continue
             arguments = []

@@ -39,7 +39,7 @@ from ...collect.namespace.path_lookup import MISSING, object_at
 from ...model.check_report import Mismatch, Operand
 from ...model.fixes import EditCell, Fix
 from ...model.records import SourceLine, device_is_accelerator
-from ..causes import device_names, made_in_code, creation_sites
+from ..causes import device_names, made_in_code, creation_sites, value_flow
 from .. import fixes
 from .container_fixes import MOVED_AT_MOST, ContainerFixes
 from ..causes.dropped_moves import dropped_move_fix
@@ -405,10 +405,14 @@ class _Diagnosis(ContainerFixes):
         if origin is None and n.created is not None:
             origin = creation_sites.line_origin(n.created[0], self._device_at(n.created[0], target, local, frame, device_expr),
                                          n.created[0].file == self.cell_file)
+        trail = (value_flow.traced_back(local, frame, line, n.device, value_flow.device_namer(self.failure.namespace, target))
+                 if origin is None else None) or value_flow.Trail(name=local)
+        origin, made = (trail.origin, trail.name) if trail.origin is not None else (origin, local)  # computed: made there
         if origin is not None and origin.edit is not None:
-            return self._edit_fix(origin, f"create {local} on the device of the other inputs, in "
+            what = local if made == local else f"{made} (which {local} is computed from)"
+            return self._edit_fix(origin, f"create {what} on the device of the other inputs, in "
                                           f"{origin.edit.context or 'your code'}")
-        passed = self._passed_in(frame, local, line, target)
+        passed = self._passed_in(frame, trail.parameter or local, line, target, n.device)
         if passed is not None:
             return passed
         edit = fixes.wrap_name_edit(self.failure.source(frame), local, device_expr)
@@ -434,7 +438,7 @@ class _Diagnosis(ContainerFixes):
             return named or fixes.device_literal(target)
         return device_names.device_expression(self.failure.namespace, target, there, avoid={local}, line=where.line)
 
-    def _passed_in(self, frame: Any, local: str, line: int, target: str) -> Fix | None:
+    def _passed_in(self, frame: Any, local: str, line: int, target: str, off: str) -> Fix | None:
         """A local computed from (or being) a parameter of the user's function: the value came from
         the caller. Up the user's frames (``encode(x)`` ← ``forward(x)`` ← ``model(data)`` in a loop),
         each call's argument leads to where the value was made: a namespace tensor (moved, its line
@@ -457,8 +461,15 @@ class _Diagnosis(ContainerFixes):
             if made_at is not None:  # made in the caller: that line, or nothing
                 device_expr = device_names.device_expression(self.failure.namespace, target, caller, avoid={found},
                                                              line=made_at)
-                origin = creation_sites.local_origin(found, caller, where.line, [found], device_expr, plain_values=True)
-                return self._edit_fix(origin, f"make {found} on {target} where {caller.f_code.co_name} gets it") \
+                trail = value_flow.traced_back(found, caller, where.line, off, value_flow.device_namer(self.failure.namespace, target))
+                origin = trail.origin if trail is not None and trail.origin is not None and trail.origin.kind == "factory" \
+                    else creation_sites.local_origin(found, caller, where.line, [found], device_expr, plain_values=True)
+                if origin is None and trail is not None and trail.parameter is not None:
+                    frame, local, line = caller, trail.parameter, where.line  # computed from a parameter: one more up
+                    continue
+                origin = origin or (trail.origin if trail is not None else None)
+                return self._edit_fix(origin, f"make {found} on {target} where {caller.f_code.co_name} "
+                                              f"{'makes' if origin.kind == 'factory' else 'gets'} it") \
                     if origin is not None and origin.edit is not None else None
             frame, local, line = caller, found, where.line  # a parameter of the caller too: one more up
         return None
