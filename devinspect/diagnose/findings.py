@@ -520,7 +520,7 @@ def _as_unparsed(name: str) -> str:
 def _move_record(result: ScanResult, r: TensorRecord, target: str) -> fixes.Fix:
     grads = {x.param for x in result.of_kind("gradient")}
     return made_on(result, fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad,
-                                             is_leaf=r.is_leaf, is_parameter=r.type_name == "Parameter",
+                                             is_leaf=r.is_leaf, is_parameter=r.kind == "parameter",
                                              has_grad=r.name in grads, swap_flag=bool(result.options.get("swap_flag"))),
                    r.name, target)
 

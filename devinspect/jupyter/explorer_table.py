@@ -14,7 +14,7 @@ from itertools import compress, repeat
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from ..model.record_table import RecordTable, record_column
-from ..model.records import TensorRecord
+from ..model.records import PLAIN_TYPE_NAMES, TensorRecord
 from ..model.scan_result import device_matches
 
 if TYPE_CHECKING:
@@ -51,8 +51,6 @@ _NUMBER = re.compile(r"\d+")
 
 
 
-#: Types a row's note does not mention.
-_PLAIN_TYPES = frozenset({"Tensor", "Parameter"})
 
 
 def _objects(values: list) -> np.ndarray:
@@ -137,12 +135,12 @@ def _noted_rows(records: Sequence[TensorRecord]) -> Iterable[int]:
         return itertools.chain(
             records.indexes_where("note", records.values_of("note") - {None}),
             records.indexes_where("requires_grad", (True,)),
-            records.indexes_where("type_name", records.values_of("type_name") - _PLAIN_TYPES))
+            records.indexes_where("type_name", records.values_of("type_name") - PLAIN_TYPE_NAMES))
     rows = range(len(records))
     type_names = record_column(records, "type_name")
     return itertools.chain(
         compress(rows, record_column(records, "note")), compress(rows, record_column(records, "requires_grad")),
-        compress(rows, map(operator.not_, map(_PLAIN_TYPES.__contains__, type_names))))
+        compress(rows, map(operator.not_, map(PLAIN_TYPE_NAMES.__contains__, type_names))))
 
 
 def _spelled(dtypes: list[str | None]) -> list[str]:

@@ -41,6 +41,11 @@ FRAME_COLUMNS = (
 )
 
 
+#: The classes a row names no type for: every tensor is a torch.Tensor, and a parameter's kind
+#: already says it is an nn.Parameter. Any other class (DTensor, a user's subclass) is named.
+PLAIN_TYPE_NAMES = frozenset({"Tensor", "Parameter"})
+
+
 class TensorRecord(NamedTuple):
     """One tensor reached from the namespace, named the way the user would type it.
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model.records import KINDS, TensorRecord
+from ..model.records import KINDS, PLAIN_TYPE_NAMES, TensorRecord
 from ..model.scan_result import DEFAULT_MAX_ROWS, SORTS, ScanView, size_keys  # noqa: F401 - named here too
 from ..model.units import human_bytes
 _KIND_RANK = {k: i for i, k in enumerate(KINDS)}
@@ -51,7 +51,7 @@ def note_cell(r: TensorRecord) -> str:
         parts.append(f"same memory as {r.alias_of}")
     if r.note:
         parts.append(r.note)
-    if r.type_name not in ("Tensor", "Parameter"):
+    if r.type_name not in PLAIN_TYPE_NAMES:
         parts.append(r.type_name)
     if r.requires_grad and r.kind == "tensor":
         parts.append("requires_grad")

@@ -293,8 +293,9 @@ class Walker:
         same_object = tid in self._tensor_first
         alias = self._first_name(tid, key, name)
         cls = type(t)
-        # A Parameter of a tensor subclass keeps its class and is marked by _is_param.
-        if kind == "tensor" and cls is not _Tensor and (cls is _Parameter or "_is_param" in instance_dict(t)):
+        # A Parameter is one by its class (nn.Parameter or a subclass of it), or, made from a
+        # tensor subclass, which it keeps as its class, by the _is_param mark.
+        if kind == "tensor" and cls is not _Tensor and (issubclass(cls, _Parameter) or "_is_param" in instance_dict(t)):
             kind = "parameter"
         requires_grad = tensor_getters.requires_grad(t)
         is_leaf = tensor_getters.is_leaf(t) if requires_grad else True

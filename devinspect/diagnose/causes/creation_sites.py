@@ -163,8 +163,10 @@ def creation_edit(statement: user_code.Statement, device_expr: str, wrap: bool =
             new = f"{_cut(text, 0, start)}{base[:cut]}.to({device_expr}){_cut(text, end)}"
             return "value", SourceEdit(where, text, new, statement.function)
         target = node.value
+        # nn.Parameter(t).to(dev) would be no Parameter: its data moves instead. The line is text
+        # (the call is never run or resolved), so the class is known by how the line spells it.
         if isinstance(target, ast.Call) and target.args and _callee(target).endswith("Parameter"):
-            target = target.args[0]  # nn.Parameter(t).to(dev) would be no Parameter: its data moves instead
+            target = target.args[0]
         value = _cut(text, target.col_offset - column, (target.end_col_offset or 0) - column)
         if value:
             head = _cut(text, 0, target.col_offset - column)
@@ -587,21 +589,6 @@ def library_factory(frames: Iterable[types.FrameType], value: Any) -> tuple[Sour
         where = locations.source_line(code.co_filename, statement.line, code.co_name)
         return where, calls[0].func.attr, locations.package_of(code.co_filename)
     return None
-
-
-def local_inputs(name: str, frame: types.FrameType, failing_line: int) -> list[str]:
-    """The names the last assignment of the local ``name`` reads (``a`` for ``scaled = a * 2``),
-    or ``[name]`` when it is a parameter of the function, never assigned."""
-    node = user_code.function_node(frame.f_code)
-    if node is None:
-        return []
-    statement = user_code.last_assignment(name, frame.f_code.co_filename, node.body, failing_line, None)
-    if statement is None:
-        return [name]
-    value = getattr(statement.node, "value", None) or getattr(statement.node, "iter", None)
-    if value is None:
-        return []
-    return [n.id for n in ast.walk(value) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
 
 
 def call_argument(caller: types.FrameType, caller_line: str, function: str, code: types.CodeType,

@@ -140,6 +140,21 @@ def _inputs(value: ast.expr) -> list[str]:
     return out
 
 
+def local_inputs(name: str, frame: types.FrameType, failing_line: int) -> list[str]:
+    """The names the last assignment of the local ``name`` reads (``a`` for ``scaled = a * 2``),
+    or ``[name]`` when it is a parameter of the function, never assigned."""
+    node = user_code.function_node(frame.f_code)
+    if node is None:
+        return []
+    statement = user_code.last_assignment(name, frame.f_code.co_filename, node.body, failing_line, None)
+    if statement is None:
+        return [name]
+    value = getattr(statement.node, "value", None) or getattr(statement.node, "iter", None)
+    if value is None:
+        return []
+    return [n.id for n in ast.walk(value) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+
+
 def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     a = node.args
     return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}

@@ -380,7 +380,7 @@ class _Diagnosis(ContainerFixes):
                                        note=" ".join(filter(None, [several.note, note])) or None)
         grads = {r.param for r in under.records if r.kind == "gradient"}
         moved = fixes.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
-                                  is_leaf=record.is_leaf, is_parameter=record.type_name == "Parameter",
+                                  is_leaf=record.is_leaf, is_parameter=record.kind == "parameter",
                                   has_grad=record.name in grads, swap_flag=bool(under.options.get("swap_flag")))
         # The other tensors the same line made (inputs, labels = sample()) fail next: they move too.
         together = [self.index.record(x) for x in (origin.together if origin else ()) if x != record.name]
@@ -448,7 +448,7 @@ class _Diagnosis(ContainerFixes):
             caller = frames[frames.index(frame) + 1]
             where = self.failure.source(caller)
             arguments = [creation_sites.call_argument(caller, where.text, frame.f_code.co_name, frame.f_code, name)
-                         for name in creation_sites.local_inputs(local, frame, line)]
+                         for name in value_flow.local_inputs(local, frame, line)]
             for record in filter(None, (self.index.record(a or "") for a in arguments)):
                 if record.kind == "tensor" and record.alias_of is None and record.device != target:
                     return self._namespace_fix(_Named(Operand(record.name, "namespace", record.device, "?", None),

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from ...model.ranks import DeviceUse, ParameterSignature, RankFinding, RankSummary, TopTensor
 from ...model.record_table import record_column
+from ...model.records import PLAIN_TYPE_NAMES
 
 #: Tensors listed per rank unless asked otherwise.
 TOP = 20
@@ -145,7 +146,7 @@ def _dtensor_part(namespace: Mapping[str, Any], top: int, parts: dict[str, Any],
     result = parts.get("_result")
     roots = None if result is None else {root for root, class_name in zip(
         record_column(result.records, "root"), record_column(result.records, "type_name"))
-        if class_name not in ("Tensor", "Parameter")}
+        if class_name not in PLAIN_TYPE_NAMES}
     if roots is not None and not roots:
         return {"dtensors": ()}
     return {"dtensors": dtensor_placements(namespace, roots, exclude, MAX_PARAMETERS)}
