@@ -62,7 +62,7 @@ class Failed(Exception):
 
 
 @contextmanager
-def shallow_recursion(frames: int = 300) -> Iterator[None]:
+def shallow_recursion(frames: int = 100) -> Iterator[None]:
     """Runs with room for ``frames`` more frames than the caller's depth. An endless recursion
     then fails after a few hundred frames rather than thousands: the same RecursionError
     and the same explanation, but IPython formats a far shorter traceback (each frame it formats

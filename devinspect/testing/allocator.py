@@ -33,7 +33,9 @@ MIN_LARGE_ALLOC = 10 << 20
 ROUND_LARGE = 2 << 20
 
 
-@dataclass
+#: Blocks and segments are places in memory: one is itself, never another with the same fields
+#: (identity equality, which also keeps list.index from comparing whole segments field by field).
+@dataclass(eq=False)
 class Block:
     segment: Segment
     offset: int
@@ -46,7 +48,7 @@ class Block:
         return self.segment.base + self.offset
 
 
-@dataclass
+@dataclass(eq=False)
 class Segment:
     size: int
     small: bool
