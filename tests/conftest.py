@@ -107,6 +107,11 @@ def ip():
     for store in (shell.user_ns, shell.user_ns_hidden, shell.displayhook.__dict__):
         store.update({"_": "", "__": "", "___": ""})
     shell.run_line_magic("unload_ext", "devinspect")
+    # The test's last error goes with it: its frames may hold what must be shut down while this
+    # test is still the one timed (a DataLoader's worker processes), not in a later test's collection.
+    import devinspect
+
+    devinspect.release_traceback()
     gc.collect()
     # What outlives a test's collection (imported libraries, the shell) lives for the session:
     # frozen, so later collections walk only what later tests make (a full collection over
