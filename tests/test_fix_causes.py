@@ -500,15 +500,20 @@ def test_a_failure_inside_any_optimizers_step_says_the_step_was_partly_applied(i
     assert PARTIAL_STEP_NOTE in (explanation.mismatch.fix.note or "")
 
 
+def fix_of_failed_case(ip, sim, name: str):
+    """The fix explained after the failing cell of the fix corpus's case ``name`` fails."""
+    case = next(c for c in CASES if c.name == name)
+    run(ip, (PRELUDE + case.setup).replace("DEVICE", str(sim)))
+    result, _, _, _ = run(ip, case.failing)
+    assert result.error_in_exec is not None
+    return devinspect.explain(namespace=ip.user_ns).mismatch.fix
+
+
 def test_a_value_computed_from_a_host_tensor_is_fixed_where_that_tensor_is_made(ip, sim):
     """``bias`` is computed (through the user's helper, then a reshape) from ``mask``, which one
     branch of a conditional expression makes without ``device=``: that factory line is the cause,
     not the line that adds ``bias``."""
-    case = next(c for c in CASES if c.name == "mask-made-in-one-branch-feeds-a-helper")
-    run(ip, (PRELUDE + case.setup).replace("DEVICE", str(sim)))
-    result, _, _, _ = run(ip, case.failing)
-    assert result.error_in_exec is not None
-    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    fix = fix_of_failed_case(ip, sim, "mask-made-in-one-branch-feeds-a-helper")
     (edit,) = fix.edits
     assert (edit.old, edit.new) == ("torch.ones((batch, length), dtype=torch.long)",
                                     "torch.ones((batch, length), dtype=torch.long, device=x.device)")
@@ -519,10 +524,5 @@ def test_a_state_made_in_a_comprehension_and_passed_down_is_fixed_where_it_is_ma
     """The operand is unpacked from a parameter, computed by the caller from its own parameter,
     which the forward made in a list comprehension without ``device=``: the edit is there, naming
     the device by a tensor that line reads."""
-    case = next(c for c in CASES if c.name == "state-list-made-in-a-comprehension-passed-down")
-    run(ip, (PRELUDE + case.setup).replace("DEVICE", str(sim)))
-    result, _, _, _ = run(ip, case.failing)
-    assert result.error_in_exec is not None
-    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
-    (edit,) = fix.edits
+    (edit,) = fix_of_failed_case(ip, sim, "state-list-made-in-a-comprehension-passed-down").edits
     assert (edit.old, edit.new) == ("*shape, dtype=x.dtype", "*shape, dtype=x.dtype, device=x.device")
