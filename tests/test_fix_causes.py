@@ -526,3 +526,15 @@ def test_a_state_made_in_a_comprehension_and_passed_down_is_fixed_where_it_is_ma
     the device by a tensor that line reads."""
     (edit,) = fix_of_failed_case(ip, sim, "state-list-made-in-a-comprehension-passed-down").edits
     assert (edit.old, edit.new) == ("*shape, dtype=x.dtype", "*shape, dtype=x.dtype, device=x.device")
+
+
+def test_a_branch_that_did_not_run_is_not_the_cause(ip, sim):
+    """The same forward given a host mask: the branch that makes one did not run, so the trail goes
+    on through the parameter to the caller's own variable, which is what moves."""
+    case = next(c for c in CASES if c.name == "mask-made-in-one-branch-feeds-a-helper")
+    run(ip, (PRELUDE + case.setup).replace("DEVICE", str(sim)))
+    run(ip, "m = torch.ones(3, 5, dtype=torch.long)")
+    result, _, _, _ = run(ip, "y = model(x, attention_mask=m)")
+    assert result.error_in_exec is not None
+    fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
+    assert fix.summary == f"move m to {sim}" and not any("torch.ones((batch" in e.old for e in fix.edits)
