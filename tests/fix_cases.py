@@ -339,6 +339,28 @@ CASES: list[Case] = [
         expect=("code", "edits", "action"),
     ),
     Case(
+        "splits-made-by-the-same-helper-all-move",
+        "model = nn.Linear(8, 3).to(dev)\n"
+        "def batchify(data, bsz):\n"
+        "    rows = data.size(0) // bsz * bsz\n"
+        "    return data[:rows].view(bsz, -1, 8)\n"
+        "train_data = batchify(torch.randn(20, 8), 2)\n"
+        "val_data = batchify(torch.randn(12, 8), 2)\n"
+        "def get_batch(source, i):\n"
+        "    return source[i], i\n"
+        "def train():\n"
+        "    for i in range(train_data.size(0)):\n"
+        "        x, _ = get_batch(train_data, i)\n"
+        "        out = model(x)\n"
+        "    return out\n"
+        "def evaluate(source):\n"
+        "    return [model(get_batch(source, i)[0]) for i in range(source.size(0))]\n",
+        "out = train()\nscores = evaluate(val_data)\n",
+        sources=("input-on-other-device",),  # at rest: train_data is seen going in; val_data is made alike
+        expect=("code", "edits", "action"),
+        after="assert train_data.device == dev and val_data.device == dev",
+    ),
+    Case(
         "loss-weight-left-on-host",
         "model = nn.Linear(8, 3).to(dev)\n"
         "loss_fn = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 1.0]))\n"

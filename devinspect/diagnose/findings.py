@@ -25,6 +25,7 @@ from ..model.scan_result import ScanResult, is_under
 from ..model.units import human_bytes
 from . import fixes
 from .overlaps import outermost, said_once
+from .causes import creation_sites, made_in_code
 from .causes.dropped_moves import dropped_moves_standing, standing_targets
 
 #: Names that usually hold a model's inputs or targets. At rest, before any call, a name is all
@@ -529,24 +530,23 @@ def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: 
     """``fix`` (a move now) with the edit of the cell line that made the variable ``name``, so that
     the cells make it on ``target`` when they run again (``.to()`` on a model's line, ``device=`` on
     a factory's, the loop's first line for a batch)."""
-    from .causes.creation_sites import namespace_origin
-
     if not name.isidentifier():
         return fix
     device_expr = dict.get(result.options.get("device_names", {}), target) or fixes.device_literal(target)
     made = next((m.type_name for m in result.modules if m.name == name), None) if module else None
-    origin = namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module, made=made) or \
+    origin = creation_sites.namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module, made=made) or \
         _unpacked_origin(result, name, target, device_expr)
     if origin is None or not origin.edits:
         return fix
-    # The other tensors the same line made (x, adj = load()) would fail next: they move too.
-    records = {r.name: r for r in result.of_kind("tensor") if r.name in origin.together and r.name != name}
-    moves = [fixes.move_tensor(r.name, target, source=r.device) for r in records.values()
-             if r.device != target and r.alias_of is None]
-    note = f"With the edit, {origin.where.where} makes it on {target} from now on."
-    fix = fixes.combine([fix, *moves]) if moves else fix
-    return dataclasses.replace(fix, edits=tuple(dict.fromkeys(fix.edits + origin.edits)),
-                               note=" ".join(filter(None, [fix.note, note])))
+    # What the same line made (x, adj = load()) or the user's same helper did (val_data = batchify(…)) fails next.
+    alike = made_in_code.made_alike(name)
+    records = [r for r in result.of_kind("tensor") if r.name in (*origin.together, *alike) and r.name != name
+               and r.device != target and r.alias_of is None]
+    also = [e for r in records if r.name in alike for e in getattr(creation_sites.namespace_origin(
+        r.name, None, 1 << 30, [r.name], device_expr), "edits", ())]
+    fix = fixes.combine([fix, *(fixes.move_tensor(r.name, target, source=r.device) for r in records)])
+    return dataclasses.replace(fix, edits=tuple(dict.fromkeys(fix.edits + origin.edits + tuple(also))), note=" ".join(
+        filter(None, [fix.note, f"With the edit, {origin.where.where} makes it on {target} from now on."])))
 
 
 def _unpacked_origin(result: ScanResult, name: str, target: str, device_expr: str) -> Any:

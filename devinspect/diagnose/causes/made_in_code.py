@@ -444,3 +444,21 @@ def _statements_filling(cls: type, attr: str) -> list[user_code.Statement]:
 def _makes_a_module(call: ast.Call, namespace: Mapping[str, Any]) -> bool:
     made = object_at(namespace, ast.unparse(call.func)) if isinstance(call.func, (ast.Name, ast.Attribute)) else MISSING
     return issubclass(type(made), type) and issubclass(made, _Module)
+
+
+def made_alike(name: str) -> list[str]:
+    """The other variables the latest cell binding ``name`` makes with a call of the same function of
+    the user's (``val_data = batchify(corpus.valid, 10)`` beside ``train_data = batchify(...)``):
+    what leaves that one on the wrong device leaves them there too. Read from the cells' text."""
+    statement = user_code.assignment_in_session(name, None, 1 << 30)
+    value = getattr(statement.node, "value", None) if statement is not None else None
+    tree = user_code.parse(statement.filename) if statement is not None else None
+    if tree is None or not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)):
+        return []
+    helper = value.func.id
+    defined = any(isinstance(n, ast.FunctionDef) and n.name == helper
+                  for cell in user_code.session_cells() if (t := user_code.parse(cell.filename)) is not None
+                  for n in t.body)
+    return [n.targets[0].id for n in tree.body if defined and isinstance(n, ast.Assign) and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name) and n.targets[0].id != name and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Name) and n.value.func.id == helper]
