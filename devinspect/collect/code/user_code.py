@@ -136,6 +136,12 @@ def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
                                       [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body])
 
 
+def parameter_names(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """The names a ``def`` or ``lambda`` binds as its parameters, ``*args`` and ``**kwargs`` included."""
+    a = node.args
+    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+
+
 def bound_before(code: types.CodeType, name: str, line: int) -> bool:
     """Whether the local ``name`` of the function of ``code`` has a value when line ``line`` starts:
     a parameter, or bound by a statement that starts before it (a loop holding the line binds its
@@ -144,8 +150,7 @@ def bound_before(code: types.CodeType, name: str, line: int) -> bool:
     node = function_node(code)
     if node is None:
         return True
-    a = node.args
-    if name in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}:
+    if name in parameter_names(node):
         return True
     return any(name in assigned_names(s) or name in _imported(s) for s in statements(node.body) if s.lineno < line)
 
@@ -347,17 +352,14 @@ def _own_method_without_forward(namespace: Any, func: ast.expr) -> bool:
     source never calls the module (no ``self(...)``, ``self.forward(...)`` or a submodule call):
     it passes the model no inputs. A library's method (``generate``) is not read: it may."""
     from ..namespace.path_lookup import MISSING, object_at
-    from ..objects.static_getters import FUNCTION_CODE, static_class_attr
+    from ..objects.static_getters import static_class_attr
 
     if not isinstance(func, ast.Attribute):
         return False
     owner = object_at(namespace, ast.unparse(func.value))
     if owner is MISSING or not issubclass(type(owner), torch.nn.Module):
         return False
-    method = static_class_attr(type(owner), func.attr)
-    if type(method) is not types.FunctionType or not locations.is_user_code(FUNCTION_CODE(method)):
-        return False
-    node = function_node(FUNCTION_CODE(method))
+    node = _users_function_node(static_class_attr(type(owner), func.attr))
     if node is None:
         return False
     for n in ast.walk(node):
@@ -374,8 +376,7 @@ def calls_with_locals(tree: ast.AST) -> Iterator[tuple[ast.Call, frozenset[str],
     def visit(node: ast.AST, local: frozenset[str], function: ast.FunctionDef | None
               ) -> Iterator[tuple[ast.Call, frozenset[str], ast.FunctionDef | None]]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            a = node.args
-            names = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+            names = parameter_names(node)
             if not isinstance(node, ast.Lambda):
                 declared = {n for g in ast.walk(node) if isinstance(g, (ast.Global, ast.Nonlocal)) for n in g.names}
                 names |= {n for s in statements(node.body) for n in assigned_names(s)} - declared
@@ -389,27 +390,26 @@ def calls_with_locals(tree: ast.AST) -> Iterator[tuple[ast.Call, frozenset[str],
     yield from visit(tree, frozenset(), None)
 
 
-#: What moves a tensor in the user's code: a helper that says none of these hands back its inputs
-#: where they are.
-_MOVING_WORDS = frozenset({"to", "cuda", "xpu", "mps", "device"})
+def _users_function_node(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The parsed ``def`` of ``function`` when it is a plain function of the user's code (the
+    session's cells or the user's files), else None."""
+    from ..objects.static_getters import FUNCTION_CODE
+
+    if type(function) is not types.FunctionType or not locations.is_user_code(FUNCTION_CODE(function)):
+        return None
+    return function_node(FUNCTION_CODE(function))
 
 
 def _moves_nothing(function: Any) -> bool:
-    """Whether the source of the user's function ``function`` (a plain function defined in the
-    session or the user's files) never moves a tensor and never names a device: what it returns
-    from its arguments stays on their device. Read from the source text; False when unknown."""
-    from ..objects.static_getters import FUNCTION_CODE
-
-    if type(function) is not types.FunctionType:
-        return False
-    code = FUNCTION_CODE(function)
-    if not locations.is_user_code(code):
-        return False
-    node = function_node(code)
+    """Whether the source of the user's function ``function`` never moves a tensor (a method of
+    :data:`_MOVES`) and never names a device (``.device``, ``device=``): what it returns from its
+    arguments stays on their device. Read from the source text; False when unknown."""
+    node = _users_function_node(function)
     if node is None:
         return False
     for n in ast.walk(node):
-        if isinstance(n, ast.Attribute) and n.attr in _MOVING_WORDS or isinstance(n, ast.keyword) and n.arg == "device":
+        if isinstance(n, ast.Attribute) and (n.attr in _MOVES or n.attr == "device") \
+                or isinstance(n, ast.keyword) and n.arg == "device":
             return False
         if isinstance(n, ast.Call) and not isinstance(n.func, (ast.Name, ast.Attribute)):
             return False

@@ -456,9 +456,10 @@ def made_alike(name: str) -> list[str]:
     if tree is None or not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)):
         return []
     helper = value.func.id
-    defined = any(isinstance(n, ast.FunctionDef) and n.name == helper
-                  for cell in user_code.session_cells() if (t := user_code.parse(cell.filename)) is not None
-                  for n in t.body)
-    return [n.targets[0].id for n in tree.body if defined and isinstance(n, ast.Assign) and len(n.targets) == 1
+    if not any(isinstance(n, ast.FunctionDef) and n.name == helper
+               for cell in user_code.session_cells() if (t := user_code.parse(cell.filename)) is not None
+               for n in t.body):
+        return []  # not a function the session defines: a library's, whose other calls may differ
+    return [n.targets[0].id for n in tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
             and isinstance(n.targets[0], ast.Name) and n.targets[0].id != name and isinstance(n.value, ast.Call)
             and isinstance(n.value.func, ast.Name) and n.value.func.id == helper]

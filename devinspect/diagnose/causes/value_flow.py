@@ -72,7 +72,7 @@ def _trail(name: str, frame: types.FrameType, node: ast.FunctionDef | ast.AsyncF
     statement = user_code.last_assignment(name, code.co_filename, node.body, before,
                                           locations.cell_number(code.co_filename), code.co_name)
     if statement is None:
-        return Trail(parameter=name, name=name) if name in _parameters(node) else None
+        return Trail(parameter=name, name=name) if name in user_code.parameter_names(node) else None
     origin = _made_here(name, frame, statement, before, device_at)
     if origin is not None:
         return Trail(origin=origin, name=name)
@@ -153,11 +153,6 @@ def local_inputs(name: str, frame: types.FrameType, failing_line: int) -> list[s
     if value is None:
         return []
     return [n.id for n in ast.walk(value) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-
-
-def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    a = node.args
-    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
 
 
 def _local(frame: types.FrameType, name: str) -> object:
