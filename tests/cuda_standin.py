@@ -5,7 +5,9 @@ It answers as CUDA's caching allocator does (torch 2.10+): ``_record_memory_hist
 switches a trace on and off (off clears it), each allocator event is recorded while it is on,
 with the calling thread's memory metadata (``_cuda_setMemoryMetadata`` sets it per thread)
 and, when the context asks for it, the Python stack, innermost frame first;
-``_snapshot()`` returns ``device_traces``; ``memory_stats()`` the counters. A free is
+``_snapshot()`` returns ``device_traces``; ``memory_stats()`` the counters. An allocation's
+entry carries the bytes asked for, as CUDA's do (an H200 recorded 64 for ``torch.empty(16)``),
+while the counters count the whole 512-byte block. A free is
 recorded as ``free_requested`` then ``free_completed`` unless skipped, as CUDA records it.
 Every call is counted in ``calls``, so a test can say how often %%gpumem asked.
 """
@@ -20,6 +22,8 @@ from typing import Any
 
 import torch
 
+from devinspect.testing.device import requested_bytes
+
 FREE_ACTIONS = {"free": "free_requested"}
 
 
@@ -32,6 +36,7 @@ class CudaMemoryStandIn:
         self.context: str | None = None
         self.skip: set[str] = set()
         self.trace: list[dict[str, Any]] = []
+        self.history_seen: list[dict[str, Any]] = []
 
     # -- torch._C -------------------------------------------------------------------------
 
@@ -63,6 +68,7 @@ class CudaMemoryStandIn:
         self.calls["_snapshot"] += 1
         traces: list[list[dict[str, Any]]] = [[] for _ in range(self.index + 1)]
         traces[self.index] = [dict(e) for e in self.trace]
+        self.history_seen = traces[self.index]  # the last history read, for a test to look at
         return {"segments": [], "device_traces": traces}
 
     def memory_stats(self, device: Any = None) -> dict[str, int]:
@@ -85,6 +91,8 @@ class CudaMemoryStandIn:
         if not self.recording:
             return
         recorded = FREE_ACTIONS.get(action, action)
+        if action in ("alloc", "free"):  # CUDA records the bytes asked for, its counters the block's
+            size = requested_bytes(address, torch.device("sim", self.index)) or size
         self._record(recorded, address, size, sys._getframe(1))
         if recorded == "free_requested":
             self._record("free_completed", address, size, None)

@@ -47,6 +47,19 @@ MAX_EVENTS = 2_000_000
 #: allocator's counter drops then); expandable segments map and unmap instead of allocating.
 CUDA_ACTIONS = {"alloc": "alloc", "free_requested": "free", "free": "free", "segment_alloc": "segment_alloc",
                 "segment_free": "segment_free", "segment_map": "segment_alloc", "segment_unmap": "segment_free"}
+#: CUDA's caching allocator hands out blocks in multiples of this many bytes (kMinBlockSize).
+CUDA_BLOCK_BYTES = 512
+
+
+def cuda_block_bytes(requested: int) -> int:
+    """The bytes CUDA's allocated counter grows by for a request of ``requested`` bytes.
+
+    Its history records the size asked for (an H100 and an H200 wrote 64 for
+    ``torch.empty(16)``), its counters the block handed out: the request rounded up to
+    512 bytes. (A large-pool block too small to split can be larger still, and a
+    ``roundup_power2_divisions`` setting rounds further: the cell's own totals come from the
+    counters, so only a line's share can be that much short.)"""
+    return -(-max(requested, 1) // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
 
 
 def event_source(device: torch.device, recorder: Any) -> Any:
@@ -254,7 +267,7 @@ class TaggedCudaHistory(_EventCounts):
         events = recording.events
         room = MAX_EVENTS - len(events)
         traced = recorder.traced if self.with_stacks else None
-        actions = CUDA_ACTIONS
+        actions, block = CUDA_ACTIONS, CUDA_BLOCK_BYTES
         allocated, reserved = self.allocated, self.reserved
         lines = recorder.lines_now
         done = tag = 0
@@ -291,11 +304,13 @@ class TaggedCudaHistory(_EventCounts):
                 lines = recorder.lines_now
             size = entry["size"]
             if action == "alloc":
+                size = -(-size // block) * block or block  # cuda_block_bytes, inline: run per entry
                 allocated += size
                 for running in open_lines:  # the peak of every running line
                     if running[4] is not None and allocated > running[4]:
                         running[4] = allocated
             elif action == "free":
+                size = -(-size // block) * block or block
                 allocated -= size
             elif action == "segment_alloc":
                 reserved += size
@@ -377,7 +392,9 @@ def cuda_events(entries: list[dict], traced: Callable[[str, str], bool]) -> list
             continue
         lines = tuple((f.get("filename", ""), f.get("name", ""), int(f.get("line", 0)))
                       for f in entry.get("frames") or () if traced(f.get("filename", ""), f.get("name", "")))
-        out.append((action, int(entry.get("addr", 0)), int(entry.get("size", 0)), lines))
+        size = int(entry.get("size", 0))
+        out.append((action, int(entry.get("addr", 0)), cuda_block_bytes(size) if action in ("alloc", "free") else size,
+                    lines))
     return out
 
 

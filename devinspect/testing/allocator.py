@@ -134,6 +134,15 @@ class Allocator:
         block.requested = 0
         self._merge(block)
 
+    def requested_at(self, address: int) -> int | None:
+        """The bytes asked for by the allocation that holds the block at ``address`` (None if none does)."""
+        for segment in self.segments:
+            if segment.base <= address < segment.base + segment.size:
+                for block in segment.blocks:
+                    if block.address == address and block.allocated:
+                        return block.requested
+        return None
+
     def empty_cache(self) -> int:
         """Return the segments that hold nothing; the bytes returned."""
         return self._release_unused()

@@ -58,6 +58,12 @@ def memory_observers(device: Any = None) -> list[Callable[[str, int, int], None]
     return _allocator(device).observers
 
 
+def requested_bytes(address: int, device: Any = None) -> int | None:
+    """The bytes asked for by the live allocation at ``address`` (what CUDA's memory history
+    records as an event's size, where the counters count the whole block)."""
+    return _allocator(device).requested_at(address)
+
+
 def storage_addresses(storage_key: int) -> tuple[int, ...]:
     """The addresses of the allocator blocks that hold the simulated storage whose
     ``untyped_storage()._cdata`` is ``storage_key`` (of its host data; the scan's storage
