@@ -16,8 +16,9 @@ of time is reported as such and the others go on. The parts:
    accelerator), run at the same time on the CPU; and the corpus of the other device errors
    (``--corpus errors``: a dropped move, NumPy, pinning, workers, generators) on CUDA, where
    the generator fixes that only a GPU can run are run too.
-4. The overheads: ``%%gpumem`` (``gpumem_lines.py --device cuda``, and the replay of the
-   trace captured in part 6), ``%%devcheck`` (``devcheck_overhead.py --device cuda``).
+4. The overheads: ``%%gpumem`` (``gpumem_lines.py --device cuda``, its phases with
+   ``gpumem_phases.py --device cuda``, and the replay of the trace captured in part 6),
+   ``%%devcheck`` (``devcheck_overhead.py --device cuda``).
 5. The mixing table, captured again on CUDA (``benchmarks/mixing_table.py``), "not
    available" where the script is not there.
 6. Out of memory on the real allocator (a request larger than the GPU; a 4 GiB local kept
@@ -144,6 +145,10 @@ def parts(out: Path, dry: bool, seeds: int) -> list[Part]:
              None if dry else python(str(BENCH / "gpumem_lines.py"), "--device", "cuda", "--repeat", "5"),
              60, why="needs CUDA (on the CPU it measures the simulated device: benchmarks/gpumem_lines.py)",
              key=(r"^\(i", r"pytorch_memlab")),
+        Part("gpumem_phases", "where %%gpumem's time goes, phase by phase (gpumem_phases.py --device cuda)",
+             None if dry else python(str(BENCH / "gpumem_phases.py"), "--device", "cuda", "--repeat", "10"),
+             60, why="needs CUDA (on the CPU: benchmarks/gpumem_phases.py --device sim)",
+             key=(r"^\(i", r"phases of")),
         Part("devcheck_overhead", "%%devcheck against plain cells (devcheck_overhead.py)",
              python(str(BENCH / "devcheck_overhead.py"), "--device", "cpu" if dry else "cuda",
                     "--repeat", "1" if dry else "5"),

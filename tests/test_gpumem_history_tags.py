@@ -29,7 +29,7 @@ def standin(ip, sim, monkeypatch):
     api = CudaMemoryStandIn().install(monkeypatch)
     names = profiled_cell.named_allocations
     monkeypatch.setattr(profiled_cell, "named_allocations",
-                        lambda namespace, device, exclude=(): names(namespace, sim, exclude))
+                        lambda namespace, device, exclude=(), wanted=None: names(namespace, sim, exclude, wanted))
     yield api
     api.remove()
 
@@ -63,6 +63,17 @@ def test_the_tagged_history_gives_the_profile_the_allocator_events_give(ip, stan
     tagged = profile(ip, body, "cuda:0", monkeypatch)
     assert tagged.events_source == "CUDA's memory history" and told.events_source == "sim's allocator events"
     assert comparable(tagged) == comparable(told), body
+
+
+def test_the_history_records_the_bytes_asked_for_and_a_line_counts_the_block(ip, standin, monkeypatch):
+    # CUDA's history records what was asked for (1000 bytes), its counter the 512-byte blocks.
+    body = ("a = torch.empty(1000, dtype=torch.uint8, device=dev)\n"
+            "b = torch.empty(100, dtype=torch.uint8, device=dev)\n"
+            "del b")
+    prof = profile(ip, body, "cuda:0", monkeypatch)
+    assert [e["size"] for e in standin.history_seen if e["action"] == "alloc"] == [1000, 100]
+    assert [(m.line, m.change) for m in prof.lines] == [(2, 1024), (3, 512), (4, -512)]
+    assert prof.line(2).alive == (("a", 1024),) and prof.allocated_end - prof.allocated_start == 1024
 
 
 LOOP = """def step(n):
@@ -218,3 +229,17 @@ def test_a_history_cuda_recorded_replays_onto_the_line_that_made_it(sim, monkeyp
     made = [e for e in recorder.recording.events if e[0] == "alloc"]
     assert len(made) == sum(e["action"] == "alloc" for e in data["entries"]) == data["count"]
     assert {e[3] for e in recorder.recording.events} == {((code.co_filename, "loop", 4),)}
+
+
+def test_memory_a_name_of_its_own_holds_is_named_without_walking_the_namespace(sim, monkeypatch):
+    import devinspect.collect.namespace.scan as scan_module
+    from devinspect.observe.memory_recorder import named_allocations
+
+    namespace = {"t": torch.ones(4, device=sim), "holder": {"deep": torch.ones(8, device=sim)}}
+    everything = named_allocations(namespace, sim)
+    top, deep = ({a for a, n in everything.items() if n == name} for name in ("t", 'holder["deep"]'))
+    assert top and deep
+    walked, original = [], scan_module.scan
+    monkeypatch.setattr(scan_module, "scan", lambda *a, **k: walked.append(1) or original(*a, **k))
+    assert named_allocations(namespace, sim, wanted=top) == {a: "t" for a in top} and not walked
+    assert named_allocations(namespace, sim, wanted=top | deep) == everything and walked

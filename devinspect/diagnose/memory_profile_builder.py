@@ -3,7 +3,7 @@ each line made that are still alive, by name, and the peak explained."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Collection
 
 from ..model.memory_profile import (
     LineKey,
@@ -18,13 +18,15 @@ from ..model.memory_profile import (
 BEFORE_THE_CELL = "held before the cell"
 
 
-def build_profile(recording: Recording, text_of: Callable[[LineKey], str], names_of: Callable[[], dict[int, str]],
+def build_profile(recording: Recording, text_of: Callable[[LineKey], str],
+                  names_of: Callable[[Collection[int]], dict[int, str]],
                   error: str | None = None) -> LineMemoryProfile:
-    """The profile of ``recording``. ``names_of()`` maps the address of each allocation a
-    user's name reaches at the end to that name (asked only when an allocation the cell
-    made is still alive: it walks the namespace); ``text_of`` gives a line's source."""
+    """The profile of ``recording``. ``names_of(addresses)`` maps each of the addresses (the
+    allocations the cell made that are still alive) that a user's name reaches at the end to
+    that name (asked only when there are any: it may walk the namespace); ``text_of`` gives a
+    line's source."""
     replay = _Replay(recording)
-    names = names_of() if replay.alive_at_end else {}
+    names = names_of(replay.alive_at_end.keys()) if replay.alive_at_end else {}
     rows = _rows(recording, replay, text_of, names)
     return LineMemoryProfile(
         device=recording.device, lines=rows, peak=_peak(recording, replay, names),

@@ -44,7 +44,8 @@ class ProfiledCell(CheckedCell):
         try:
             self.mode.__exit__(None, None, None)
             self.report = build_profile(
-                self.mode.recording, _source_text, lambda: named_allocations(self.shell.user_ns, self.device, self.exclude),
+                self.mode.recording, _source_text,
+                lambda wanted: named_allocations(self.shell.user_ns, self.device, self.exclude, wanted),
                 error=first_line(error) if error is not None else None)
             self._store(self.report)
             if not self.args.output:
