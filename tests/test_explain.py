@@ -778,3 +778,17 @@ def test_a_failed_cells_explanation_is_made_once_and_shown_once(ip, sim):
     assert ip.run_line_magic("devcheck", "--last -o") is failed.last_for(error)
     checked, said, _, _ = run(ip, "%%devcheck\ny = model(x)")
     assert said.count("device mismatch in F.linear") >= 1 and failed.last_for(checked.error_in_exec) is None  # the report said it: nothing after the cell
+
+
+def test_a_3d_convolution_of_a_host_input_is_cudas_missing_kernel_and_explained_as_a_mismatch(ip, sim):
+    # CUDA raises NotImplementedError here, not a device message: the host picks its own 3-D
+    # kernel for the input and the dispatcher looks for it on the weight's device (an H200 said so).
+    run(ip, "import torch\nfrom torch import nn\nconv = nn.Conv3d(1, 2, 1).to('sim:0')\nvolume = torch.ones(1, 1, 4, 4, 4)")
+    result, text, _, _ = run(ip, "out = conv(volume)")
+    assert type(result.error_in_exec) is NotImplementedError
+    assert "Could not run 'aten::slow_conv3d_forward'" in str(result.error_in_exec)
+    explanation = devinspect.explain(namespace=ip.user_ns)
+    assert explanation.mismatch is not None, explanation
+    assert "volume" in text and "conv.weight" in text
+    assert run(ip, explanation.mismatch.fix.code)[0].success
+    assert run(ip, "out = conv(volume)")[0].success

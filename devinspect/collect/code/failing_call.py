@@ -63,8 +63,12 @@ _MAX_FRAMES = 12
 _MAX_TENSORS = 64
 #: How deep inside an operand's own calls its device is looked for.
 _MAX_DEPTH = 3
-#: Errors that are never a device mismatch, whatever their message says.
+#: Errors that are never a device mismatch, whatever their message says (but see _MISSING_KERNEL).
 _NEVER = (RecursionError, NotImplementedError)
+#: The dispatcher's NotImplementedError for an op with no kernel on the device it chose: with
+#: mixed operands it is a mismatch (CUDA's conv3d of a host input picks the host's 3-D kernel
+#: and looks for it on the GPU), so those operands are read like any other failing call's.
+_MISSING_KERNEL = re.compile(r"Could not run '[\w:.]+' with arguments from the '\w+' backend")
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,7 @@ def failing_call(entries: list[Entry], exc: BaseException) -> FailingCall | None
     """From the innermost frame outwards (devinspect's own frames skipped, and none further
     out than the user's innermost line, unless that line ran inside ``functional_call``),
     the first running expression whose operands sit on more than one device."""
-    if issubclass(type(exc), _NEVER):
+    if issubclass(type(exc), _NEVER) and not _MISSING_KERNEL.search(message(exc)):
         return None
     hinted = bool(_MISMATCH_WORDS.search(message(exc)))
     looked = 0

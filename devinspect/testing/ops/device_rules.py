@@ -197,11 +197,31 @@ def _check_convolution(args: tuple) -> None:
     tensor, weight, bias = (list(args) + [None, None, None])[:3]
     if not (isinstance(tensor, torch.Tensor) and isinstance(weight, torch.Tensor)):
         return
+    if weight.device != tensor.device and tensor.device.type == "cpu" and _host_backend(args) == "Slow3d":
+        # The host's own kernel for the input (a 3-D one oneDNN does not take) is then dispatched
+        # on the weight's device, which has none: CUDA's error, as an H200 raised it for conv3d.
+        backend = "CUDA" if weight.device.type == "cuda" else weight.device.type.upper()
+        raise NotImplementedError(f"Could not run 'aten::slow_conv3d_forward' with arguments from the '{backend}' "
+                                  "backend. This could be because the operator doesn't exist for this backend.")
     if weight.device != tensor.device:
         host_input = " or input should be a MKLDNN tensor and weight is a dense tensor" if tensor.device.type == "cpu" else ""
         raise RuntimeError(f"Input type ({tensor.type()}) and weight type ({weight.type()}) should be the same{host_input}")
     if isinstance(bias, torch.Tensor) and bias.device != tensor.device:
         raise RuntimeError(f"Input type ({tensor.type()}) and bias type ({bias.type()}) should be the same")
+
+
+def _host_backend(args: tuple) -> str | None:
+    """The convolution backend the host picks for ``args`` (aten.convolution's), every operand on
+    the host: where the input is on the host, the host's choice decides the kernel."""
+    tensor, weight, bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
+    # A complex convolution is three real ones of the same shapes (their backend decides).
+    host = [(t.real if t.is_complex() else t).to("cpu") if isinstance(t, torch.Tensor) else t
+            for t in (tensor, weight, bias)]
+    try:
+        return torch._C._select_conv_backend(*host, stride, padding, dilation, transposed, output_padding, groups,
+                                             None).name
+    except Exception:  # noqa: BLE001 - arguments the host refuses: its own error follows
+        return None
 
 
 def _has_composite(func: Any) -> bool:
