@@ -361,6 +361,27 @@ CASES: list[Case] = [
         after="assert train_data.device == dev and val_data.device == dev",
     ),
     Case(
+        "a-loader-returns-a-value-made-of-two-host-tensors",
+        "model = nn.Linear(6, 6).to(dev)\n"
+        "def load_graph(n, device):\n"
+        "    feats = torch.randn(n, 6)\n"
+        "    links = torch.randint(0, 2, (n, n)).float()\n"
+        "    links = torch.eye(n) + links  # self-loops\n"
+        "    return feats.to(device), links\n"
+        "feats, links = load_graph(6, dev)\n",
+        "out = links @ model(feats)\n",
+        expect=("code", "edits", "action"),
+        after="assert links.device == dev and feats.device == dev",
+    ),
+    Case(
+        "an-analysis-window-made-on-the-host",
+        "signal = torch.randn(2, 256, device=dev)\n"
+        "window = torch.hann_window(64)\n",
+        "spec = torch.stft(signal, 64, hop_length=16, window=window, return_complex=True)\n",
+        expect=("code", "edits", "action"),
+        after="assert window.device == dev",
+    ),
+    Case(
         "loss-weight-left-on-host",
         "model = nn.Linear(8, 3).to(dev)\n"
         "loss_fn = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 1.0]))\n"

@@ -74,9 +74,29 @@ def returned_statements(code: types.CodeType) -> list[user_code.Statement]:
             continue
         for name in _returned_names(statement.value):
             made = user_code.last_assignment(name, code.co_filename, node.body, statement.lineno, None, code.co_name)
-            if made is not None and creation_sites.factory_calls(made.node):
+            if made is not None and creation_sites.factory_calls(made.node) \
+                    and not _combined_with_made(made, node, code):
                 out.append(_statement(code, made.node))
     return _unique(out)
+
+
+def _combined_with_made(statement: user_code.Statement, function: ast.FunctionDef | ast.AsyncFunctionDef,
+                        code: types.CodeType) -> bool:
+    """Whether the factory's value is combined with another tensor the function made without a
+    device (``adj = torch.eye(n) + adj`` after ``adj = torch.sparse_coo_tensor(...)``): ``device=``
+    on the factory alone would make that line mix devices, so the returned value moves instead."""
+    value = getattr(statement.node, "value", None)
+    if value is None:
+        return False
+    inside = {id(n) for call in creation_sites.factory_calls(value) for n in ast.walk(call)}
+    called = {id(n.func) for n in ast.walk(value) if isinstance(n, ast.Call)}
+    for n in ast.walk(value):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in inside and id(n) not in called:
+            earlier = user_code.last_assignment(n.id, code.co_filename, function.body, statement.line, None,
+                                                code.co_name)
+            if earlier is not None and earlier.line != statement.line and creation_sites.factory_calls(earlier.node):
+                return True
+    return False
 
 
 def _returned_names(value: ast.expr) -> list[str]:
