@@ -268,7 +268,31 @@ def test_inputs_the_cells_move_where_they_use_them_get_no_finding(ip, sim):
     # A cell that sets its input only after the call does fail when it runs again.
     ip.run_cell("feats = torch.randn(2, 8, device=dev)")
     ip.run_cell("out = model(feats)\nfeats = feats.cpu()")
-    assert [f.severity for f in findings()] == ["warning"]
+    assert [f.severity for f in findings()] == ["error"]
+
+
+def test_a_model_left_on_the_host_whose_inputs_the_cells_move_is_found_before_anything_runs(ip, sim):
+    """The training function moves each batch to the device and passes it to a model built on the
+    host: the model's line is edited, and the function then runs; a parameter's device is read
+    through the argument a cell passes (``evaluate(model, dev, ...)``)."""
+    ip.run_cell("import torch\nfrom torch import nn\nfrom devinspect import testing\ndev = testing.enable()\n"
+                "net = nn.Sequential(nn.Linear(8, 2))")
+    ip.run_cell("def fit(batches):\n    for xb in batches:\n        xb = xb.to(dev)\n        out = net(xb)\n"
+                "    return out")
+    (found,) = [f for f in devinspect.scan(ip.user_ns).findings if f.code == "module-on-other-device"]
+    assert found.severity == "error" and "moves xb to sim:0 and passes it to net" in found.message
+    assert [(e.old, e.new) for e in found.fix.edits] == [("net = nn.Sequential(nn.Linear(8, 2))",
+                                                          "net = nn.Sequential(nn.Linear(8, 2)).to(dev)")]
+    assert ip.run_cell(found.fix.code).success and ip.run_cell("out = fit([torch.randn(4, 8)])").success
+    # Moved to the host, where the model is: no call fails (another model's device gives a hint only).
+    ip.run_cell("cpu_net = nn.Linear(8, 2)\n"
+                "def score(model, device, xs):\n    xs = xs.to(device)\n    return model(xs)\n"
+                "probe = score(cpu_net, 'cpu', torch.randn(2, 8))")
+    assert [f.severity for f in devinspect.scan(ip.user_ns).findings if f.subject == "cpu_net"] == ["hint"]
+    ip.run_cell("def evaluate(model, device, xs):\n    xs = xs.to(device)\n    return model(xs)")
+    ip.run_cell("try:\n    evaluate(cpu_net, dev, torch.randn(2, 8))\nexcept RuntimeError:\n    pass")
+    (found,) = [f for f in devinspect.scan(ip.user_ns).findings if f.subject == "cpu_net"]
+    assert found.severity == "error" and "moves xs to sim:0 and passes it to cpu_net" in found.message
 
 
 def test_a_module_that_holds_no_tensor_is_not_taken_for_a_model_on_meta(ip, sim):
@@ -538,3 +562,10 @@ def test_a_branch_that_did_not_run_is_not_the_cause(ip, sim):
     assert result.error_in_exec is not None
     fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
     assert fix.summary == f"move m to {sim}" and not any("torch.ones((batch" in e.old for e in fix.edits)
+
+
+def test_a_value_made_of_two_host_tensors_moves_where_it_is_returned(ip, sim):
+    """``links = torch.eye(n) + links`` combines two tensors the loader made on the host: device=
+    on ``torch.eye`` alone would make that line mix devices, so the loader's return moves it."""
+    (edit,) = fix_of_failed_case(ip, sim, "a-loader-returns-a-value-made-of-two-host-tensors").edits
+    assert (edit.old, edit.new) == ("return feats.to(device), links", "return feats.to(device), links.to(device)")

@@ -22,9 +22,9 @@ from ..model.fixes import SEVERITY_ORDER, Finding
 from ..model.record_table import record_column
 from ..model.records import ModuleSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, is_under
-from ..model.units import human_bytes
 from . import fixes
 from .overlaps import outermost, said_once
+from .session_findings import could_not_inspect, history_holds, truncated_walk, unpinned_loaders
 from .causes import creation_sites, made_in_code
 from .causes.dropped_moves import dropped_moves_standing, standing_targets
 
@@ -252,10 +252,23 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
 def modules_left_on_the_host(result: ScanResult) -> Iterator[Finding]:
     """A model, or a loss that holds tensors (class weights), wholly on the host while the session's
     other models are on one accelerator, or while the notebook names one accelerator as its device
-    (``device = torch.device("cuda")``) and no model is there yet: found before anything runs."""
+    (``device = torch.device("cuda")``) and no model is there yet: found before anything runs. An
+    error where the cells move its inputs to an accelerator before they call it (that call fails)."""
     placed = [m for m in result.modules if m.devices and all(device_is_accelerator(d) for d in m.devices)]
     accelerators = {d for m in placed for d in m.devices}
     named = {d for d in dict.keys(result.options.get("device_names", {})) if device_is_accelerator(d)}
+    fed = {c.module: c for c in result.calls if device_is_accelerator(c.moved_to)}
+    left = [m for m in result.modules
+            if m.devices == ("cpu",) and not (m.unmaterialised or m.offloaded or m.moves_inputs)]
+    for module in outermost(result, left):
+        call = fed.get(module.name)
+        if call is not None:
+            yield Finding(code="module-on-other-device", severity="error", subject=module.name,
+                          message=(f"{call.where.where} moves {call.argument} to {call.moved_to} and passes it to "
+                                   f"{module.name}, but {module.name} is on cpu: that call fails when it runs again"),
+                          fix=made_on(result, move_fix(result, module, call.moved_to), module.name, call.moved_to,
+                                      module=True),
+                          names=_module_records(result, module.name))
     if len(accelerators) > 1 or not (accelerators or len(named) == 1):
         return
     target = next(iter(accelerators or named))
@@ -264,9 +277,7 @@ def modules_left_on_the_host(result: ScanResult) -> Iterator[Finding]:
     why = (f"{shown} {'is' if len(placed) == 1 else 'are'} on {target}: tensors passed between them fail; move it "
            "there if they meet") if placed else (f"your device is {target} ({names}): device tensors passed to it "
                                                  "fail; move it there if it gets them")
-    left = [m for m in result.modules
-            if m.devices == ("cpu",) and not (m.unmaterialised or m.offloaded or m.moves_inputs)]
-    for module in outermost(result, left):
+    for module in outermost(result, [m for m in left if m.name not in fed]):
         yield Finding(
             code="module-on-other-device",
             severity="hint",
@@ -282,7 +293,7 @@ def _with_its_inputs(result: ScanResult, module: ModuleSummary, target: str, fix
     off ``target``: once the model is whole there, they would fail at its first layer."""
     moves = []
     for call in result.calls:
-        if call.module != module.name or call.container is not None:
+        if call.module != module.name or call.container is not None or call.moved_to:
             continue
         moves += [_move_record(result, r, target) for r in _passed(result, call) if r.device not in (target, "meta")]
     return fixes.combine([fix, *moves]) if moves else fix
@@ -568,6 +579,8 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
     """A cell passes a tensor (or a list of them) to a model that sits on another device."""
     modules = {m.name: m for m in result.modules}
     for call in result.calls:
+        if call.moved_to:
+            continue  # a local the function moves: its model's placement is modules_left_on_the_host's
         module = modules.get(call.module)
         real = [d for d in module.devices if d != "meta"] if module is not None else []
         # Wholly on meta: it holds tensors, all without data (a loss or activation holds none).
@@ -596,92 +609,13 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
         reported.update(r.name for r in wrong)
         yield Finding(
             code="input-on-other-device",
-            severity="warning",
+            severity="error",  # the model's layers raise on it: that call fails, for certain
             subject=call.argument,
             message=(f"{call.where.where} passes {call.argument} to {module.name}, but {what}: that call fails "
                      f"when it runs again"),
             fix=fix,
             names=names,
         )
-
-
-def history_holds(result: ScanResult) -> Iterator[Finding]:
-    """Accelerator memory kept alive only by IPython's output history or the last traceback."""
-    by_holder: dict[str, int] = defaultdict(int)
-    names: dict[str, list[str]] = defaultdict(list)
-    for h in result.history:
-        holder = "traceback" if h.name.startswith("sys.last_traceback") else "history"
-        by_holder[holder] += h.storage_bytes
-        if h.name not in names[holder]:  # two frames of one function give one label: said once
-            names[holder].append(h.name)
-    if by_holder.get("history"):
-        shown = ", ".join(names["history"][:4]) + (" …" if len(names["history"]) > 4 else "")
-        yield Finding(
-            code="held-by-output-history",
-            severity="warning",
-            subject="Out",
-            message=f"{human_bytes(by_holder['history'])} of accelerator memory is held only by IPython's output history ({shown})",
-            fix=fixes.release_history(),
-            storage_bytes=by_holder["history"],
-            names=tuple(names["history"]),
-        )
-    if by_holder.get("traceback"):
-        shown = ", ".join(names["traceback"][:4]) + (" …" if len(names["traceback"]) > 4 else "")
-        yield Finding(
-            code="held-by-traceback",
-            severity="warning",
-            subject="sys.last_traceback",
-            message=f"{human_bytes(by_holder['traceback'])} of accelerator memory is held only by the last error's traceback ({shown})",
-            fix=fixes.release_traceback(),
-            storage_bytes=by_holder["traceback"],
-            names=tuple(names["traceback"]),
-        )
-
-
-def unpinned_loaders(result: ScanResult) -> Iterator[Finding]:
-    """A DataLoader without ``pin_memory`` feeding a model on CUDA."""
-    cuda_models = [m.name for m in result.modules if any(d.startswith("cuda") for d in m.devices)]
-    if not cuda_models:
-        return
-    for loader in result.loaders:
-        if loader.pin_memory:
-            continue
-        code = fixes.assignment(f"{loader.name}.pin_memory", "True")
-        yield Finding(
-            code="loader-not-pinned",
-            severity="hint",
-            subject=loader.name,
-            message=(
-                f"{loader.name} has pin_memory=False while {', '.join(cuda_models)} is on CUDA: "
-                "host-to-device copies cannot overlap compute"
-            ),
-            fix=fixes.Fix(summary=f"pin {loader.name}'s batches (from its next iteration on)", code=code,
-                          note="then copy with batch.to(device, non_blocking=True) in the loop"),
-            names=tuple(n for n in record_column(result.records, "name") if n.startswith(loader.name + ".")),
-        )
-
-
-def truncated_walk(result: ScanResult) -> Iterator[Finding]:
-    """Parts of the namespace the walk did not enter."""
-    for t in result.truncated[:20]:
-        skipped = f" ({t.skipped:,} skipped)" if t.skipped else ""
-        yield Finding(code="not-walked", severity="hint", subject=t.name, message=f"{t.name} not fully walked: {t.reason}{skipped}")
-
-
-def could_not_inspect(result: ScanResult) -> Iterator[Finding]:
-    """One hint per object that could not be read, with every other name it was reached by."""
-    others: dict[str, list[str]] = {}
-    notes: dict[str, str | None] = {}
-    for r in result.of_kind("error"):
-        if r.alias_of in others:
-            others[r.alias_of].append(r.name)
-        else:
-            others[r.name], notes[r.name] = [], r.note
-    for name, also in others.items():
-        note = notes[name]
-        more = f" (also reached as {', '.join(also[:3])}{', …' if len(also) > 3 else ''})" if also else ""
-        yield Finding(code="could-not-inspect", severity="hint", subject=name, message=f"{name}: {note}{more}",
-                      names=(name, *also))
 
 
 RULES: tuple[Rule, ...] = (

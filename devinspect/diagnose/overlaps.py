@@ -23,7 +23,7 @@ def outermost(result: ScanResult, modules: list[ModuleSummary]) -> list[ModuleSu
 def said_once(result: ScanResult, found: list[Finding]) -> list[Finding]:
     """``found`` less the hints of a model on the host whose tensors a warning or an error already
     names (the call that fails moves it): the model is said once."""
-    hints = [f for f in found if f.code == "module-on-other-device" and f.names]
+    hints = [f for f in found if f.code == "module-on-other-device" and f.severity == "hint" and f.names]
     if not hints:
         return found
     same = {r.name: r.alias_of or r.name for r in result.of_kind("parameter", "buffer")}

@@ -224,6 +224,9 @@ class ModelCall:
     #: "list", "tuple" or "dict" when the call walks the argument's items, else None.
     container: str | None
     where: SourceLine
+    #: Where the argument is a local the function moves before the call (``data = data.to(device)``):
+    #: the device it moves to (the argument then names that local, not a namespace variable).
+    moved_to: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -309,6 +309,8 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                     for name in assigned_names(node)]
         for node, local, function in calls_with_locals(tree):
             callee = _root(node.func)
+            if function is not None and isinstance(node.func, ast.Name) and callee in parameter_names(function):
+                callee = _argument_given(function, callee, callee) or callee  # the model the cells pass in
             if callee not in modules or callee in found or (isinstance(node.func, ast.Attribute)
                                                              and node.func.attr in _MODULE_METHODS):
                 continue  # not a call of the model: model.eval(), model[0].to(dev)
@@ -327,6 +329,17 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                     for made_from in helper_inputs(function, arg.id, node.lineno, local, namespace):
                         where = locations.source_line(cell.filename, node.lineno)
                         calls.setdefault(callee, []).append(ModelCall(callee, made_from, None, where))
+                    # A local the function moves before the call (data = data.to(device)): where it goes.
+                    device = moved_to(function, arg.id, node.lineno, namespace)
+                    if device:
+                        where = locations.source_line(cell.filename, node.lineno)
+                        calls.setdefault(callee, []).append(ModelCall(callee, arg.id, None, where, moved_to=device))
+                if _root(arg) in set_before and function is None and isinstance(arg, ast.Name):
+                    # set by the cell before the call: moved there (sample = sample.to(device)), it says where
+                    device = moved_to(tree, arg.id, node.lineno, namespace)
+                    if device:
+                        where = locations.source_line(cell.filename, node.lineno)
+                        calls.setdefault(callee, []).append(ModelCall(callee, arg.id, None, where, moved_to=device))
                 if _root(arg) in set_before or _root(arg) in local:
                     continue  # set before the call, or a local of the function the call is in
                 container = None
@@ -347,19 +360,94 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
     return [c for made in found.values() for c in made]
 
 
+def moved_to(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Module | None, name: str, line: int,
+             namespace: Any) -> str:
+    """The device ``name`` (a local of the user's function, or a variable of a cell: ``scope``) was
+    last moved to before ``line`` (``data = data.to(device)``, ``x, y = x.to(dev), y.to(dev)``,
+    ``x = x.cuda()``), as a device string: its expression read from the namespace, through the
+    argument the session's cells pass where it is a parameter (``train(model, device, loader)``);
+    "" where it cannot be read so."""
+    if scope is None:
+        return ""
+    statement = last_assignment(name, "", scope.body, line, None)
+    node = statement.node if statement is not None else None
+    if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+        return ""
+    target, value = node.targets[0], node.value
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(value.elts):
+        value = next((v for t, v in zip(target.elts, value.elts) if isinstance(t, ast.Name) and t.id == name), None)
+    elif not (isinstance(target, ast.Name) and target.id == name):
+        return ""
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
+        return ""
+    if value.func.attr == "cuda" and not value.args and not value.keywords:
+        return "cuda:0"
+    given = value.args[0] if value.args else next((k.value for k in value.keywords if k.arg == "device"), None)
+    if value.func.attr != "to" or given is None:
+        return ""
+    if isinstance(given, ast.Constant) and type(given.value) is str:
+        return _device_string(given.value)
+    text = ast.unparse(given)
+    if not isinstance(scope, ast.Module) and _root(given) in parameter_names(scope):
+        text = _argument_given(scope, _root(given), text)
+    return _device_string(_namespace_value(namespace, text)) if text else ""
+
+
+def _argument_given(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str, text: str) -> str:
+    """``text`` (an expression rooted at ``parameter``) with the argument the latest of the
+    session's cells passes for it in a call of ``function`` by its name; "" when none does."""
+    positional = [a.arg for a in (*function.args.posonlyargs, *function.args.args)]
+    for cell in reversed(session_cells()[-RECENT_CELLS:]):
+        tree = parse(cell.filename)
+        for call in ast.walk(tree) if tree is not None else ():
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == function.name):
+                continue
+            given = next((k.value for k in call.keywords if k.arg == parameter), None)
+            if given is None and parameter in positional and positional.index(parameter) < len(call.args):
+                given = call.args[positional.index(parameter)]
+            if given is not None and not isinstance(given, ast.Starred):
+                return ast.unparse(given) + text[len(parameter):]
+    return ""
+
+
+def _namespace_value(namespace: Any, text: str) -> Any:
+    from ..namespace.path_lookup import MISSING, object_at
+
+    value = object_at(namespace, text)
+    return None if value is MISSING else value
+
+
+def _device_string(value: Any) -> str:
+    """``value`` (a ``torch.device`` or a string naming one) as the scan writes devices (``cuda:0``)."""
+    try:
+        device = value if type(value) is torch.device else torch.device(value) if type(value) is str else None
+    except (RuntimeError, ValueError):
+        return ""
+    if device is None:
+        return ""
+    return str(device) if device.type == "cpu" or device.index is not None else f"{device.type}:0"
+
+
 def _own_method_without_forward(namespace: Any, func: ast.expr) -> bool:
     """Whether ``func`` (``model.init_hidden``) is a method of the user's own module class whose
-    source never calls the module (no ``self(...)``, ``self.forward(...)`` or a submodule call):
-    it passes the model no inputs. A library's method (``generate``) is not read: it may."""
+    source never calls the module (no ``self(...)``, ``self.forward(...)`` or a submodule call),
+    or a name the model does not have at all (a branch for another kind of model, never run): it
+    passes the model no inputs. A library's method (``generate``) is not read: it may."""
     from ..namespace.path_lookup import MISSING, object_at
-    from ..objects.static_getters import static_class_attr
+    from ..objects.static_getters import instance_dict, static_class_attr
 
     if not isinstance(func, ast.Attribute):
         return False
     owner = object_at(namespace, ast.unparse(func.value))
     if owner is MISSING or not issubclass(type(owner), torch.nn.Module):
         return False
-    node = _users_function_node(static_class_attr(type(owner), func.attr))
+    found = static_class_attr(type(owner), func.attr)
+    if found is None:
+        held = instance_dict(owner)
+        return func.attr not in held and not any(type(held.get(part)) is dict and func.attr in held[part]
+                                                 for part in ("_modules", "_parameters", "_buffers"))
+    node = _users_function_node(found)
     if node is None:
         return False
     for n in ast.walk(node):
