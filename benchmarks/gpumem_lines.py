@@ -27,6 +27,7 @@ import contextlib
 import io
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -102,23 +103,29 @@ def memlab_times(shell, device: str, repeat: int) -> dict[str, float] | None:
     return out
 
 
+def workload_shell(device: str) -> Any:
+    """An IPython shell with devinspect loaded and the workloads' model and functions made on ``device``."""
+    from IPython.testing.globalipapp import get_ipython
+
+    if device.startswith("sim"):
+        from devinspect import testing
+
+        testing.enable()
+    shell = get_ipython()
+    shell.run_line_magic("load_ext", "devinspect")
+    shell.run_cell(SETUP.format(device=device))
+    return shell
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--device", default="sim")
     args = parser.parse_args()
 
-    from IPython.testing.globalipapp import get_ipython
-
     import devinspect
 
-    if args.device.startswith("sim"):
-        from devinspect import testing
-
-        testing.enable()
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "devinspect")
-    shell.run_cell(SETUP.format(device=args.device))
+    shell = workload_shell(args.device)
     print(f"torch {torch.__version__}, devinspect {devinspect.__version__}, device {args.device}; "
           f"{args.repeat} interleaved rounds, median CPU time (time.process_time)")
     print(f"{'workload':<30}{'plain':>10}{'no-op tracer':>14}{'%%gpumem':>11}{'vs plain':>10}{'vs floor':>10}   target")

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from gpumem_lines import SETUP, WORKLOADS, cpu_time
+from gpumem_lines import WORKLOADS, cpu_time, workload_shell
 
 PHASES = ("start", "snapshot", "replay", "build", "names", "display")
 
@@ -53,19 +53,11 @@ def main() -> None:
     parser.add_argument("--device", default="sim")
     args = parser.parse_args()
 
-    from IPython.testing.globalipapp import get_ipython
-
     import devinspect.diagnose.memory_profile_builder as builder
     import devinspect.ipython.profiled_cell as profiled_cell
     import devinspect.observe.memory_sources as sources
 
-    if args.device.startswith("sim"):
-        from devinspect import testing
-
-        testing.enable()
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "devinspect")
-    shell.run_cell(SETUP.format(device=args.device))
+    shell = workload_shell(args.device)
     spent: dict[str, float] = collections.defaultdict(float)
     counts: dict[str, int] = collections.Counter()
     patches = [(sources.TaggedCudaHistory, "start"), (sources, "device_trace"),
