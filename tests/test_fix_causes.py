@@ -293,6 +293,10 @@ def test_a_model_left_on_the_host_whose_inputs_the_cells_move_is_found_before_an
     ip.run_cell("try:\n    evaluate(cpu_net, dev, torch.randn(2, 8))\nexcept RuntimeError:\n    pass")
     (found,) = [f for f in devinspect.scan(ip.user_ns).findings if f.subject == "cpu_net"]
     assert found.severity == "error" and "moves xs to sim:0 and passes it to cpu_net" in found.message
+    # A function that moves the model too, before it calls it, runs as it is.
+    ip.run_cell("lazy_net = nn.Linear(8, 2)\n"
+                "def fit_lazily(xs):\n    lazy_net.to(dev)\n    xs = xs.to(dev)\n    return lazy_net(xs)")
+    assert [f.severity for f in devinspect.scan(ip.user_ns).findings if f.subject == "lazy_net"] == ["hint"]
 
 
 def test_a_module_that_holds_no_tensor_is_not_taken_for_a_model_on_meta(ip, sim):

@@ -331,13 +331,13 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                         calls.setdefault(callee, []).append(ModelCall(callee, made_from, None, where))
                     # A local the function moves before the call (data = data.to(device)): where it goes.
                     device = moved_to(function, arg.id, node.lineno, namespace)
-                    if device:
+                    if device and not _moves_before(function, _root(node.func), node.lineno):
                         where = locations.source_line(cell.filename, node.lineno)
                         calls.setdefault(callee, []).append(ModelCall(callee, arg.id, None, where, moved_to=device))
                 if _root(arg) in set_before and function is None and isinstance(arg, ast.Name):
                     # set by the cell before the call: moved there (sample = sample.to(device)), it says where
                     device = moved_to(tree, arg.id, node.lineno, namespace)
-                    if device:
+                    if device and not _moves_before(tree, _root(node.func), node.lineno):
                         where = locations.source_line(cell.filename, node.lineno)
                         calls.setdefault(callee, []).append(ModelCall(callee, arg.id, None, where, moved_to=device))
                 if _root(arg) in set_before or _root(arg) in local:
@@ -392,6 +392,13 @@ def moved_to(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Module | None, 
     if not isinstance(scope, ast.Module) and _root(given) in parameter_names(scope):
         text = _argument_given(scope, _root(given), text)
     return _device_string(_namespace_value(namespace, text)) if text else ""
+
+
+def _moves_before(scope: ast.AST, name: str, line: int) -> bool:
+    """Whether ``scope`` moves ``name`` itself before ``line`` (``model.to(device)``, ``model.cuda()``,
+    ``model = model.to(device)``): the model goes where its inputs go, and the call is fine."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MOVES
+               and _root(n.func.value) == name and n.lineno < line for n in ast.walk(scope))
 
 
 def _argument_given(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str, text: str) -> str:
