@@ -2,13 +2,14 @@
 
 On ``--device cuda`` (a GPU) or ``--device sim`` (the simulated device), runs PyTorch's op
 samples (``op_db``, the first two per op, seed 0) with each tensor operand moved to the host in
-turn, and records ``ok``, ``device`` or ``other:<ErrorClass>`` per case (``tests/opinfo_mixing.py``
+turn (``--other meta``: to the meta device, a shape without data, as a model built under
+``torch.device("meta")`` holds), and records ``ok``, ``device`` or ``other:<ErrorClass>`` per case (``tests/opinfo_mixing.py``
 says how). ``--out`` writes the table with the torch version, device name, dtype and date;
 ``--compare`` prints how often it agrees with a reference table on whether a device error is
 raised (target: at least 99.5% against CUDA's), and every case where they differ.
 
 Run: ``python benchmarks/mixing_table.py --device cuda|sim [--dtype float32] [--out FILE.json]
-[--compare FILE.json] [--ops add,mul]``. The simulated device runs in a process without a GPU
+[--compare FILE.json] [--ops add,mul] [--other meta]``. The simulated device runs in a process without a GPU
 (``CUDA_VISIBLE_DEVICES= python benchmarks/mixing_table.py --device sim`` on a GPU machine).
 """
 
@@ -59,6 +60,8 @@ def main() -> int:
     parser.add_argument("--out", default="", help="write the captured table here (JSON)")
     parser.add_argument("--compare", default="", help="a reference table (JSON) to compare with")
     parser.add_argument("--ops", default="", help="comma-separated op names (default: all)")
+    parser.add_argument("--other", choices=("cpu", "meta"), default="cpu",
+                        help="where each operand in turn goes: the host (default), or meta (a shape, no data)")
     parser.add_argument("--show", type=int, default=200, help="how many disagreements to list")
     args = parser.parse_args()
 
@@ -70,15 +73,17 @@ def main() -> int:
         raise SystemExit(f"mixing_table: {args.dtype!r} is not a torch dtype")
     device, name = _device(args.device)
     started = time.process_time()
-    table = opinfo_mixing.capture(device, dtype, set(args.ops.split(",")) if args.ops else None)
+    table = opinfo_mixing.capture(device, dtype, set(args.ops.split(",")) if args.ops else None, other=args.other)
     spent = time.process_time() - started
     answers = sorted(table.cases.values())
     counts = {a: answers.count(a) for a in dict.fromkeys(answers)}
-    print(f"mixing table on {device} ({name}), torch {torch.__version__}, {args.dtype}: {len(table.cases)} cases "
+    print(f"mixing table on {device} ({name}) with {args.other}, torch {torch.__version__}, {args.dtype}: "
+          f"{len(table.cases)} cases "
           f"{counts}, {len(table.unrunnable)} samples it cannot run; {spent:.0f} s CPU")
     if args.out:
         Path(args.out).write_text(json.dumps({
             "device": device.type, "device_name": name, "torch": torch.__version__, "dtype": args.dtype,
+            "other": args.other,
             "python": platform.python_version(), "date": datetime.date.today().isoformat(),
             "cases": table.cases, "unrunnable": table.unrunnable,
         }, indent=0) + "\n")

@@ -63,26 +63,27 @@ def positions(sample: Any) -> Iterator[str]:
             yield f"kw/{name}"
 
 
-def _to_host(value: Any, inner: bool) -> Any:
+def _to_host(value: Any, inner: bool, other: str = "cpu") -> Any:
     if not inner:
-        return value.detach().to("cpu")
+        return value.detach().to(other)
     i = _first_tensor(value)
     items = list(value)
-    items[i] = items[i].detach().to("cpu")
+    items[i] = items[i].detach().to(other)
     return type(value)(items) if isinstance(value, tuple) else items
 
 
-def moved(sample: Any, position: str) -> tuple[Any, tuple, dict]:
-    """(input, args, kwargs) of ``sample`` with the operand at ``position`` on the host."""
+def moved(sample: Any, position: str, other: str = "cpu") -> tuple[Any, tuple, dict]:
+    """(input, args, kwargs) of ``sample`` with the operand at ``position`` on the host (or on ``other``:
+    ``meta``, a tensor with a shape and no data)."""
     value, args, kwargs = sample.input, list(sample.args), dict(sample.kwargs)
     part, _, rest = position.partition("/")
     if part == "input":
-        value = _to_host(value, inner=bool(rest))
+        value = _to_host(value, inner=bool(rest), other=other)
     elif part == "arg":
         index, _, inner = rest.partition("/")
-        args[int(index)] = _to_host(args[int(index)], inner=bool(inner))
+        args[int(index)] = _to_host(args[int(index)], inner=bool(inner), other=other)
     else:
-        kwargs[rest] = _to_host(kwargs[rest], inner=False)
+        kwargs[rest] = _to_host(kwargs[rest], inner=False, other=other)
     return value, tuple(args), kwargs
 
 
@@ -121,7 +122,8 @@ class Table:
     unrunnable: list[str] = dataclasses.field(default_factory=list)  # "op.variant#sample"
 
 
-def capture_op(op: Any, device: torch.device, dtype: torch.dtype, samples: int, table: Table) -> None:
+def capture_op(op: Any, device: torch.device, dtype: torch.dtype, samples: int, table: Table,
+               other: str = "cpu") -> None:
     """Add one op's cases to ``table`` (none when its samples cannot be made on ``device``)."""
     try:
         made = opinfo_sim._samples(op, device, dtype, grad=False, count=samples)
@@ -134,20 +136,21 @@ def capture_op(op: Any, device: torch.device, dtype: torch.dtype, samples: int, 
         if answer(op, sample.input, tuple(sample.args), dict(sample.kwargs), device) not in ("ok", "device"):
             table.unrunnable.append(name)
         for position in positions(sample):
-            value, args, kwargs = moved(sample, position)
+            value, args, kwargs = moved(sample, position, other)
             table.cases[f"{name}#{position}"] = answer(op, value, args, kwargs, device)
 
 
 def capture(device: torch.device, dtype: torch.dtype = torch.float32, ops: set[str] | None = None,
-            samples: int = 2) -> Table:
-    """The whole table on ``device``, for the ops PyTorch declares ``dtype`` for on CUDA."""
+            samples: int = 2, other: str = "cpu") -> Table:
+    """The whole table on ``device``, for the ops PyTorch declares ``dtype`` for on CUDA, each operand
+    in turn on ``other`` (the host, or ``meta``)."""
     table = Table()
     for op in opinfo_sim.op_db():
         if ops is not None and op.name not in ops:
             continue
         if dtype not in op.supported_dtypes("cuda"):
             continue  # the table is CUDA's: the dtypes PyTorch declares for CUDA
-        capture_op(op, device, dtype, samples, table)
+        capture_op(op, device, dtype, samples, table, other)
     return table
 
 

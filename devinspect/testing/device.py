@@ -4,16 +4,17 @@ kernels and device module (see :mod:`devinspect.testing`)."""
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 from ..runtime import warning_places
 from ..runtime.tracebacks import tidy_traceback
-from .ops import autocast, device_rules, gradients, plain_paths, recurrent
+from .ops import autocast, device_rules, gradients, op_declarations, plain_paths, recurrent
 from . import forks, generators, moves, pinned, real_devices, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
@@ -363,6 +364,8 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 
     plain_args = tree_map(unwrap, args)
     plain_kwargs = tree_map(unwrap, kwargs)
+    if mixed and on and _any_meta((plain_args, plain_kwargs)):
+        return _with_meta(func, (args, kwargs), plain_args, plain_kwargs, on[0])
     if mixed or any(d != on[0] for d in on):
         # Tensors on more than one device: raise where CUDA raises (device_rules).
         if device_rules.judge(func, args, kwargs) == device_rules.COMPOSITE:
@@ -379,6 +382,38 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return out
     device = on[0]
     return tree_map(lambda x: _wrap(x, device) if type(x) is torch.Tensor else _rewrap(x, device), out)
+
+
+def _any_meta(tree: Any) -> bool:
+    found: list[torch.Tensor] = []
+    tree_map(lambda x: found.append(x) if isinstance(x, torch.Tensor) and x.is_meta else None, tree)
+    return bool(found)
+
+
+def _with_meta(func: Any, given: tuple, args: Any, kwargs: Any, device: torch.device) -> Any:
+    """An op with a ``meta`` operand beside this device's, as CUDA runs it: the meta dispatch key
+    outranks every device's, so the meta kernel runs (an H200's table of such calls: mm, gather,
+    embedding and the convolutions run, their result on meta; add, eq and cat raise). An op without
+    a CUDA kernel runs its composite kernel, whose ops meet the meta operand one by one; a
+    TensorIterator op's meta function finds two devices and raises; any other meta kernel runs
+    beside the host's data (the host's key is outranked the same way), and decides."""
+    __tracebackhide__ = True  # noqa: F841
+    declared = op_declarations.declaration(func._schema.name, func._overloadname)
+    if declared is not None and not declared.cuda_kernel and device_rules.has_composite(func):
+        # No kernel of its own on CUDA: its composite kernel's ops meet the meta operand one by one.
+        with torch._C.DisableTorchFunctionSubclass():
+            return func._op_dk(device_rules.composite_key(func), *given[0], **given[1])
+    if declared is not None and declared.iterates:
+        first = next(x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor))
+        expected, found = ("meta", device) if first.is_meta else (device, "meta")
+        raise RuntimeError(f"Tensor on device {found} is not on the expected device {expected}!")
+    try:
+        with _host_keys():
+            out = func(*args, **kwargs)  # the host's data beside meta: the meta kernel's own checks decide
+    except Exception as exc:
+        exc.args = tuple(re.sub(r"\bcpu\b", str(device), a) if type(a) is str else a for a in exc.args)
+        raise exc.with_traceback(None) from None  # raised in the kernel, as CUDA's C++ raises it
+    return tree_map(lambda x: _wrap(x, device) if type(x) is torch.Tensor and x.device.type == "cpu" else x, out)
 
 
 _LAZY_VIEW_KEYS = (torch._C.DispatchKey.Conjugate, torch._C.DispatchKey.Negative, torch._C.DispatchKey.ZeroTensor)

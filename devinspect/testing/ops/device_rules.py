@@ -123,7 +123,7 @@ def _op(func: Any) -> _Op:
         rule = "cross"
     elif name in CONVOLUTIONS:
         rule = "convolution"
-    elif declared is not None and not declared.cuda_kernel and _has_composite(func):
+    elif declared is not None and not declared.cuda_kernel and has_composite(func):
         rule = "composite"
     elif declared is not None and declared.checks_devices:
         rule = "entry point"  # what its kernel then does with keyword-only tensors is its own
@@ -224,7 +224,7 @@ def _host_backend(args: tuple) -> str | None:
         return None
 
 
-def _has_composite(func: Any) -> bool:
+def has_composite(func: Any) -> bool:
     name = func.name()
     return any(torch._C._dispatch_has_kernel_for_dispatch_key(name, key) for key in _COMPOSITE_KEYS)
 

@@ -26,6 +26,9 @@ class Declaration:
 
     cuda_kernel: bool  # CUDA runs a kernel of this op's own (else its composite kernel)
     checks_devices: bool  # that kernel's entry point checks every positional tensor's device
+    #: A TensorIterator op (``structured_inherits: TensorIteratorBase``): its meta function checks
+    #: that every operand is on one device, so a ``meta`` operand beside a device tensor raises.
+    iterates: bool = False
 
 
 _CUDA = "CUDA"
@@ -52,7 +55,7 @@ def parse(text: str) -> dict[str, Declaration]:
     for line in text.splitlines():
         if line.startswith("- func:"):
             name = _value(line).split("(", 1)[0].strip()
-            current = raw[name] = {"keys": set(), "no_check": False, "delegate": None}
+            current = raw[name] = {"keys": set(), "no_check": False, "delegate": None, "iterates": False}
             in_dispatch = False
         elif current is None or not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -66,13 +69,16 @@ def parse(text: str) -> dict[str, Declaration]:
                 current["no_check"] = _value(line) == "NoCheck"
             elif field == "structured_delegate":
                 current["delegate"] = _value(line)
+            elif field == "structured_inherits":
+                current["iterates"] = _value(line) == "TensorIteratorBase"
             elif field == "ufunc_inner_loop":
                 current["keys"].add(_CUDA)  # its CPU and CUDA kernels are generated from the loop
     declarations = {}
     for name, entry in raw.items():
         delegate = raw.get(entry["delegate"]) if entry["delegate"] else None
         cuda = _CUDA in entry["keys"] or (delegate is not None and _CUDA in delegate["keys"])
-        declarations[name] = Declaration(cuda_kernel=cuda, checks_devices=not entry["no_check"])
+        iterates = entry["iterates"] or (delegate is not None and delegate["iterates"])
+        declarations[name] = Declaration(cuda_kernel=cuda, checks_devices=not entry["no_check"], iterates=iterates)
     return declarations
 
 
