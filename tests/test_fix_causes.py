@@ -293,6 +293,16 @@ def test_a_model_left_on_the_host_whose_inputs_the_cells_move_is_found_before_an
     ip.run_cell("try:\n    evaluate(cpu_net, dev, torch.randn(2, 8))\nexcept RuntimeError:\n    pass")
     (found,) = [f for f in devinspect.scan(ip.user_ns).findings if f.subject == "cpu_net"]
     assert found.severity == "error" and "moves xs to sim:0 and passes it to cpu_net" in found.message
+    # A batch of named inputs moved item by item, then given as keywords.
+    ip.run_cell("dict_net = nn.Linear(8, 2)\n"
+                "def step(batch):\n    batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}\n"
+                "    return dict_net(**batch)")
+    (found,) = [f for f in devinspect.scan(ip.user_ns).findings if f.subject == "dict_net"]
+    assert found.severity == "error" and "moves batch to sim:0" in found.message
+    # A device the function reads from the model itself is the model's: nothing to say.
+    ip.run_cell("own_net = nn.Linear(8, 2)\n"
+                "def own(xs):\n    dev = next(own_net.parameters()).device\n    xs = xs.to(dev)\n    return own_net(xs)")
+    assert [f.severity for f in devinspect.scan(ip.user_ns).findings if f.subject == "own_net"] == ["hint"]
     # A function that moves the model too, before it calls it, runs as it is.
     ip.run_cell("lazy_net = nn.Linear(8, 2)\n"
                 "def fit_lazily(xs):\n    lazy_net.to(dev)\n    xs = xs.to(dev)\n    return lazy_net(xs)")

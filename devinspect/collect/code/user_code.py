@@ -379,6 +379,12 @@ def moved_to(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Module | None, 
         value = next((v for t, v in zip(target.elts, value.elts) if isinstance(t, ast.Name) and t.id == name), None)
     elif not (isinstance(target, ast.Name) and target.id == name):
         return ""
+    if isinstance(value, (ast.DictComp, ast.ListComp, ast.GeneratorExp)) or (
+            isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.args
+            and isinstance(value.args[0], ast.GeneratorExp)):
+        # batch = {k: v.to(device) for k, v in batch.items()}, tuple(t.to(device) for t in batch): each item moves
+        made = value.args[0] if isinstance(value, ast.Call) else value
+        value = made.value if isinstance(made, ast.DictComp) else made.elt
     if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
         return ""
     if value.func.attr == "cuda" and not value.args and not value.keywords:
@@ -389,8 +395,11 @@ def moved_to(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Module | None, 
     if isinstance(given, ast.Constant) and type(given.value) is str:
         return _device_string(given.value)
     text = ast.unparse(given)
-    if not isinstance(scope, ast.Module) and _root(given) in parameter_names(scope):
-        text = _argument_given(scope, _root(given), text)
+    if not isinstance(scope, ast.Module):
+        if _root(given) in parameter_names(scope):
+            text = _argument_given(scope, _root(given), text)
+        elif any(_root(given) in assigned_names(s) for s in statements(scope.body)):
+            return ""  # device = next(model.parameters()).device: the function's own, not the notebook's
     return _device_string(_namespace_value(namespace, text)) if text else ""
 
 
