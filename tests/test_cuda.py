@@ -290,3 +290,16 @@ def test_a_3d_convolution_of_a_host_input_fails_in_the_dispatcher_and_is_explain
     assert explanation.mismatch is not None and "volume" in text and "conv.weight" in text
     assert run(ip, explanation.mismatch.fix.code)[0].success
     assert run(ip, "out = conv(volume)")[0].success and ip.user_ns["out"].is_cuda
+
+
+def test_a_model_on_meta_runs_on_cuda_indices_and_the_value_read_later_is_explained(ip):
+    # An H200 ran a meta GPT-2 on CUDA input ids: the meta kernels run, the outputs are on meta,
+    # and the error comes where a value is read.
+    run(ip, "import torch\nfrom torch import nn\nwith torch.device('meta'):\n    table = nn.Embedding(10, 4)\n"
+            "ids = torch.tensor([1, 2], device='cuda:0')")
+    assert run(ip, "rows = table(ids)")[0].success and ip.user_ns["rows"].is_meta
+    result, _, _, _ = run(ip, "total = rows.sum().item()")
+    assert result.error_in_exec is not None
+    error = devinspect.explain(namespace=ip.user_ns).device_error
+    assert error is not None and error.kind == "meta data" and "table made it" in error.what
+    assert run(ip, error.fix.code)[0].success and run(ip, "total = table(ids).sum().item()")[0].success

@@ -404,3 +404,17 @@ def test_a_result_computed_on_the_line_and_passed_to_scikit_learn_is_copied_ther
     assert error.kind == "host array" and "sklearn reads it" in error.what and explanation.mismatch is None
     assert [e.new for e in error.fix.edits] == ["acc = accuracy_score(labels, scores.argmax(1).cpu())"]
     must_work(ip, error.fix.edits[0].new)
+
+
+@pytest.mark.parametrize("failing", ["total = table(ids).sum().item()", "rows = table(ids)\nprint(rows.tolist())"])
+def test_a_value_read_from_what_a_model_on_meta_made_is_explained_by_that_model(ip, sim, failing):
+    # The model on meta runs on device indices (the meta kernel outranks the device's, as on CUDA):
+    # the error comes where a value is read, and names the model, with the fix %devices gives.
+    run(ip, "import torch\nfrom torch import nn\nwith torch.device('meta'):\n    table = nn.Embedding(10, 4)\n"
+            f"ids = torch.tensor([1, 2], device='{sim}')")
+    result, text, _, _ = run(ip, failing)
+    assert result.error_in_exec is not None and "meta tensor" in str(result.error_in_exec)
+    error = devinspect.explain(namespace=ip.user_ns).device_error
+    assert error is not None and error.kind == "meta data" and "table made it" in error.what, text
+    assert run(ip, error.fix.code)[0].success and run(ip, failing)[0].success
+    assert not ip.user_ns["table"].weight.is_meta

@@ -162,7 +162,8 @@ def _meta_call(result: ScanResult, module: ModuleSummary, call: Any, reported: s
         severity="error",
         subject=module.name,
         message=(f"{module.name} ({module.type_name}) is on the meta device: its parameters have shapes but no "
-                 f"data, and {call.where.where} passes it {call.argument} on {target}: that call fails"),
+                 f"data, and {call.where.where} passes it {call.argument} on {target}: that call fails, or gives "
+                 "outputs on meta whose values cannot be read"),
         fix=fixes.materialise(module.name, target, max(1, module.unmaterialised),
                               initialiser=module.initialiser, release=release,
                               release_traceback=traceback_too, unsaved=unsaved_meta_buffers(result, module.name)),

@@ -94,6 +94,7 @@ DEVICE_ERROR_KINDS = {
     "pinned device tensor": "pinning a tensor that is on a device already",
     "device tensor in a worker": "a device tensor used in a DataLoader worker process",
     "generator device": "a random generator of another device than the tensor it makes",
+    "meta data": "a value read from a tensor on meta, made by a model whose weights were never loaded",
 }
 
 

@@ -12,7 +12,9 @@ matched and the comment next to it says so:
   :mod:`.loader_errors`);
 * **generator device** — a random op given a generator of another device than the tensor it
   makes (``torch.set_default_device(dev)`` then ``torch.randperm(n, generator=g)``, or a
-  DataLoader's ``shuffle=True``).
+  DataLoader's ``shuffle=True``);
+* **meta data** — a value read from a tensor on meta that a model with parameters on meta made
+  (see :mod:`.meta_data`).
 
 Everything here runs only after an error, reads the user's objects statically and never raises:
 a kind that cannot be read is not claimed.
@@ -46,6 +48,7 @@ from ..causes import device_names, generator_edits, line_edits
 from ..causes.dropped_moves import dropped_move_fix
 from .failed_frames import Failed, describe, source_of
 from .loader_errors import loader_error, loader_generator
+from .meta_data import meta_data
 
 _T = torch.Tensor
 
@@ -60,7 +63,7 @@ def explain_device_error(exc: BaseException | None, namespace: Mapping[str, Any]
     except Exception:  # noqa: BLE001 - an error whose frames cannot be read is not claimed
         return None
     with torch._C.DisableTorchFunction():
-        for reader in (host_array, loader_error, generator_device):
+        for reader in (host_array, loader_error, generator_device, meta_data):
             try:
                 found = reader(failed) if entries else None
             except Exception:  # noqa: BLE001 - a kind that cannot be read is not claimed
