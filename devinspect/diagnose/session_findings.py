@@ -23,27 +23,21 @@ def history_holds(result: ScanResult) -> Iterator[Finding]:
         by_holder[holder] += h.storage_bytes
         if h.name not in names[holder]:  # two frames of one function give one label: said once
             names[holder].append(h.name)
-    if by_holder.get("history"):
-        shown = ", ".join(names["history"][:4]) + (" …" if len(names["history"]) > 4 else "")
+    holders = (("history", "held-by-output-history", "Out", "IPython's output history", fixes.release_history),
+               ("traceback", "held-by-traceback", "sys.last_traceback", "the last error's traceback",
+                fixes.release_traceback))
+    for holder, code, subject, words, release in holders:
+        if not by_holder.get(holder):
+            continue
+        shown = ", ".join(names[holder][:4]) + (" …" if len(names[holder]) > 4 else "")
         yield Finding(
-            code="held-by-output-history",
+            code=code,
             severity="warning",
-            subject="Out",
-            message=f"{human_bytes(by_holder['history'])} of accelerator memory is held only by IPython's output history ({shown})",
-            fix=fixes.release_history(),
-            storage_bytes=by_holder["history"],
-            names=tuple(names["history"]),
-        )
-    if by_holder.get("traceback"):
-        shown = ", ".join(names["traceback"][:4]) + (" …" if len(names["traceback"]) > 4 else "")
-        yield Finding(
-            code="held-by-traceback",
-            severity="warning",
-            subject="sys.last_traceback",
-            message=f"{human_bytes(by_holder['traceback'])} of accelerator memory is held only by the last error's traceback ({shown})",
-            fix=fixes.release_traceback(),
-            storage_bytes=by_holder["traceback"],
-            names=tuple(names["traceback"]),
+            subject=subject,
+            message=f"{human_bytes(by_holder[holder])} of accelerator memory is held only by {words} ({shown})",
+            fix=release(),
+            storage_bytes=by_holder[holder],
+            names=tuple(names[holder]),
         )
 
 
