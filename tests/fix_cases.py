@@ -60,6 +60,19 @@ model = WhisperForConditionalGeneration(WhisperConfig(
     max_target_positions=32, decoder_start_token_id=1, pad_token_id=0, eos_token_id=2, bos_token_id=1)).to(dev).eval()
 """
 
+#: The helpers of a language-model notebook (word_language_model's shape): batches cut from one
+#: tensor, fetched by index, and a training loop over them.
+BATCHIFY = ("def batchify(data, bsz):\n"
+            "    rows = data.size(0) // bsz * bsz\n"
+            "    return data[:rows].view(bsz, -1, 8)\n")
+TRAIN_ON_BATCHES = ("def get_batch(source, i):\n"
+                    "    return source[i], i\n"
+                    "def train():\n"
+                    "    for i in range(train_data.size(0)):\n"
+                    "        x, _ = get_batch(train_data, i)\n"
+                    "        out = model(x)\n"
+                    "    return out\n")
+
 CASES: list[Case] = [
     Case(
         "input-left-on-host",
@@ -321,18 +334,10 @@ CASES: list[Case] = [
         "    def init_state(self, n):\n"
         "        return self.fc.weight.new_zeros(n, 3)\n"
         "model = Tagger().to(dev)\n"
-        "def batchify(data, bsz):\n"
-        "    rows = data.size(0) // bsz * bsz\n"
-        "    return data[:rows].view(bsz, -1, 8)\n"
-        "train_data = batchify(torch.randn(20, 8), 2)\n"
-        "def get_batch(source, i):\n"
-        "    return source[i], i\n"
-        "def train():\n"
-        "    for i in range(train_data.size(0)):\n"
-        "        x, _ = get_batch(train_data, i)\n"
-        "        out = model(x)\n"
-        "    return out\n"
-        "def first_state():\n"
+        + BATCHIFY
+        + "train_data = batchify(torch.randn(20, 8), 2)\n"
+        + TRAIN_ON_BATCHES
+        + "def first_state():\n"
         "    return model.init_state(2)  # a method of the model that never runs it\n",
         "out = train()\n",
         sources=("devcheck", "input-on-other-device"),
@@ -341,19 +346,11 @@ CASES: list[Case] = [
     Case(
         "splits-made-by-the-same-helper-all-move",
         "model = nn.Linear(8, 3).to(dev)\n"
-        "def batchify(data, bsz):\n"
-        "    rows = data.size(0) // bsz * bsz\n"
-        "    return data[:rows].view(bsz, -1, 8)\n"
-        "train_data = batchify(torch.randn(20, 8), 2)\n"
+        + BATCHIFY
+        + "train_data = batchify(torch.randn(20, 8), 2)\n"
         "val_data = batchify(torch.randn(12, 8), 2)\n"
-        "def get_batch(source, i):\n"
-        "    return source[i], i\n"
-        "def train():\n"
-        "    for i in range(train_data.size(0)):\n"
-        "        x, _ = get_batch(train_data, i)\n"
-        "        out = model(x)\n"
-        "    return out\n"
-        "def evaluate(source):\n"
+        + TRAIN_ON_BATCHES
+        + "def evaluate(source):\n"
         "    return [model(get_batch(source, i)[0]) for i in range(source.size(0))]\n",
         "out = train()\nscores = evaluate(val_data)\n",
         sources=("input-on-other-device",),  # at rest: train_data is seen going in; val_data is made alike

@@ -63,7 +63,7 @@ def positions(sample: Any) -> Iterator[str]:
             yield f"kw/{name}"
 
 
-def _to_host(value: Any, inner: bool, other: str = "cpu") -> Any:
+def _operand_on(value: Any, inner: bool, other: str = "cpu") -> Any:
     if not inner:
         return value.detach().to(other)
     i = _first_tensor(value)
@@ -78,12 +78,12 @@ def moved(sample: Any, position: str, other: str = "cpu") -> tuple[Any, tuple, d
     value, args, kwargs = sample.input, list(sample.args), dict(sample.kwargs)
     part, _, rest = position.partition("/")
     if part == "input":
-        value = _to_host(value, inner=bool(rest), other=other)
+        value = _operand_on(value, inner=bool(rest), other=other)
     elif part == "arg":
         index, _, inner = rest.partition("/")
-        args[int(index)] = _to_host(args[int(index)], inner=bool(inner), other=other)
+        args[int(index)] = _operand_on(args[int(index)], inner=bool(inner), other=other)
     else:
-        kwargs[rest] = _to_host(kwargs[rest], inner=False, other=other)
+        kwargs[rest] = _operand_on(kwargs[rest], inner=False, other=other)
     return value, tuple(args), kwargs
 
 

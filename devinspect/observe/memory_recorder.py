@@ -15,7 +15,7 @@ peak counters.
 from __future__ import annotations
 
 from types import CodeType
-from typing import Any, Collection
+from typing import Any, Callable, Collection
 
 import torch
 
@@ -156,18 +156,14 @@ def named_allocations(namespace: Any, device: torch.device, exclude: Any = (),
         names = _named_at_the_top(namespace, device, exclude, wanted)
         if set(wanted) <= names.keys():
             return names
-    wanted_device = str(device if device.index is not None else torch.device(device.type, 0))
     names = {}
     for record in scan(namespace, exclude=exclude).records:
-        if record.device != wanted_device or record.alias_of is not None or record.storage_id is None:
+        if record.device != _device_name(device) or record.alias_of is not None or record.storage_id is None:
             continue
-        if device.type == "cuda":
-            try:
-                addresses: tuple[int, ...] = (_data_address(object_at(namespace, record.name)),)
-            except Exception:  # noqa: BLE001 - a name that no longer reads: left unnamed
-                continue
-        else:
-            addresses = device_module_call(device.type, "storage_addresses", record.storage_id) or ()
+        try:
+            addresses = _addresses(lambda: object_at(namespace, record.name), device, record.storage_id)
+        except Exception:  # noqa: BLE001 - a name that no longer reads: left unnamed
+            continue
         for address in addresses:
             names.setdefault(address, record.name)
     return names
@@ -179,19 +175,15 @@ def _named_at_the_top(namespace: Any, device: torch.device, exclude: Any, wanted
     from ..collect.objects.tensor_facts import tensor_facts
 
     names: dict[int, str] = {}
-    wanted_device = str(device if device.index is not None else torch.device(device.type, 0))
     for name, value in list(namespace.items()):
         if type(name) is not str or name.startswith("_") or name in exclude or not tensor_getters.is_tensor(value):
             continue
         try:
             with torch._C.DisableTorchFunction():
                 facts = tensor_facts(value)
-                if facts[0] != wanted_device or facts[5] is None:
-                    continue
-                if device.type == "cuda":
-                    addresses: tuple[int, ...] = (tensor_getters.storage(value).data_ptr(),)
-                else:
-                    addresses = device_module_call(device.type, "storage_addresses", facts[5]) or ()
+            if facts[0] != _device_name(device) or facts[5] is None:
+                continue
+            addresses = _addresses(lambda: value, device, facts[5])
         except Exception:  # noqa: BLE001 - a tensor that cannot be read so: left to the scan
             continue
         for address in addresses:
@@ -200,9 +192,18 @@ def _named_at_the_top(namespace: Any, device: torch.device, exclude: Any, wanted
     return names
 
 
-def _data_address(tensor: Any) -> int:
-    with torch._C.DisableTorchFunction():  # TensorBase's own method: no subclass code runs
-        return tensor_getters.storage(tensor).data_ptr()
+def _device_name(device: torch.device) -> str:
+    """``device`` as the scan writes a tensor's (``cuda:0`` for ``cuda``)."""
+    return str(device if device.index is not None else torch.device(device.type, 0))
+
+
+def _addresses(tensor: Callable[[], Any], device: torch.device, storage_key: int) -> tuple[int, ...]:
+    """The allocator addresses of a tensor's memory: on CUDA its storage's data pointer (the
+    tensor is read only there), elsewhere what the device module maps the scan's storage key to."""
+    if device.type == "cuda":
+        with torch._C.DisableTorchFunction():  # TensorBase's own method: no subclass code runs
+            return (tensor_getters.storage(tensor()).data_ptr(),)
+    return device_module_call(device.type, "storage_addresses", storage_key) or ()
 
 
 def allocated_on_others(device: torch.device) -> dict[str, int]:

@@ -346,10 +346,10 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     if name == "_to_copy":
         return _to_copy(*args, **kwargs)
     on: list[torch.device] = []
-    mixed = False
+    mixed = meta = False
 
     def unwrap(x: Any) -> Any:
-        nonlocal mixed
+        nonlocal mixed, meta
         if type(x) is SimTensor:
             on.append(x.device)
             return x._data
@@ -359,12 +359,12 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
                 # it holds no data, so a host stand-in of the same shape takes its place.
                 on.append(x.device)
                 return x.to("cpu")
-            mixed = True
+            mixed, meta = True, meta or x.is_meta
         return x
 
     plain_args = tree_map(unwrap, args)
     plain_kwargs = tree_map(unwrap, kwargs)
-    if mixed and on and _any_meta((plain_args, plain_kwargs)):
+    if meta and on:
         return _with_meta(func, (args, kwargs), plain_args, plain_kwargs, on[0])
     if mixed or any(d != on[0] for d in on):
         # Tensors on more than one device: raise where CUDA raises (device_rules).
@@ -382,12 +382,6 @@ def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         return out
     device = on[0]
     return tree_map(lambda x: _wrap(x, device) if type(x) is torch.Tensor else _rewrap(x, device), out)
-
-
-def _any_meta(tree: Any) -> bool:
-    found: list[torch.Tensor] = []
-    tree_map(lambda x: found.append(x) if isinstance(x, torch.Tensor) and x.is_meta else None, tree)
-    return bool(found)
 
 
 def _with_meta(func: Any, given: tuple, args: Any, kwargs: Any, device: torch.device) -> Any:

@@ -308,7 +308,7 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
         bindings = [(node.end_lineno or node.lineno, name) for node in statements(tree.body)
                     for name in assigned_names(node)]
         for node, local, function in calls_with_locals(tree):
-            callee = _root(node.func)
+            callee = expression_root(node.func)
             if function is not None and isinstance(node.func, ast.Name) and callee in parameter_names(function):
                 callee = _argument_given(function, callee, callee) or callee  # the model the cells pass in
             if callee not in modules or callee in found or (isinstance(node.func, ast.Attribute)
@@ -323,24 +323,22 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                      for g in comp.generators if isinstance(g.target, ast.Name)}
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 text = ast.unparse(arg)
-                if _root(arg) in local and isinstance(arg, ast.Name):
+                if expression_root(arg) in local and isinstance(arg, ast.Name):
                     # A local the function made with the user's helper from the notebook's variables
                     # (data, targets = get_batch(train_data, i)): those are what the model gets.
                     for made_from in helper_inputs(function, arg.id, node.lineno, local, namespace):
                         where = locations.source_line(cell.filename, node.lineno)
                         calls.setdefault(callee, []).append(ModelCall(callee, made_from, None, where))
-                    # A local the function moves before the call (data = data.to(device)): where it goes.
-                    device = moved_to(function, arg.id, node.lineno, namespace)
-                    if device and not _moves_before(function, _root(node.func), node.lineno):
+                # A local the function moves before the call (data = data.to(device)), or a variable the
+                # cell moves before it (sample = sample.to(device)): where the model's input goes.
+                scope = (function if function is not None and expression_root(arg) in local
+                         else tree if function is None and expression_root(arg) in set_before else None)
+                if scope is not None and isinstance(arg, ast.Name):
+                    device = moved_to(scope, arg.id, node.lineno, namespace)
+                    if device and not _moves_before(scope, expression_root(node.func), node.lineno):
                         where = locations.source_line(cell.filename, node.lineno)
                         calls.setdefault(callee, []).append(ModelCall(callee, arg.id, None, where, moved_to=device))
-                if _root(arg) in set_before and function is None and isinstance(arg, ast.Name):
-                    # set by the cell before the call: moved there (sample = sample.to(device)), it says where
-                    device = moved_to(tree, arg.id, node.lineno, namespace)
-                    if device and not _moves_before(tree, _root(node.func), node.lineno):
-                        where = locations.source_line(cell.filename, node.lineno)
-                        calls.setdefault(callee, []).append(ModelCall(callee, arg.id, None, where, moved_to=device))
-                if _root(arg) in set_before or _root(arg) in local:
+                if expression_root(arg) in set_before or expression_root(arg) in local:
                     continue  # set before the call, or a local of the function the call is in
                 container = None
                 if isinstance(arg, ast.Name) and arg.id in loops:
@@ -396,9 +394,9 @@ def moved_to(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Module | None, 
         return _device_string(given.value)
     text = ast.unparse(given)
     if not isinstance(scope, ast.Module):
-        if _root(given) in parameter_names(scope):
-            text = _argument_given(scope, _root(given), text)
-        elif any(_root(given) in assigned_names(s) for s in statements(scope.body)):
+        if expression_root(given) in parameter_names(scope):
+            text = _argument_given(scope, expression_root(given), text)
+        elif any(expression_root(given) in assigned_names(s) for s in statements(scope.body)):
             return ""  # device = next(model.parameters()).device: the function's own, not the notebook's
     return _device_string(_namespace_value(namespace, text)) if text else ""
 
@@ -407,7 +405,21 @@ def _moves_before(scope: ast.AST, name: str, line: int) -> bool:
     """Whether ``scope`` moves ``name`` itself before ``line`` (``model.to(device)``, ``model.cuda()``,
     ``model = model.to(device)``): the model goes where its inputs go, and the call is fine."""
     return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MOVES
-               and _root(n.func.value) == name and n.lineno < line for n in ast.walk(scope))
+               and expression_root(n.func.value) == name and n.lineno < line for n in ast.walk(scope))
+
+
+def argument_for(call: ast.Call, parameters: list[str], parameter: str, skip: int = 0) -> ast.expr | None:
+    """The expression ``call`` passes as ``parameter``: by keyword, else by its position among
+    ``parameters`` (in order; the first ``skip`` of them bound otherwise, as ``self`` is by a
+    method call); None when it passes none there, or a ``*`` argument stands in its place."""
+    for keyword in call.keywords:
+        if keyword.arg == parameter:
+            return keyword.value
+    if parameter in parameters:
+        index = parameters.index(parameter) - skip
+        if 0 <= index < len(call.args) and not isinstance(call.args[index], ast.Starred):
+            return call.args[index]
+    return None
 
 
 def _argument_given(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str, text: str) -> str:
@@ -419,10 +431,8 @@ def _argument_given(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter:
         for call in ast.walk(tree) if tree is not None else ():
             if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == function.name):
                 continue
-            given = next((k.value for k in call.keywords if k.arg == parameter), None)
-            if given is None and parameter in positional and positional.index(parameter) < len(call.args):
-                given = call.args[positional.index(parameter)]
-            if given is not None and not isinstance(given, ast.Starred):
+            given = argument_for(call, positional, parameter)
+            if given is not None:
                 return ast.unparse(given) + text[len(parameter):]
     return ""
 
@@ -467,7 +477,7 @@ def _own_method_without_forward(namespace: Any, func: ast.expr) -> bool:
     if node is None:
         return False
     for n in ast.walk(node):
-        if isinstance(n, ast.Call) and _root(n.func) == "self" and not (
+        if isinstance(n, ast.Call) and expression_root(n.func) == "self" and not (
                 isinstance(n.func, ast.Attribute) and n.func.attr in _MODULE_METHODS):
             return False  # self(x), self.forward(x), self.encoder(x): it may run the model
     return True
@@ -542,7 +552,8 @@ def helper_inputs(function: ast.FunctionDef | None, name: str, before: int, loca
             if isinstance(a, ast.Name) and a.id not in local and issubclass(type(object_at(namespace, a.id)), torch.Tensor)]
 
 
-def _root(node: ast.AST) -> str:
+def expression_root(node: ast.AST) -> str:
+    """The name an expression starts from (``model`` for ``model.encoder(x).mean()``), or ""."""
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else ""
@@ -575,7 +586,7 @@ def moved_in_cells() -> list[str]:
     for _, tree in _recent_cells():
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MOVES \
-                    and _root(node.func.value) not in decided:
+                    and expression_root(node.func.value) not in decided:
                 out[ast.unparse(node.func.value)] = None
         decided |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     return list(out)
@@ -590,13 +601,13 @@ def function_calls(namespace: Any, modules: set[str]) -> list[Any]:
     seen: set[str] = set()
     for cell, tree in _recent_cells():
         for node, local, _ in calls_with_locals(tree):
-            if _root(node.func) in modules:
+            if expression_root(node.func) in modules:
                 continue
             arguments = []
             for arg in [*node.args, *(k.value for k in node.keywords)]:
                 parts = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
                 for part in parts:
-                    if isinstance(part, (ast.Name, ast.Attribute, ast.Subscript)) and _root(part) not in local:
+                    if isinstance(part, (ast.Name, ast.Attribute, ast.Subscript)) and expression_root(part) not in local:
                         text = ast.unparse(part)
                         if issubclass(type(object_at(namespace, text)), torch.Tensor):
                             arguments.append(text)

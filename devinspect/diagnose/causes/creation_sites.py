@@ -609,14 +609,9 @@ def call_argument(caller: types.FrameType, caller_line: str, function: str, code
         # A forward runs when a module is called (model(x)): the callee is a module, not any call (.mean()).
         if callee != function and not (function == "forward" and _calls_a_module(caller, node.func)):
             continue
-        offset = 1 if names and names[0] == "self" else 0
-        for keyword in node.keywords:
-            if keyword.arg == parameter:
-                return ast.unparse(keyword.value)
-        if parameter in names:
-            index = names.index(parameter) - offset
-            if 0 <= index < len(node.args) and not isinstance(node.args[index], ast.Starred):
-                return ast.unparse(node.args[index])
+        given = user_code.argument_for(node, list(names), parameter, 1 if names and names[0] == "self" else 0)
+        if given is not None:
+            return ast.unparse(given)
     return None
 
 

@@ -280,12 +280,11 @@ def _device_parameter(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str |
 
 def _passes(call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str) -> bool:
     """Whether ``call`` gives ``parameter`` (by keyword, by position, or through ``*``/``**``)."""
-    if any(k.arg == parameter or k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred)
-                                                                            for a in call.args):
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
         return True
     positional = [p.arg for p in (*function.args.posonlyargs, *function.args.args)]
     offset = 1 if positional and positional[0] in ("self", "cls") and isinstance(call.func, ast.Attribute) else 0
-    return parameter in positional and positional.index(parameter) - offset < len(call.args)
+    return user_code.argument_for(call, positional, parameter, offset) is not None
 
 
 def _argument_added(statement: user_code.Statement, call: ast.Call, argument: str) -> SourceEdit | None:

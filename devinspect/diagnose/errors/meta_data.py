@@ -19,6 +19,7 @@ import types
 from typing import Any
 
 from ...collect.code.failing_call import first_line, message, running_expression, value_in_frame
+from ...collect.code.user_code import expression_root
 from ...model.check_report import DeviceError
 from ...runtime import tensor_getters
 from .failed_frames import Failed, describe, source_of
@@ -43,7 +44,7 @@ def meta_data(failed: Failed) -> DeviceError | None:
     from ..findings import scan
 
     found = [f for f in scan(failed.namespace).findings if f.code in _META_CODES and f.fix is not None]
-    called = {_root(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    called = {expression_root(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
     if not leaves:
         # A temporary (table(ids).sum().item()): the line itself calls the model on meta.
         found = [f for f in found if _root_name(f.subject) in called]
@@ -73,12 +74,6 @@ def _meta_leaves(node: ast.AST, frame: types.FrameType) -> list[tuple[ast.expr, 
             found.append((part, value))
             inside.update(id(n) for n in ast.walk(part))
     return found[:4]
-
-
-def _root(node: ast.AST) -> str:
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else ""
 
 
 def _root_name(path: str) -> str:
