@@ -2,7 +2,8 @@
 
 Real, device-correct programs (transformers' modeling code for architectures the generated
 corpus lacks, read from the installed package; with ``--examples PATH``, PyTorch's own examples
-from a checkout of the pytorch/examples repository) run at a tiny size on the simulated device.
+from a checkout of the pytorch/examples repository; with ``--vision``, torchvision's and timm's
+models) run at a tiny size on the simulated device.
 Each mutant deletes one placement (a ``device=`` argument, a ``.to(device)``, a ``.cuda()``, a
 ``register_buffer``): a real bug at a real site whose right fix is known. Each mutant runs
 through the four entry points (``tests/mutation_runner.py``): the printed fix is applied exactly as
@@ -18,7 +19,7 @@ targets:
   ``%devices`` then, with a fix;
 * every unmutated program runs with no error or warning finding.
 
-Run: ``python benchmarks/mutation_corpus.py [--examples PATH] [--only NAME,...] [--json out.json]``
+Run: ``python benchmarks/mutation_corpus.py [--examples PATH] [--vision] [--only NAME,...] [--json out.json]``
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def main() -> int:
     parser.add_argument("--examples", metavar="PATH", help="a checkout of the pytorch/examples repository")
     parser.add_argument("--only", metavar="NAMES", help="only these programs (comma-separated)")
     parser.add_argument("--no-transformers", action="store_true", help="leave out the transformers programs")
+    parser.add_argument("--vision", action="store_true",
+                        help="add torchvision's and timm's models (both must be built for the installed torch)")
     parser.add_argument("--entries", default="plain,devcheck,devices,button")
     parser.add_argument("--device", choices=("sim", "cuda"), default="sim")
     parser.add_argument("--json", metavar="PATH", help="write every outcome as JSON")
@@ -79,6 +82,16 @@ def main() -> int:
         from example_programs import example_programs
 
         programs += example_programs(args.examples)
+    if args.vision:
+        try:
+            import timm  # noqa: F401
+            import torchvision  # noqa: F401
+        except Exception as error:  # a torchvision built for another torch fails at import, not only when missing
+            print(f"mutation_corpus: --vision needs torchvision and timm for this torch: {type(error).__name__}: {error}")
+            return 1
+        from vision_programs import vision_programs
+
+        programs += vision_programs()
     if args.only:
         wanted = set(args.only.split(","))
         programs = [p for p in programs if p.name in wanted]

@@ -81,6 +81,45 @@ CASES: list[Case] = [
         sources=("devcheck", "input-on-other-device"),
     ),
     Case(
+        # The failing call's parameter is also named by a part the notebook made first: the whole
+        # model moves (its head would fail next), and the model's line is the one edited.
+        "model-assembled-from-named-parts",
+        "class Net(nn.Module):\n"
+        "    def __init__(self, body, head):\n"
+        "        super().__init__()\n"
+        "        self.body, self.head = body, head\n"
+        "    def forward(self, x):\n"
+        "        return self.head(self.body(x).mean((2, 3)))\n"
+        "backbone = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())\n"
+        "head = nn.Linear(4, 2)\n"
+        "model = Net(backbone, head)\n"
+        "x = torch.randn(1, 3, 8, 8, device=dev)\n",
+        "y = model(x)\n",
+        after="assert {p.device for p in model.parameters()} == {dev} and model.body is backbone",
+    ),
+    Case(
+        # A detector's targets: a list of dicts, one tensor of each made on the host, read in a loop
+        # of the user's own helper: the loop is not the cause (it iterates what it was handed);
+        # the cell's list is moved dict by dict and its line gets device=.
+        "targets-list-of-dicts-read-in-a-helper-loop",
+        "def match(anchors, targets):\n"
+        "    scores = []\n"
+        "    for anchors_per_image, targets_per_image in zip(anchors, targets):\n"
+        "        boxes = targets_per_image['boxes']\n"
+        "        scores.append(boxes @ anchors_per_image.T)\n"
+        "    return scores\n"
+        "class Matcher(nn.Module):\n"
+        "    def forward(self, anchors, targets):\n"
+        "        return match(anchors, targets)\n"
+        "matcher = Matcher()\n"
+        "anchors = [torch.rand(5, 4, device=dev) for _ in range(2)]\n"
+        "targets = [{'boxes': torch.rand(1, 4),\n"
+        "            'labels': torch.tensor([1], device=dev)} for _ in range(2)]\n",
+        "scores = matcher(anchors, targets)\n",
+        after="assert all(t['boxes'].device == dev and t['labels'].device == dev for t in targets)",
+        expect=("code", "action", "edits"),
+    ),
+    Case(
         "head-replaced-after-to",
         "model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(dev)\n"
         "model[2] = nn.Linear(16, 4)  # a new head, made after the move: on the CPU\n"

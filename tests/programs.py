@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -44,9 +45,13 @@ class Program:
     devices: frozenset[str] = frozenset({"cpu", "DEVICE"})
 
 
-def absolute_imports(module_name: str) -> str:
+def absolute_imports(module_name: str, local: Mapping[str, str] | None = None) -> str:
     """The source of ``module_name`` with every relative import made absolute, so that it runs
-    as a module of its own outside its package (the user's copy of a library's model file)."""
+    as a module of its own outside its package (the user's copy of a library's model file).
+    ``local`` maps modules of the package the user copied too (full name -> the copy's module
+    name): an import of one of them imports the copy (``from . import _utils as det_utils`` ->
+    ``import det_utils``)."""
+    local = local or {}
     module = importlib.import_module(module_name)
     source = inspect.getsource(module)
     package = module_name.rsplit(".", 1)[0].split(".")
@@ -55,8 +60,16 @@ def absolute_imports(module_name: str) -> str:
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package[: len(package) - node.level + 1]
             target = ".".join(base + ([node.module] if node.module else []))
-            written = "." * node.level + (node.module or "")
             line = lines[node.lineno - 1]
+            copied = [f"{target}.{a.name}" in local for a in node.names] if node.module is None else [False]
+            if all(copied) and node.lineno == node.end_lineno:
+                indent = line[: len(line) - len(line.lstrip())]
+                lines[node.lineno - 1] = indent + "import " + ", ".join(
+                    local[f"{target}.{a.name}"] + (f" as {a.asname}" if a.asname else f" as {a.name}")
+                    for a in node.names)
+                continue
+            target = local.get(target, target)
+            written = "." * node.level + (node.module or "")
             start = line.index("from ", node.col_offset) + len("from ")
             start = start + len(line[start:]) - len(line[start:].lstrip())
             if line[start: start + len(written)] != written:

@@ -420,7 +420,8 @@ def test_a_loop_over_pairs_of_batches_moves_both_and_a_nested_batch_moves_every_
     cell = "loss = torch.nn.functional.mse_loss(model(batch['inputs']['x']), batch['labels'])"
     assert run(ip, cell)[0].error_in_exec is not None
     fix = devinspect.explain(namespace=ip.user_ns).mismatch.fix
-    assert not fix.edits and fix.code.count(".to(") == 2  # no .to() on the line that made a dict
+    # No .to() on the line that made a dict; device= on its factories instead (it makes them there from now on).
+    assert fix.code.count(".to(") == 2 and [".to(" not in e.new and "device=dev" in e.new for e in fix.edits] == [True]
     assert run(ip, fix.code)[0].success and run(ip, cell)[0].success
 
 
@@ -583,3 +584,18 @@ def test_a_value_made_of_two_host_tensors_moves_where_it_is_returned(ip, sim):
     on ``torch.eye`` alone would make that line mix devices, so the loader's return moves it."""
     (edit,) = fix_of_failed_case(ip, sim, "a-loader-returns-a-value-made-of-two-host-tensors").edits
     assert (edit.old, edit.new) == ("return feats.to(device), links", "return feats.to(device), links.to(device)")
+
+
+def test_an_edit_in_a_module_file_names_the_device_as_that_file_can_see_it(sim):
+    """A module file cannot see the notebook's ``device``: an edit there names a device the
+    file has (its own variable) or a literal, never a name that raises NameError."""
+    from devinspect.diagnose.causes.device_names import device_expression
+
+    module_globals: dict = {"__name__": "user_module"}
+    exec("import sys\ndef here():\n    return sys._getframe()\n", module_globals)
+    frame = module_globals["here"]()
+    notebook = {"device": sim}
+    assert device_expression(notebook, str(sim), frame) == f'"{sim}"'
+    module_globals["dev"] = sim
+    assert device_expression(notebook, str(sim), frame) == "dev"
+    assert device_expression(notebook, str(sim)) == "device"

@@ -136,3 +136,21 @@ def test_a_deleted_device_placement_of_a_real_program_is_fixed_where_it_was(ip, 
     assert original.probe == "clean" and original.clean_findings == []
     _ORIGINALS[0].update(corpus.original_states)
     _ORIGINALS[1].update(corpus.originals)
+
+
+def test_a_copied_package_imports_its_own_copies(tmp_path, monkeypatch):
+    """``absolute_imports`` with ``local``: an import of a module the user copied too imports the copy
+    (``from . import _utils as det_utils`` -> ``import det_utils as det_utils``), others the package."""
+    package = tmp_path / "copiedpkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "base.py").write_text("VALUE = 1\n")
+    (package / "sub" / "_utils.py").write_text("def f():\n    return 2\n")
+    (package / "sub" / "model.py").write_text(
+        "from ..base import VALUE\nfrom . import _utils as det_utils\nfrom ._utils import f\n"
+        "def g():\n    return VALUE + det_utils.f() + f()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    source = absolute_imports("copiedpkg.sub.model", {"copiedpkg.sub._utils": "det_utils"})
+    assert source.split("\n")[:3] == ["from copiedpkg.base import VALUE", "import det_utils as det_utils",
+                                      "from det_utils import f"]

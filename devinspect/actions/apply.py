@@ -189,8 +189,9 @@ def _scheduler(namespace: MutableMapping[str, Any], sched: Any, optimizer: Any) 
 def move_container(namespace: MutableMapping[str, Any], name: str, device: str,
                    undo: UndoLog | None = None) -> ActionResult:
     """Move the tensors of the list, tuple or dict ``name`` to ``device``: a new container of the
-    same type (anything in it that is not a tensor kept as it is) replaces the old one once
-    every tensor has been copied; otherwise nothing changes."""
+    same type (anything in it that is not a tensor kept as it is; a dict in it, as a detector's
+    targets are, a new dict the same way) replaces the old one once every tensor has been
+    copied; otherwise nothing changes."""
     container, failed = find_named(namespace, name)
     if failed is not None:
         return failed
@@ -201,14 +202,23 @@ def move_container(namespace: MutableMapping[str, Any], name: str, device: str,
     if kind not in (list, tuple, dict):
         return ActionResult(False, f"{name} is a {kind.__name__}, not a list, tuple or dict (nothing was changed)")
     items = list(container.items()) if kind is dict else list(enumerate(container))
-    moved, nbytes = [], 0
-    try:
-        for key, value in items:
-            if isinstance(value, torch.Tensor) and value.device != target:
+    moved, nbytes, count = [], 0, 0
+
+    def moved_value(value: Any) -> Any:
+        nonlocal nbytes, count
+        if isinstance(value, torch.Tensor):
+            count += 1
+            if value.device != target:
                 with torch.no_grad():
                     value = value.to(target)
                 nbytes += held_bytes(value)
-            moved.append((key, value))
+        return value
+
+    try:
+        for key, value in items:
+            if type(value) is dict and kind is not dict:
+                value = {k: moved_value(v) for k, v in value.items()}
+            moved.append((key, moved_value(value)))
     except Exception as exc:  # noqa: BLE001 - nothing has been replaced yet
         return ActionResult(False, f"could not move {name} to {target}: {reason(exc)} (nothing was changed)")
     new: Any = dict(moved) if kind is dict else kind(value for _, value in moved)
@@ -219,7 +229,6 @@ def move_container(namespace: MutableMapping[str, Any], name: str, device: str,
         return ActionResult(False, f"could not assign {name}: {reason(exc)} (nothing was changed)")
     if undo is not None:
         undo.add(f"{name} (its tensors on {target})", lambda: path.set(namespace, container))
-    count = sum(1 for _, v in moved if isinstance(v, torch.Tensor))
     return ActionResult(True, f"moved the {count} tensors of {name} to {target}, keeping the {kind.__name__} "
                               f"({human(nbytes)})", nbytes)
 

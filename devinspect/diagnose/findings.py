@@ -96,6 +96,26 @@ def root_module(result: ScanResult, name: str) -> ModuleSummary | None:
     return best
 
 
+def enclosing_module(result: ScanResult, module: ModuleSummary | None) -> ModuleSummary | None:
+    """The largest module of the namespace that holds all of ``module``'s parameters too: ``model``
+    for ``backbone`` after ``model = Net(backbone, head)``. Moving it moves ``module`` and the parts
+    the same call meets next (``head``); a split that is deliberate (``device_map``) is left alone."""
+    if module is None:
+        return None
+    own = {r.alias_of or r.name for r in result.of_kind("parameter") if is_under(r.name, module.name)}
+    if not own:
+        return module
+    held: dict[str, set[str]] = defaultdict(set)
+    for r in result.of_kind("parameter"):
+        if (r.alias_of or r.name) in own:
+            held[r.name.split(".", 1)[0].split("[", 1)[0]].add(r.alias_of or r.name)
+    best = module
+    for m in result.modules:
+        if m.name in held and held[m.name] >= own and m.parameters > best.parameters and not m.deliberate_split:
+            best = m
+    return best
+
+
 def model_device(module: ModuleSummary) -> str | None:
     """The one device a model belongs on (:func:`devinspect.diagnose.fixes.target_device`)."""
     return fixes.target_device(module.devices)

@@ -447,8 +447,12 @@ def materialise(name: str, device: str | None, meta_count: int, initialiser: str
     return Fix(summary=f"make storage for {name} on {device} and initialise it", code="\n".join(lines), note=note)
 
 
-def container_moved(name: str, device_expr: str, kind: str, all_tensors: bool = True) -> str:
-    """The expression of the list, tuple or dict ``name`` with its tensors on ``device_expr``."""
+def container_moved(name: str, device_expr: str, kind: str, all_tensors: bool = True, of_dicts: bool = False) -> str:
+    """The expression of the list, tuple or dict ``name`` with its tensors on ``device_expr``;
+    ``of_dicts``: a list or tuple of dicts of tensors (a detector's targets), each dict moved."""
+    if of_dicts and kind != "dict":
+        each = f"{{k: v.to({device_expr}) if torch.is_tensor(v) else v for k, v in t.items()}}"
+        return f"tuple({each} for t in {name})" if kind == "tuple" else f"[{each} for t in {name}]"
     if kind == "dict":
         moved = f"v.to({device_expr})" if all_tensors else f"v.to({device_expr}) if torch.is_tensor(v) else v"
         return f"{{k: {moved} for k, v in {name}.items()}}"
@@ -457,7 +461,7 @@ def container_moved(name: str, device_expr: str, kind: str, all_tensors: bool = 
 
 
 def move_container(name: str, device: str, kind: str, *, attribute_of: Unregistered | None = None,
-                   all_tensors: bool = True, leaves: bool = False) -> Fix:
+                   all_tensors: bool = True, leaves: bool = False, of_dicts: bool = False) -> Fix:
     """The tensors of the list, tuple or dict ``name`` moved to ``device``, keeping its type; for a
     module attribute, the advice to make them buffers so that ``.to()`` moves them from now on.
 
@@ -473,7 +477,7 @@ def move_container(name: str, device: str, kind: str, *, attribute_of: Unregiste
         return Fix(summary=f"move the tensors of {name} to {device} in place, keeping each tensor", code=code,
                    note=f"the tensors of {name} are trained (they require grad): each keeps its identity, so an "
                         "optimizer holding them stays valid")
-    code = assignment(name, container_moved(name, device_literal(device), kind, all_tensors))
+    code = assignment(name, container_moved(name, device_literal(device), kind, all_tensors, of_dicts))
     note = None
     if attribute_of is not None:
         note = (f"{name} is a {kind} of tensors, which .to() and state_dict() skip: this moves them now, keeping "

@@ -491,6 +491,8 @@ def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: li
     if statement is None:
         return None
     if isinstance(statement.node, (ast.For, ast.AsyncFor)):
+        if not _loop_makes(statement.node, frame, wrong):
+            return None
         edit = loop_edit(statement, wrong, device_expr)
         return Origin(_source_line(statement), "loop", edit) if edit is not None else None
     statement = user_code.made_before_updates(name, statement, node.body, lambda v: argument_root(ast.unparse(v)) == name,
@@ -500,6 +502,20 @@ def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: li
                         and not (plain_values and _passes_through(statement))):
         return None
     return Origin(_source_line(statement), made[0], made[1])
+
+
+def _loop_makes(loop: ast.For | ast.AsyncFor, frame: types.FrameType, names: list[str]) -> bool:
+    """Whether a ``for`` loop of ``frame``'s function gives ``names`` their device: each is a tensor
+    or module (``.to()`` moves it) and the loop iterates what yields values (a loader, a generator),
+    not a list, tuple or dict of tensors it was handed, made where the fix belongs."""
+    local_vars = locations.frame_locals(frame)
+    if not all(tensor_getters.is_tensor(v) or issubclass(type(v), torch.nn.Module)
+               for v in (dict.get(local_vars, n) for n in names)):
+        return False
+    held = [dict.get(local_vars, n.id) for n in ast.walk(loop.iter) if isinstance(n, ast.Name)]
+    items = [v for h in held if type(h) in (list, tuple, dict) for v in (dict.values(h) if type(h) is dict else h)]
+    return not any(tensor_getters.is_tensor(v) or type(v) is dict and any(map(tensor_getters.is_tensor, dict.values(v)))
+                   for v in items)
 
 
 def _unpacks(statement: user_code.Statement) -> bool:

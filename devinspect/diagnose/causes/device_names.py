@@ -88,6 +88,8 @@ def device_in_frame(frame: types.FrameType | None, device: str, avoid: set[str] 
 def device_expression(namespace: Mapping[str, Any], device: str, frame: types.FrameType | None = None,
                       avoid: set[str] = frozenset(), prefer: tuple[str, ...] = (), line: int | None = None) -> str:
     """How an edit names ``device``: a local tensor's ``.device`` inside a function (one that has a
-    value at ``line``, where the edit goes), else the user's device variable, else a literal."""
-    return (device_in_frame(frame, device, avoid, prefer, line) or device_variable(namespace, device)
+    value at ``line``, where the edit goes), else a device variable that line can see (the
+    notebook's, or a module file's own: a module cannot see the notebook's names), else a literal."""
+    visible = namespace if frame is None or frame.f_globals is namespace else frame.f_globals
+    return (device_in_frame(frame, device, avoid, prefer, line) or device_variable(visible, device)
             or fixes.device_literal(device))

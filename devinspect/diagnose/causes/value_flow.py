@@ -155,6 +155,25 @@ def local_inputs(name: str, frame: types.FrameType, failing_line: int) -> list[s
     return [n.id for n in ast.walk(value) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
 
 
+def argument_source(arguments: list[str | None], caller_locals: Mapping[str, Any], off: str) -> str | None:
+    """The caller's local that a call's argument (as written) passes on: its root (``x`` for
+    ``x.view(-1)``), else a local holding a tensor on ``off`` that a computed argument reads
+    (``image1`` for ``torch.cat([image1, image2])``); None when no argument reads one."""
+    written = [a for a in arguments if a]
+    root = next((r for r in map(creation_sites.argument_root, written) if r in caller_locals), None)
+    if root is not None:
+        return root
+    for argument in written:
+        try:
+            value = ast.parse(argument, mode="eval").body
+        except SyntaxError:
+            continue
+        found = next((n for n in _inputs(value) if n in caller_locals and holds_device(caller_locals[n], off)), None)
+        if found is not None:
+            return found
+    return None
+
+
 def _local(frame: types.FrameType, name: str) -> object:
     if frame.f_locals is frame.f_globals:
         return None

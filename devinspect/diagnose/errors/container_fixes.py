@@ -16,12 +16,13 @@ from typing import Any
 import torch
 
 from ...runtime import tensor_getters
-from ...collect.namespace.names import root_of
+from ...collect.namespace.names import container_of, root_of
 from ...collect.objects.static_getters import type_is_one_of, type_name
 from ...collect.namespace.path_lookup import object_at
 from ...model.fixes import Fix
 from ...model.scan_result import is_under
 from ..causes import device_names, made_in_code, creation_sites
+from ..causes.value_flow import holds_device
 from .. import fixes
 
 _T = torch.Tensor
@@ -81,17 +82,19 @@ class ContainerFixes:
             else None)  # batch.data of a BatchEncoding: the dict it keeps, in place
         origin = made_in_code.namespace_origin(root, self.cell, self.failing_line, [root] if loop else [],
                                                device_expr, self.failure.namespace, target, moved=loop)
-        if origin is not None and origin.kind not in ("loop", "inside") and not self._movable(root):
-            origin = None  # `.to(dev)` on the line that made a list or dict would raise
+        if origin is not None and origin.kind not in ("loop", "inside", "factory") and not self._movable(root):
+            origin = None  # `.to(dev)` on the line that made a list or dict would raise (device= inside it would not)
         leaves = all_tensors and bool(values) and all(type(v) is _T and tensor_getters.requires_grad(v) and tensor_getters.is_leaf(v)
                                                      for v in values)
-        moved = fixes.move_container(name, target, kind, all_tensors=all_tensors, leaves=leaves)
+        of_dicts = bool(values) and kind != "dict" and all(type(v) is dict for v in values)
+        moved = fixes.move_container(name, target, kind, all_tensors=all_tensors, leaves=leaves, of_dicts=of_dicts)
         if leaves:  # an optimizer's state of those tensors follows them, as the next step needs it
             firsts = {found[0].name for found in map(self.index.lookup, values) if found is not None}
             states = self.index.result.of_kind("optimizer_state")
             holders = sorted({root_of(r.name) for r in states if r.param in firsts and r.device != target})
             moved = fixes.combine([moved, *map(fixes.optimizer_state, holders)])
-        if name != root and origin is None:  # batch["inputs"] of a nested batch: every tensor under batch
+        # batch["inputs"] of a nested batch: every tensor under batch (device= on its line lasts; these now)
+        if name != root and (origin is None or origin.kind == "factory"):
             held = [r.name for r in self._plain_tensors_under(root) if r.device != target]
             if 1 < len(held) <= MOVED_AT_MOST:
                 moved = fixes.move_tensors(root, held, target) or moved
@@ -100,6 +103,24 @@ class ContainerFixes:
             return self._edit_fix(origin, f"make {what} on {target} where this cell makes {'them' if loop else 'it'}")
         edits = origin.edits if origin is not None else ()
         return dataclasses.replace(moved, edits=edits, rerun=moved.action is not None)
+
+    def _passed_container(self, arguments: list, off: str, target: str) -> Fix | None:
+        """The fix for a list, tuple or dict of the namespace that a cell passed (``arguments``: the
+        names it passed) holding a tensor on ``off``: a detector's targets, read deep in a model."""
+        for name in filter(None, arguments):
+            held = object_at(self.failure.namespace, name)
+            if type(held) in (list, tuple, dict) and holds_device(held, off):
+                return self._container_fix(name, held, target)
+        return None
+
+    def _list_of_dicts_around(self, name: str, container: Any) -> tuple[str, Any]:
+        """``targets`` for ``targets[1]``, a dict in a list or tuple of dicts (a detector's targets):
+        its siblings were made the same way, so the whole list moves; else ``name`` itself."""
+        outer_name = container_of(name) if type(container) is dict else None
+        outer = object_at(self.failure.namespace, outer_name) if outer_name else None
+        if type(outer) in (list, tuple) and all(type(v) is dict for v in outer):
+            return outer_name, outer
+        return name, container
 
     def _movable(self, name: str) -> bool:
         """Whether ``name`` is a tensor or a module: what ``.to()`` on the line that made it moves."""

@@ -96,7 +96,6 @@ class _Named:
 
 class _Diagnosis(ContainerFixes):
     """Names the operands of a failed op and chooses the fix. Runs only after an error."""
-
     def __init__(self, failure: Failure, op: str, operands: list, devices: list[str], exc: BaseException):
         self.failure, self.op, self.values, self.devices, self.exc = failure, op, operands, devices, exc
         self.whole_moves: set[str] = set()
@@ -198,7 +197,6 @@ class _Diagnosis(ContainerFixes):
                               detail or (f"made inside {inside}" if inside else "a temporary")), value, created=created)
 
     # -- the one device everything should be on -------------------------------------------------
-
     def _target(self, named: list[_Named]) -> str | None:
         real = [n.device for n in named if n.device not in ("meta", "?")]
         accelerators = list(dict.fromkeys(d for d in real if device_is_accelerator(d)))
@@ -215,14 +213,13 @@ class _Diagnosis(ContainerFixes):
         return fixes.target_device(real)
 
     def _model_of(self, n: _Named) -> Any:
-        from ..findings import root_module
+        from ..findings import enclosing_module, root_module
 
         if n.operand.name is None or n.operand.source not in ("parameter", "buffer", "gradient", "attribute"):
             return None
-        return root_module(self.index.result_under(n.operand.name), n.operand.name)
+        return enclosing_module(self.index.result, root_module(self.index.result_under(n.operand.name), n.operand.name))
 
     # -- fixes ----------------------------------------------------------------------------------
-
     def _fix(self, named: list[_Named], target: str) -> Fix | None:
         parts: list[Fix] = []
         seen: set[str] = set()
@@ -247,7 +244,8 @@ class _Diagnosis(ContainerFixes):
                 if fix is not None and fix.summary not in seen:
                     seen.add(fix.summary)
                     parts.insert(0, fix)  # the model first: the larger change
-        moved = {n.operand.name for n in misplaced if n.operand.source == "namespace" and n.operand.name}
+        moved = {n.operand.name for n in misplaced if n.operand.source == "namespace" and n.operand.name} | {
+            h[1] for h in self.handled if type(h) is tuple and h[0] == "passed"}
         if moved:
             # The other inputs of the call that passed a misplaced tensor would fail next (labels after ids).
             passed = self._passed_tensors(target, lambda call: bool(moved & line_names.call_arguments(call)))
@@ -350,7 +348,7 @@ class _Diagnosis(ContainerFixes):
         parent = container_of(record.name)
         container = object_at(self.failure.namespace, parent) if parent else MISSING
         if type_is_one_of(container, (list, tuple, dict)):
-            return self._container_fix(parent, container, target)
+            return self._container_fix(*self._list_of_dicts_around(parent, container), target)
         if parent is None and creation_sites.named_fields(holder := object_at(self.failure.namespace, root)) is not None:
             return self._namedtuple_fix(root, holder, target)
         device_expr = device_names.device_expression(self.failure.namespace, target)
@@ -439,10 +437,10 @@ class _Diagnosis(ContainerFixes):
         return device_names.device_expression(self.failure.namespace, target, there, avoid={local}, line=where.line)
 
     def _passed_in(self, frame: Any, local: str, line: int, target: str, off: str) -> Fix | None:
-        """A local computed from (or being) a parameter of the user's function: the value came from
-        the caller. Up the user's frames (``encode(x)`` ← ``forward(x)`` ← ``model(data)`` in a loop),
-        each call's argument leads to where the value was made: a namespace tensor (moved, its line
-        edited) or a local a caller made (a loop's batch, ``data = batch[0]``: that line edited)."""
+        """A local computed from (or being) a parameter of the user's function: the value came from the
+        caller. Up the user's frames (``encode(x)`` ← ``forward(x)`` ← ``model(data)`` in a loop), each call's
+        argument leads to where the value was made: a namespace tensor or container (moved, its line edited)
+        or a local a caller made (a loop's batch, ``data = batch[0]``: that line edited)."""
         frames = self.user_frames
         while frame in frames and frames.index(frame) + 1 < len(frames):
             caller = frames[frames.index(frame) + 1]
@@ -451,10 +449,13 @@ class _Diagnosis(ContainerFixes):
                          for name in value_flow.local_inputs(local, frame, line)]
             for record in filter(None, (self.index.record(a or "") for a in arguments)):
                 if record.kind == "tensor" and record.alias_of is None and record.device != target:
+                    self.handled.add(("passed", record.name))  # what the same call passes with it moves too
                     return self._namespace_fix(_Named(Operand(record.name, "namespace", record.device, "?", None),
                                                       None, record=record), target)
             caller_locals = locations.frame_locals(caller) if caller.f_locals is not caller.f_globals else {}
-            found = next((r for r in map(creation_sites.argument_root, filter(None, arguments)) if r in caller_locals), None)
+            if not caller_locals and (passed := self._passed_container(arguments, off, target)) is not None:
+                return passed
+            found = value_flow.argument_source(arguments, caller_locals, off)
             if found is None:
                 return None
             made_at = creation_sites.local_statement_line(found, caller, where.line)
