@@ -81,6 +81,45 @@ CASES: list[Case] = [
         sources=("devcheck", "input-on-other-device"),
     ),
     Case(
+        # A value computed from two tensors the helper made on the host: editing one factory leaves
+        # the other on the host (meshgrid would raise next), so both lines get device=.
+        "two-host-factories-combined-in-a-helper",
+        "def neighbourhood(centres, radius):\n"
+        "    di = torch.linspace(-radius, radius, 2 * radius + 1)\n"
+        "    dj = torch.linspace(-radius, radius, 2 * radius + 1)\n"
+        "    delta = torch.stack(torch.meshgrid(di, dj, indexing='ij'), dim=-1)\n"
+        "    return centres.view(-1, 1, 1, 2) + delta\n"
+        "centres = torch.rand(4, 2, device=dev)\n",
+        "grid = neighbourhood(centres, 2)\n",
+        expect=("edits",),
+        after="assert grid.device == dev",
+    ),
+    Case(
+        # A detector's images: a list the cell passes to the model, made by a comprehension of host
+        # factories. %devices moves its tensors and gives the comprehension device=.
+        "list-of-host-images-passed-to-a-model",
+        "model = nn.Conv2d(3, 4, 3).to(dev)\n"
+        "class Detector(nn.Module):\n"
+        "    def __init__(self, body):\n"
+        "        super().__init__()\n"
+        "        self.body = body\n"
+        "    def forward(self, images):\n"
+        "        return [self.body(image[None]) for image in images]\n"
+        "detector = Detector(model)\n"
+        "images = [torch.rand(3, 8, 8) for _ in range(2)]\n",
+        "features = detector(images)\n",
+        sources=("devcheck", "input-on-other-device"),
+        expect=("code", "action", "edits"),
+        after="assert all(i.device == dev for i in images)",
+    ),
+    Case(
+        # Not passed to the model: passed with its output to a loss, which meets it on the model's device.
+        "labels-meet-the-models-output-in-a-loss",
+        "model = nn.Linear(8, 3).to(dev)\nx = torch.randn(4, 8, device=dev)\nlabels = torch.tensor([0, 2, 1, 1])\n",
+        "loss = F.cross_entropy(model(x), labels)\n",
+        sources=("devcheck", "input-on-other-device"),
+    ),
+    Case(
         # The failing call's parameter is also named by a part the notebook made first: the whole
         # model moves (its head would fail next), and the model's line is the one edited.
         "model-assembled-from-named-parts",

@@ -543,3 +543,20 @@ def test_waits_inside_a_librarys_own_loop_called_once_are_a_hint(ip, sim):
     looped = [f for f in ip.user_ns["looped"].findings if f.code == "sync-in-loop"]
     assert [f.severity for f in once] == ["hint"] and "inside" in once[0].message
     assert [f.severity for f in looped] == ["warning"]
+
+
+def test_a_loop_reading_each_element_of_a_device_tensor_is_told_to_read_it_once(ip, sim):
+    """``for idx, v in enumerate(y): ... v.item()`` waits once per element: the fix reads ``y`` once,
+    before the loop, in the loop's own names, and the fixed loop computes the same and waits once."""
+    ip.run_cell("import torch\nfrom devinspect import testing\ndev = testing.enable()\n"
+                "y = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8], device=dev)\n"
+                "def shifted(y):\n    out = []\n    for idx, v in enumerate(y):\n        out.append(v.item() + idx)\n"
+                "    return out")
+    ip.run_cell("%%devcheck -v rep\nvalues = shifted(y)")
+    (finding,) = [f for f in ip.user_ns["rep"].findings if f.code == "sync-in-loop"]
+    assert "for idx, v in enumerate(y.tolist())" in finding.fix.summary and "use v in place of v.item()" in finding.fix.summary
+    ip.run_cell("def shifted(y):\n    out = []\n    for idx, v in enumerate(y.tolist()):\n        out.append(v + idx)\n"
+                "    return out")
+    ip.run_cell("%%devcheck -v fixed\nvalues_fixed = shifted(y)")
+    assert ip.user_ns["values_fixed"] == ip.user_ns["values"]
+    assert not [f for f in ip.user_ns["fixed"].findings if f.code == "sync-in-loop"]

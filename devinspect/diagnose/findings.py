@@ -558,17 +558,19 @@ def _move_record(result: ScanResult, r: TensorRecord, target: str) -> fixes.Fix:
                    r.name, target)
 
 
-def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: bool = False) -> fixes.Fix:
+def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: bool = False,
+            factories_only: bool = False) -> fixes.Fix:
     """``fix`` (a move now) with the edit of the cell line that made the variable ``name``, so that
     the cells make it on ``target`` when they run again (``.to()`` on a model's line, ``device=`` on
-    a factory's, the loop's first line for a batch)."""
+    a factory's, the loop's first line for a batch); ``factories_only`` for a list or dict, whose
+    line takes ``device=`` on the factories in it but never ``.to()``."""
     if not name.isidentifier():
         return fix
     device_expr = dict.get(result.options.get("device_names", {}), target) or fixes.device_literal(target)
     made = next((m.type_name for m in result.modules if m.name == name), None) if module else None
     origin = creation_sites.namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module, made=made) or \
         _unpacked_origin(result, name, target, device_expr)
-    if origin is None or not origin.edits:
+    if origin is None or not origin.edits or (factories_only and origin.kind != "factory"):
         return fix
     # What the same line made (x, adj = load()) or the user's same helper did (val_data = batchify(…)) fails next.
     alike = made_in_code.made_alike(name)
@@ -621,6 +623,8 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
                 fix = fixes.move_container(call.argument, target, call.container, all_tensors=False)
             else:
                 fix = fixes.combine([_move_record(result, r, target) for r in wrong])
+                if call.argument.isidentifier() and all(r.name != call.argument for r in wrong):
+                    fix = made_on(result, fix, call.argument, target, factories_only=True)  # images = [...]
             what = f"{call.argument} is on {', '.join(sorted({r.device for r in wrong}))}"
             names = tuple(r.name for r in wrong)
         else:
@@ -632,8 +636,9 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
             code="input-on-other-device",
             severity="error",  # the model's layers raise on it: that call fails, for certain
             subject=call.argument,
-            message=(f"{call.where.where} passes {call.argument} to {module.name}, but {what}: that call fails "
-                     f"when it runs again"),
+            message=(f"{call.where.where} passes {call.argument} to "
+                     f"{f'{call.with_output_to} with the output of {module.name}' if call.with_output_to else module.name}"
+                     f", but {what}: that call fails when it runs again"),
             fix=fix,
             names=names,
         )

@@ -80,6 +80,32 @@ def in_a_loop(where: SourceLine) -> bool | None:
     return False
 
 
+def element_read_fix(where: SourceLine) -> str | None:
+    """For ``allowed.remove(y_samp.item())`` in ``for idx, y_samp in enumerate(y):`` (a loop over a
+    device tensor reading each element): read the tensor once, before the loop, in the loop's own
+    names; None for any other line."""
+    tree = user_code.parse(where.file)
+    if tree is None:
+        return None
+    for loop in ast.walk(tree):
+        if not (isinstance(loop, ast.For) and loop.body and loop.body[0].lineno <= where.line <= (loop.end_lineno or 0)):
+            continue
+        iterable = loop.iter
+        inner = iterable.args[0] if isinstance(iterable, ast.Call) and ast.unparse(iterable.func) == "enumerate" \
+            and len(iterable.args) == 1 else iterable
+        element = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) and inner is not iterable else loop.target
+        if not (isinstance(inner, ast.Name) and isinstance(element, ast.Name)):
+            continue
+        read = f"{element.id}.item()"
+        if read in where.text:
+            source = ast.unparse(iterable).replace(inner.id, f"{inner.id}.tolist()", 1)
+            target = ", ".join(map(ast.unparse, loop.target.elts)) if isinstance(loop.target, ast.Tuple) \
+                else ast.unparse(loop.target)
+            return (f"read {inner.id} to the host once, before the loop (for {target} in {source}), "
+                    f"and use {element.id} in place of {read}")
+    return None
+
+
 def sync_in_loop(s: LineStats) -> Finding:
     """The finding for a line that made the host wait for the device many times. Waits that all
     happen inside a library, called from a line no loop of the user's runs again (one ``generate``
@@ -91,7 +117,7 @@ def sync_in_loop(s: LineStats) -> Finding:
         fix = (f"the waits happen inside {', '.join(s.inside)}: call it less often, or with fewer steps, "
                "if the loop allows")
     elif any(kind in (".item()", "float()", "int()", "print", ".tolist()") for kind, _ in s.syncs):
-        fix = accumulation_fix(s.where.text)
+        fix = element_read_fix(s.where) or accumulation_fix(s.where.text)
     elif any(kind == ".cpu()" for kind, _ in s.syncs):
         fix = "keep the tensor on the device; copy to the host once, after the loop"
     else:

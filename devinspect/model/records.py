@@ -227,6 +227,9 @@ class ModelCall:
     #: Where the argument is a local the function moves before the call (``data = data.to(device)``):
     #: the device it moves to (the argument then names that local, not a namespace variable).
     moved_to: str = ""
+    #: Where the argument goes to another call with the model's output (``F.cross_entropy(model(x),
+    #: labels)``): that call, as written; it meets the output on the model's device.
+    with_output_to: str = ""
 
 
 @dataclass(frozen=True, slots=True)

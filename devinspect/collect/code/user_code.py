@@ -309,6 +309,18 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                     for name in assigned_names(node)]
         for node, local, function in calls_with_locals(tree):
             callee = expression_root(node.func)
+            model = _model_output_in(node, modules) if callee not in modules else None
+            if model is not None and model not in found:
+                # F.cross_entropy(model(x), labels): labels meet the model's output, on its device.
+                set_before = {name for line, name in bindings if line < node.lineno}
+                for arg in [*node.args, *(k.value for k in node.keywords)]:
+                    root = expression_root(arg)
+                    if isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript)) and root not in local \
+                            and root not in set_before and object_at(namespace, ast.unparse(arg)) is not MISSING:
+                        where = locations.source_line(cell.filename, node.lineno)
+                        calls.setdefault(model, []).append(ModelCall(model, ast.unparse(arg), None, where,
+                                                                     with_output_to=ast.unparse(node.func)))
+                continue
             if function is not None and isinstance(node.func, ast.Name) and callee in parameter_names(function):
                 callee = _argument_given(function, callee, callee) or callee  # the model the cells pass in
             if callee not in modules or callee in found or (isinstance(node.func, ast.Attribute)
@@ -356,6 +368,16 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
         if len(found) == len(modules):
             break
     return [c for made in found.values() for c in made]
+
+
+def _model_output_in(call: ast.Call, modules: set[str]) -> str | None:
+    """The model whose output ``call`` takes as an argument (``model`` in ``loss_fn(model(x), y)``)."""
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        if isinstance(arg, ast.Call) and expression_root(arg.func) in modules and not (
+                isinstance(arg.func, ast.Attribute) and arg.func.attr in _MODULE_METHODS) \
+                and not any(isinstance(n, ast.Call) for n in ast.walk(arg.func)):  # not model(x).cpu()
+            return expression_root(arg.func)
+    return None
 
 
 def moved_to(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Module | None, name: str, line: int,

@@ -16,6 +16,7 @@ name was bound again since; the trail stops where no input is on the wrong devic
 from __future__ import annotations
 
 import ast
+import dataclasses
 import types
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -79,13 +80,20 @@ def _trail(name: str, frame: types.FrameType, node: ast.FunctionDef | ast.AsyncF
     value = getattr(statement.node, "value", None) or getattr(statement.node, "iter", None)
     if value is None:
         return None
+    made: list[Trail] = []  # inputs each made on ``off`` by a factory: every one of those lines is edited
     for read in _inputs(value):
         if not holds_device(_local(frame, read), off):
             continue
         found = _trail(read, frame, node, statement.line, off, device_at, seen)
-        if found is not None:
-            return found
-    return None
+        if found is not None and (found.origin is None or found.origin.kind != "factory"):
+            if not made:
+                return found
+        elif found is not None:
+            made.append(found)
+    if len(made) > 1:  # di and dj of torch.meshgrid(di, dj): editing one leaves the other on the host
+        extra = tuple(e for t in made[1:] for e in t.origin.edits if e not in made[0].origin.edits)
+        return Trail(origin=dataclasses.replace(made[0].origin, also=made[0].origin.also + extra), name=made[0].name)
+    return made[0] if made else None
 
 
 def _made_here(name: str, frame: types.FrameType, statement: user_code.Statement, before: int,
