@@ -196,6 +196,7 @@ class _Draft:
     setup: list[str] = field(default_factory=list)
     failing: list[str] = field(default_factory=list)
     kind: str = "mismatch"
+    error_kind: str = ""
     devices: frozenset[str] = frozenset({"cpu", "DEVICE"})
     line: str = ""
     decoys: list[str] = field(default_factory=list)
@@ -234,7 +235,7 @@ def generate(seed: int) -> Scenario:
     _write(d)
     return Scenario(
         seed=seed, family=family, bug=bug, entry=entry, setup=tuple(d.setup), failing="\n".join(d.failing) + "\n",
-        kind=d.kind, devices=d.devices, line=d.line, decoys=tuple(d.decoys), after="\n".join(d.after),
+        kind=d.kind, error_kind=d.error_kind, devices=d.devices, line=d.line, decoys=tuple(d.decoys), after="\n".join(d.after),
         needs=tuple(sorted(set(d.needs))),
     )
 
@@ -606,6 +607,11 @@ def _meta(d: _Draft) -> None:
     d.devices = frozenset({"meta", "DEVICE"})
     d.failing = _step(d, _call(d))
     d.line = d.failing[0]
+    if "transformers" in fam.needs:
+        # Its embedding and attention run their meta kernels beside device ids (meta outranks the
+        # device, on CUDA too): the call gives an output without data, and reading it fails.
+        d.failing.append("tokens = out.argmax(-1).tolist()")
+        d.line, d.kind, d.error_kind = d.failing[-1], "device_error", "meta data"
 
 
 def _container_input(d: _Draft) -> None:

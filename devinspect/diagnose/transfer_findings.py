@@ -25,9 +25,13 @@ _READS = ("item",)
 _CONVERSIONS = ("float", "int")
 
 
+#: The fix for a wait in a loop whose line shows no running value of its own.
+ACCUMULATE = "keep the running value on the device and read it once after the loop"
+
+
 def accumulation_fix(code: str) -> str:
     """What to do about ``code`` (a line that syncs in a loop), in the line's own names."""
-    generic = "keep the running value on the device and read it once after the loop"
+    generic = ACCUMULATE
     try:
         tree = ast.parse(code.strip())
     except SyntaxError:  # a line that is part of a longer statement
@@ -117,7 +121,8 @@ def sync_in_loop(s: LineStats) -> Finding:
         fix = (f"the waits happen inside {', '.join(s.inside)}: call it less often, or with fewer steps, "
                "if the loop allows")
     elif any(kind in (".item()", "float()", "int()", "print", ".tolist()") for kind, _ in s.syncs):
-        fix = element_read_fix(s.where) or accumulation_fix(s.where.text)
+        fix = accumulation_fix(s.where.text)
+        fix = (element_read_fix(s.where) or fix) if fix == ACCUMULATE else fix  # total += v.item(): its own fix
     elif any(kind == ".cpu()" for kind, _ in s.syncs):
         fix = "keep the tensor on the device; copy to the host once, after the loop"
     else:
