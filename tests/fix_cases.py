@@ -113,6 +113,22 @@ CASES: list[Case] = [
         after="assert all(i.device == dev for i in images)",
     ),
     Case(
+        # Each block keeps its own plain tensor attribute: registering the first one's leaves the
+        # next block failing, so every block of that class gets its buffer.
+        "every-block-keeps-a-plain-tensor-attribute",
+        "class Block(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = nn.Linear(4, 4)\n"
+        "        self.shift = torch.zeros(4)\n"
+        "    def forward(self, x):\n"
+        "        return self.lin(x) + self.shift\n"
+        "model = nn.Sequential(Block(), Block(), Block()).to(dev)\n"
+        "x = torch.randn(2, 4, device=dev)\n",
+        "y = model(x)\n",
+        after="assert all(b.shift.device == dev and 'shift' in dict(b.named_buffers()) for b in model)",
+    ),
+    Case(
         # Not passed to the model: passed with its output to a loss, which meets it on the model's device.
         "labels-meet-the-models-output-in-a-loss",
         "model = nn.Linear(8, 3).to(dev)\nx = torch.randn(4, 8, device=dev)\nlabels = torch.tensor([0, 2, 1, 1])\n",

@@ -378,6 +378,18 @@ def register_buffer(u: Unregistered, device: str | None) -> Fix:
                edits=tuple(edits), action=RegisterBuffer(u.owner, u.attr, device or ""))
 
 
+def register_buffers(found: Unregistered, all_of_model: Iterable[Unregistered], device: str | None) -> Fix:
+    """:func:`register_buffer` for ``found`` and for the same attribute of every other module of its
+    class in the model (each attention block keeps its own ``k_bias``): the next one fails otherwise."""
+    same = [u for u in all_of_model if u.attr == found.attr and u.class_name == found.class_name]
+    if len(same) < 2:
+        return register_buffer(found, device)
+    fix = combine([register_buffer(u, device) for u in same])
+    where = f" on {device}" if device else ""
+    return dataclasses.replace(fix, summary=f"register {found.attr} as a buffer{where} in each of the {len(same)} "
+                                            f"{found.class_name} modules that keep it: .to() moves them from now on")
+
+
 def _register_line(text: str, attr: str) -> str | None:
     """``self.pe = make(x)  # note`` -> ``self.register_buffer("pe", make(x), persistent=False)  # note``."""
     stripped = text.strip()

@@ -507,7 +507,7 @@ class _Diagnosis(ContainerFixes):
         for module in self.index.holders.modules:
             for u in module.unregistered:
                 if name == u.name:
-                    return dataclasses.replace(fixes.register_buffer(u, target), rerun=True)
+                    return dataclasses.replace(fixes.register_buffers(u, module.unregistered, target), rerun=True)
                 if name.startswith((u.name + "[", u.name + ".")):
                     container = object_at(self.failure.namespace, u.name)
                     kind = type_name(type(container)) if type_is_one_of(container, (list, tuple, dict)) else "list"
