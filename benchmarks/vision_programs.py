@@ -53,6 +53,8 @@ class _Classifier:
     model_class: str
     arguments: str
     image_size: int = 32
+    #: Other names of the module the arguments use (a config class).
+    imports: tuple[str, ...] = ()
 
 
 CLASSIFIERS = (
@@ -77,7 +79,8 @@ CLASSIFIERS = (
     _Classifier("timm_xcit", "timm", "timm.models.xcit", "Xcit",
                 "img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=3, cls_attn_layers=1"),
     _Classifier("timm_mvitv2", "timm", "timm.models.mvitv2", "MultiScaleVit",
-                "MultiScaleVitCfg(depths=(1, 1), embed_dim=16, num_heads=1), img_size=(32, 32), num_classes=3"),
+                "MultiScaleVitCfg(depths=(1, 1), embed_dim=16, num_heads=1), img_size=(32, 32), num_classes=3",
+                imports=("MultiScaleVitCfg",)),
     _Classifier("timm_convit", "timm", "timm.models.convit", "ConVit",
                 "img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=3, local_up_to_layer=1"),
     _Classifier("timm_efficientvit_msra", "timm", "timm.models.efficientvit_msra", "EfficientVitMsra",
@@ -95,7 +98,7 @@ CLASSIFIERS = (
 
 def classifier_program(c: _Classifier) -> Program:
     local = c.module.rsplit(".", 1)[1]
-    imported = c.model_class + (", MultiScaleVitCfg" if "MultiScaleVitCfg" in c.arguments else "")
+    imported = ", ".join((c.model_class, *c.imports))
     cells = (
         f"import torch\nfrom {local} import {imported}\ndevice = torch.device('DEVICE')",
         f"torch.manual_seed(0)\nmodel = {c.model_class}({c.arguments}).to(device)\n"

@@ -25,17 +25,13 @@ _READS = ("item",)
 _CONVERSIONS = ("float", "int")
 
 
-#: The fix for a wait in a loop whose line shows no running value of its own.
-ACCUMULATE = "keep the running value on the device and read it once after the loop"
-
-
-def accumulation_fix(code: str) -> str:
-    """What to do about ``code`` (a line that syncs in a loop), in the line's own names."""
-    generic = ACCUMULATE
+def accumulation_fix(code: str) -> str | None:
+    """What to do about ``code`` (a line that syncs in a loop), in the line's own names; None where
+    the line shows no running value (``total += v.item()``, ``values.append(v.item())``)."""
     try:
         tree = ast.parse(code.strip())
     except SyntaxError:  # a line that is part of a longer statement
-        return generic
+        return None
     for node in ast.walk(tree):
         if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
             read = _device_value_read(node.value)
@@ -50,7 +46,7 @@ def accumulation_fix(code: str) -> str:
                 values = node.func.value.id
                 return (f"keep the values on the device ({values}.append({read}.detach())) and read them once after "
                         f"the loop ({values} = torch.stack({values}).tolist())")
-    return generic
+    return None
 
 
 def _device_value_read(node: ast.AST) -> str | None:
@@ -121,8 +117,8 @@ def sync_in_loop(s: LineStats) -> Finding:
         fix = (f"the waits happen inside {', '.join(s.inside)}: call it less often, or with fewer steps, "
                "if the loop allows")
     elif any(kind in (".item()", "float()", "int()", "print", ".tolist()") for kind, _ in s.syncs):
-        fix = accumulation_fix(s.where.text)
-        fix = (element_read_fix(s.where) or fix) if fix == ACCUMULATE else fix  # total += v.item(): its own fix
+        fix = (accumulation_fix(s.where.text) or element_read_fix(s.where)
+               or "keep the running value on the device and read it once after the loop")
     elif any(kind == ".cpu()" for kind, _ in s.syncs):
         fix = "keep the tensor on the device; copy to the host once, after the loop"
     else:
