@@ -10,8 +10,10 @@ tiny sizes they run at, and the cells that train a step and predict.
   other pointing at the copies, and assembled in a cell as a custom detector is assembled.
 * Optical flow: torchvision's RAFT and its grid helpers, trained on a random image pair.
 * Image classifiers with device placements of their own: torchvision's Swin and MaxViT; timm's
-  LeViT, Swin V1/V2, BEiT, XCiT, MViTv2, ConViT, EfficientViT (MSRA), TinyViT, EfficientFormerV2
-  and ViT (relative-position indices, attention biases and masks, position embeddings).
+  LeViT, Swin V1/V2, BEiT, XCiT, MViTv2, ConViT, EfficientViT (MSRA), TinyViT, EfficientFormerV2,
+  EdgeNeXt and ViT (relative-position indices, attention biases and masks, position embeddings).
+* Single-stage detectors: torchvision's SSD (its default boxes) and RetinaNet, from the user's
+  copies of their files and the parts they share with Faster R-CNN, on a two-level backbone.
 
 torchvision's registry refuses a model name twice, so the copies drop ``@register_model()``
 (timm's registry allows it). Needs ``torchvision`` and ``timm`` built for the installed torch.
@@ -91,6 +93,9 @@ CLASSIFIERS = (
                 "window_sizes=(2, 2, 2, 2), num_classes=3", 64),
     _Classifier("timm_efficientformer_v2", "timm", "timm.models.efficientformer_v2", "EfficientFormerV2",
                 "depths=(1, 1, 1, 1), embed_dims=(16, 16, 32, 32), num_vit=1, img_size=64, num_classes=3", 64),
+    _Classifier("timm_edgenext", "timm", "timm.models.edgenext", "EdgeNeXt",
+                "dims=(16, 24, 32, 48), depths=(1, 1, 1, 1), global_block_counts=(0, 1, 1, 1), heads=(2, 2, 2, 2), "
+                "d2_scales=(2, 2, 2, 2), num_classes=3", 64),
     _Classifier("timm_vit", "timm", "timm.models.vision_transformer", "VisionTransformer",
                 "img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=3"),
 )
@@ -152,6 +157,53 @@ def detection_program() -> Program:
                    fixed_cells=frozenset({0}))
 
 
+_SINGLE_STAGE_DATA = (
+    "images = [torch.rand(3, 64, 64, device=device) for _ in range(2)]\n"
+    "targets = [{'boxes': torch.tensor([[4.0, 6.0, 40.0, 50.0]], device=device),\n"
+    "            'labels': torch.tensor([1], device=device)} for _ in range(2)]")
+_TWO_LEVELS = (
+    "class Backbone(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.out_channels = 8\n"
+    "        self.first = nn.Conv2d(3, 8, 3, stride=4, padding=1)\n"
+    "        self.second = nn.Conv2d(8, 8, 3, stride=2, padding=1)\n"
+    "    def forward(self, x):\n"
+    "        low = torch.relu(self.first(x))\n"
+    "        return OrderedDict([('0', low), ('1', torch.relu(self.second(low)))])\n")
+
+
+def single_stage_program(name: str) -> Program:
+    """torchvision's SSD or RetinaNet from the user's copies of its file and parts, on a two-level backbone."""
+    own = {"ssd": "ssd", "retinanet": "retinanet"}[name]
+    parts = {f"{_DETECTION}.{part}": local for part, local in (
+        ("_utils", "det_utils"), ("anchor_utils", "anchor_utils"), ("image_list", "image_list"),
+        ("transform", "transform"), (own, own))}
+    if name == "ssd":
+        model = ("anchors = DefaultBoxGenerator([[2], [2]])\n"
+                 "head = SSDHead([8, 8], anchors.num_anchors_per_location(), num_classes=3)\n"
+                 "model = SSD(Backbone(), anchors, (64, 64), num_classes=3, head=head, topk_candidates=20,\n"
+                 "            detections_per_img=10).to(device)\n")
+        imports = "from anchor_utils import DefaultBoxGenerator\nfrom ssd import SSD, SSDHead\n"
+    else:
+        model = ("anchors = AnchorGenerator(sizes=((16, 32), (32, 64)), aspect_ratios=((0.5, 1.0, 2.0),) * 2)\n"
+                 "head = RetinaNetHead(8, anchors.num_anchors_per_location()[0], num_classes=3)\n"
+                 "model = RetinaNet(Backbone(), 3, min_size=64, max_size=64, anchor_generator=anchors, head=head,\n"
+                 "                  topk_candidates=20, detections_per_img=10).to(device)\n")
+        imports = "from anchor_utils import AnchorGenerator\nfrom retinanet import RetinaNet, RetinaNetHead\n"
+    cells = (
+        "import torch\nfrom torch import nn\nfrom collections import OrderedDict\n" + imports
+        + "device = torch.device('DEVICE')",
+        "torch.manual_seed(0)\n" + _TWO_LEVELS + model + "opt = torch.optim.SGD(model.parameters(), lr=1e-3)",
+        _SINGLE_STAGE_DATA,
+        "model.train()\nlosses = model(images, targets)\nloss = sum(losses.values())\nloss.backward()\n"
+        "opt.step()\nopt.zero_grad()",
+        "model.eval()\nwith torch.no_grad():\n    detections = model(images)",
+    )
+    return Program(f"tv_{name}", "torchvision", cells, files=_copies(parts), needs=("torchvision",),
+                   fixed_cells=frozenset({0}))
+
+
 def optical_flow_program() -> Program:
     """torchvision's RAFT (small) and its grid helpers, a training step on a random image pair."""
     copies = _copies({f"{_TV}.optical_flow.raft": "raft", f"{_TV}.optical_flow._utils": "flow_utils"})
@@ -171,4 +223,5 @@ def optical_flow_program() -> Program:
 
 
 def vision_programs() -> list[Program]:
-    return [detection_program(), optical_flow_program()] + [classifier_program(c) for c in CLASSIFIERS]
+    return [detection_program(), single_stage_program("ssd"), single_stage_program("retinanet"),
+            optical_flow_program()] + [classifier_program(c) for c in CLASSIFIERS]

@@ -95,6 +95,122 @@ CASES: list[Case] = [
         after="assert grid.device == dev",
     ),
     Case(
+        # The host factory is on one line of an expression written over several: that line alone
+        # does not parse, and the edit is made on it in the expression's own columns.
+        "host-factory-on-the-second-line-of-an-expression",
+        "def relative_offsets(q, n):\n"
+        "    dist = (\n"
+        "        torch.arange(n, device=q.device).unsqueeze(-1) * 2 -\n"
+        "        torch.arange(n).unsqueeze(0) * 2\n"
+        "    )\n"
+        "    return q + dist.sum(0)\n"
+        "q = torch.randn(2, 4, device=dev)\n",
+        "out = relative_offsets(q, 4)\n",
+        expect=("edits",),
+        after="assert out.device == dev",
+    ),
+    Case(
+        "host-factory-on-the-first-line-of-an-expression",
+        "def relative_offsets(q, n):\n"
+        "    dist = (\n"
+        "        torch.arange(n).unsqueeze(-1) * 2 -\n"
+        "        torch.arange(n, device=q.device).unsqueeze(0) * 2\n"
+        "    )\n"
+        "    return q + dist.sum(0)\n"
+        "q = torch.randn(2, 4, device=dev)\n",
+        "out = relative_offsets(q, 4)\n",
+        expect=("edits",),
+        after="assert out.device == dev",
+    ),
+    Case(
+        # A helper handed only sizes makes the grid, as a factory would: its call is where the device
+        # is given (device= to the helper's own parameter), not each place the grid is used.
+        "helper-with-a-device-parameter-left-to-its-default",
+        "def coords_grid(n, h, w, device='cpu'):\n"
+        "    ys, xs = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing='ij')\n"
+        "    return torch.stack([xs, ys]).float()[None].repeat(n, 1, 1, 1)\n"
+        "class Flow(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.head = nn.Conv2d(2, 2, 1)\n"
+        "    def forward(self, image):\n"
+        "        start = coords_grid(image.shape[0], image.shape[2], image.shape[3])\n"
+        "        moved = self.head(image) + 0.0\n"
+        "        flow = moved - start\n"
+        "        return flow, moved + start\n"
+        "model = Flow().to(dev)\n"
+        "image = torch.randn(2, 2, 4, 4, device=dev)\n",
+        "flow, ends = model(image)\n",
+        expect=("edits",),
+        after="assert flow.device == dev and ends.device == dev",
+    ),
+    Case(
+        "helper-handed-only-sizes-returns-a-host-tensor",
+        "def angles(n, dim):\n"
+        "    steps = torch.arange(n).float()[:, None]\n"
+        "    return steps / (10000 ** (torch.arange(dim).float() / dim))\n"
+        "def encode(x):\n"
+        "    table = angles(x.shape[0], x.shape[1])\n"
+        "    return x + table.sin() + table.cos()\n"
+        "x = torch.randn(6, 4, device=dev)\n",
+        "y = encode(x)\n",
+        expect=("edits",),
+        after="assert y.device == dev",
+    ),
+    Case(
+        # forward replaces a buffer with what a method of its own makes from a size: moving the buffer
+        # would not last (the next new size makes it again), so the line that replaces it is edited.
+        "forward-replaces-a-buffer-by-a-method-handed-a-size",
+        "class Attn(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.proj = nn.Linear(3, 2)\n"
+        "        self.register_buffer('rel', torch.zeros(1, 1, 1, 3), persistent=False)\n"
+        "    def make_rel(self, n):\n"
+        "        idx = torch.arange(n, dtype=torch.float32)\n"
+        "        d = idx[None, :] - idx[:, None]\n"
+        "        return torch.stack([d, d.abs(), d ** 2], dim=-1)[None]\n"
+        "    def forward(self, x):\n"
+        "        n = x.shape[1]\n"
+        "        if self.rel.shape[1] != n:\n"
+        "            self.rel = self.make_rel(n)\n"
+        "        out = x[..., None] * self.proj(self.rel).sum(-1)\n"
+        "        x = out.mean(-1)\n"
+        "        return x\n"
+        "model = Attn().to(dev)\n"
+        "x = torch.randn(2, 4, device=dev)\n",
+        "y = model(x)\n",
+        expect=("edits",),
+        after="assert y.device == dev and model.rel.device == dev",
+    ),
+    Case(
+        # The factory follows another tensor's device (device = base.device): base is the cause, a list
+        # attribute that the method handed the device re-makes without moving it.
+        "factory-follows-the-device-of-a-list-a-method-forgot-to-move",
+        "class Anchors(nn.Module):\n"
+        "    def __init__(self, sizes):\n"
+        "        super().__init__()\n"
+        "        self.cell = [torch.tensor([[-s, -s, s, s]]) for s in sizes]\n"
+        "    def set_cell(self, dtype, device):\n"
+        "        self.cell = [c.to(dtype=dtype) for c in self.cell]\n"
+        "    def grid(self, n, strides):\n"
+        "        out = []\n"
+        "        for base, stride in zip(self.cell, strides):\n"
+        "            device = base.device\n"
+        "            shifts = torch.arange(0, n, dtype=torch.float32, device=device) * stride\n"
+        "            out.append(shifts.view(-1, 1, 1) + base.view(1, -1, 4))\n"
+        "        return out\n"
+        "    def forward(self, feature):\n"
+        "        self.set_cell(feature.dtype, feature.device)\n"
+        "        strides = [torch.full((), 4.0, device=feature.device) for _ in self.cell]\n"
+        "        return torch.cat([a.reshape(-1, 4) for a in self.grid(feature.shape[-1], strides)]) + feature.mean()\n"
+        "anchors = Anchors([1.0, 2.0]).to(dev)\n"
+        "feature = torch.randn(1, 3, 5, 5, device=dev)\n",
+        "boxes = anchors(feature)\n",
+        expect=("edits",),
+        after="assert boxes.device == dev and all(c.device == dev for c in anchors.cell)",
+    ),
+    Case(
         # A detector's images: a list the cell passes to the model, made by a comprehension of host
         # factories. %devices moves its tensors and gives the comprehension device=.
         "list-of-host-images-passed-to-a-model",

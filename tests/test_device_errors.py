@@ -126,6 +126,33 @@ def test_devices_finds_a_dropped_move_before_anything_fails(ip, sim):
     assert not [f for f in ip.run_line_magic("devices", "-f").findings if f.code == "dropped-move"]
 
 
+@pytest.mark.parametrize(("setup", "cell", "found"), [
+    # Items of the outputs in a generator, an attribute of one, a method keeping its device, a name
+    # bound from one: each meets target on the model's device.
+    ("target = torch.zeros(4, 3)", "outs = [model(x), model(x)]\nloss = sum((o - target).abs().mean() for o in outs)",
+     "o - target"),
+    ("target = torch.zeros(4, 3)", "out = model(x)\nloss = (out.softmax(-1) * target).sum()", "out.softmax(-1) * target"),
+    ("target = torch.zeros(4, 3)", "loss = (target - model(x)[0]).pow(2).mean()", "target - model(x)[0]"),
+    # Off the device first, a 0-dim host tensor (it mixes with any device), a local of a function,
+    # or a target the cell moves itself: nothing to report.
+    ("target = torch.zeros(4, 3)", "loss = (model(x).cpu() - target).abs().mean()", None),
+    ("scale = torch.tensor(2.0)", "out = model(x) * scale", None),
+    ("target = torch.zeros(4, 3)", "def step(target):\n    return model(x) - target\nloss = step(target.to(dev))", None),
+    ("target = torch.zeros(4, 3)", "target = target.to(dev)\nloss = (model(x) - target).abs().mean()", None),
+])
+def test_devices_finds_a_host_tensor_the_cells_arithmetic_meets_with_a_models_output(ip, sim, setup, cell, found):
+    must_work(ip, PRELUDE + "x = torch.randn(4, 8, device=dev)\n" + setup)
+    run(ip, cell)
+    view = ip.run_line_magic("devices", "-f")
+    meets = [f for f in view.findings if f.code == "input-on-other-device" and "with the output of model" in f.message]
+    if found is None:
+        assert not meets, meets
+        return
+    assert len(meets) == 1 and f"computes {found} with the output of model" in meets[0].message, view.findings
+    must_work(ip, meets[0].fix.code)
+    must_work(ip, cell)
+
+
 # -- a device tensor read as a NumPy array -------------------------------------------------------
 
 

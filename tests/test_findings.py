@@ -70,6 +70,32 @@ def test_unregistered_attribute_on_same_device_is_a_warning():
     assert f.severity == "warning" and f.subject == "m.lookup" and "buffer" in f.fix.summary
 
 
+def test_host_copies_a_module_moves_to_its_inputs_device_as_it_uses_them_are_a_hint(sim):
+    # Kept on the host on purpose (torchvision's default boxes): what is made from them is moved.
+    class Boxes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pairs = [torch.ones(2, 2), torch.ones(3, 2)]
+
+        def forward(self, features):
+            boxes = torch.cat(self.pairs).to(features.device)
+            return features.mean() + boxes
+
+    class Kept(torch.nn.Module):  # read, and nothing moved: still a warning
+        def __init__(self):
+            super().__init__()
+            self.pairs = [torch.ones(2, 2)]
+
+        def forward(self, features):
+            return features.mean() + torch.cat(self.pairs)
+
+    boxes = Boxes()
+    boxes(torch.randn(2, 2, device=sim))
+    f = only(devinspect.scan({"boxes": boxes}), "unregistered-tensor-attribute")
+    assert f.severity == "hint" and "Boxes moves what it makes from it to its inputs' device" in f.message
+    assert only(devinspect.scan({"kept": Kept()}), "unregistered-tensor-attribute").severity == "warning"
+
+
 def test_state_a_module_makes_as_it_runs_is_a_hint_on_its_device_and_an_error_elsewhere(sim):
     class CausalLM(torch.nn.Module):
         def __init__(self):

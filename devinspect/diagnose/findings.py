@@ -360,8 +360,10 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
             direct = first.name == u.name
             where = f" It is on {first.device} while {module.name} is on {target}." if elsewhere else ""
             # State its own methods make as it runs (a mask, a recurrent state) follows their inputs: a hint.
-            running = not elsewhere and u.made_while_running
-            where = where or (f" {u.class_name} makes it as it runs, on its inputs' device." if running else "")
+            running = not elsewhere and (u.made_while_running or u.moved_as_used)
+            where = where or (f" {u.class_name} makes it as it runs, on its inputs' device." if u.made_while_running
+                              else f" {u.class_name} moves what it makes from it to its inputs' device." if running
+                              else "")
             # Made as it runs on the notebook's accelerator while the model sits on the host: its inputs
             # were there, and the model is what was left behind.
             follows = (u.made_while_running and target == "cpu" and device_is_accelerator(first.device)
@@ -614,7 +616,8 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
             continue  # a module whose hooks move its inputs takes them from anywhere
         here = real[0]
         args = _passed(result, call, ("tensor", "parameter"))
-        wrong = [r for r in args if r.device not in (here, "meta") and r.name not in reported]
+        wrong = [r for r in args if r.device not in (here, "meta") and r.name not in reported
+                 and not (call.with_output_in and r.shape == ())]  # a 0-dim host tensor mixes with any device
         if not wrong:
             continue
         target = fixes.target_device([here, *(r.device for r in wrong)])
@@ -636,7 +639,9 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
             code="input-on-other-device",
             severity="error",  # the model's layers raise on it: that call fails, for certain
             subject=call.argument,
-            message=(f"{call.where.where} passes {call.argument} to "
+            message=(f"{call.where.where} computes {call.with_output_in} with the output of {module.name}, but {what}: "
+                     "that line fails when it runs again" if call.with_output_in else
+                     f"{call.where.where} passes {call.argument} to "
                      f"{f'{call.with_output_to} with the output of {module.name}' if call.with_output_to else module.name}"
                      f", but {what}: that call fails when it runs again"),
             fix=fix,

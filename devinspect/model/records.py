@@ -172,6 +172,9 @@ class Unregistered:
     container: str | None = None
     #: True when a method of the class other than ``__init__`` assigns it (state its forward pass makes).
     made_while_running: bool = False
+    #: True when the class's methods read it and move what they make from it to a device they are
+    #: given: host copies kept on purpose.
+    moved_as_used: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +233,9 @@ class ModelCall:
     #: Where the argument goes to another call with the model's output (``F.cross_entropy(model(x),
     #: labels)``): that call, as written; it meets the output on the model's device.
     with_output_to: str = ""
+    #: Where the argument meets the model's output in the cell's arithmetic (``f - flow_truth``, with
+    #: ``f`` an item of ``flows = model(a, b)``): that expression, as written.
+    with_output_in: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -284,11 +284,14 @@ def running_expression(entry: Entry) -> ast.AST | None:
             text = b"".join(chunk).decode(errors="replace")
     if not text:
         return None
+    first = entry.lineno if None in positions or not lines or end > len(lines) else start
     for source, mode in ((f"(\n{text}\n)", "eval"), (text.strip(), "exec")):
         try:
             tree = ast.parse(source, mode=mode)
         except SyntaxError:
             continue
+        # Numbered as the file is: a factory on the second line of an expression is made there.
+        tree = ast.increment_lineno(tree, first - (2 if mode == "eval" else 1))
         return tree.body if mode == "eval" else (tree.body[0] if tree.body else None)
     return None
 
@@ -571,7 +574,7 @@ def _factory_call(node: ast.Call, frame: types.FrameType, depth: int, lineno: in
     else:
         device = str(torch.get_default_device()) if hasattr(torch, "get_default_device") else "cpu"
     return Temporary(device, f"torch.{func.attr}", ast.unparse(node), keyword is not None, frame.f_code.co_filename,
-                     lineno or frame.f_lineno, frame.f_code.co_name, frame)
+                     getattr(node, "lineno", 0) if lineno else frame.f_lineno, frame.f_code.co_name, frame)
 
 
 def _returned_by_users_function(node: ast.Call, frame: types.FrameType, depth: int, lineno: int) -> Any:

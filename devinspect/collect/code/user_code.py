@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from . import locations
+from .expressions import expression_root
+from .output_operands import output_operands
 from ..objects.static_getters import type_is_one_of
 
 #: How many of the most recent cells are looked through for an assignment.
@@ -123,6 +125,17 @@ def parsed_statement(code: types.CodeType, line: int) -> ast.Module | None:
         return None
 
 
+def statement_at(filename: str, line: int) -> ast.stmt | None:
+    """The innermost simple statement of a file or cell that holds ``line``, read from the whole
+    file, so its columns are the file's: a line of an expression written over several lines
+    does not parse alone."""
+    tree = parse(filename)
+    held = [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and n.lineno <= line <= (n.end_lineno or n.lineno)
+            and not any(isinstance(getattr(n, f, None), list) for f in ("body", "orelse", "handlers"))
+            ] if tree is not None else []
+    return min(held, key=lambda s: (s.end_lineno or s.lineno) - s.lineno, default=None)
+
+
 def statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
     """Every statement of a block, nested blocks included, not entering nested functions or classes."""
     for node in body:
@@ -155,14 +168,19 @@ def bound_before(code: types.CodeType, name: str, line: int) -> bool:
     return any(name in assigned_names(s) or name in _imported(s) for s in statements(node.body) if s.lineno < line)
 
 
-def rebound_from(code: types.CodeType, name: str, line: int) -> bool:
+def rebound_from(code: types.CodeType, name: str, line: int, now: int | None = None) -> bool:
     """Whether a statement of the function of ``code`` at or after line ``line`` binds ``name``: then
     the value the frame shows now is not the one a line there reads (``data, t = data.to(d), t``
-    reads the old ``data``)."""
+    reads the old ``data``). With ``now`` (the line the frame is running), a binding at or after
+    ``now`` has not run yet, unless a loop holds ``line`` (an earlier pass ran it)."""
     node = function_node(code)
     if node is None:
         return False
-    return any(name in assigned_names(s) for s in statements(node.body) if s.lineno >= line
+    body = list(statements(node.body))
+    looped = any(isinstance(s, (ast.For, ast.AsyncFor, ast.While)) and s.lineno < line <= (s.end_lineno or s.lineno)
+                 for s in body)
+    end = now if now is not None and now > line and not looped else 1 << 30
+    return any(name in assigned_names(s) for s in body if line <= s.lineno < end
                and not isinstance(s, (ast.For, ast.AsyncFor)))
 
 
@@ -363,6 +381,12 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                     continue
                 where = locations.source_line(cell.filename, node.lineno)
                 calls.setdefault(callee, []).append(ModelCall(callee, text, container, where))
+        for model, operand, expression in output_operands(tree, modules, _MODULE_METHODS):
+            # out - target, with out = model(x): target meets the output on the model's device.
+            if model not in found and expression_root(operand) not in {n for line, n in bindings if line < expression.lineno} \
+                    and object_at(namespace, ast.unparse(operand)) is not MISSING:
+                calls.setdefault(model, []).append(ModelCall(model, ast.unparse(operand), None, locations.source_line(
+                    cell.filename, expression.lineno), with_output_in=ast.unparse(expression)))
         for callee, made in calls.items():
             found.setdefault(callee, made)
         if len(found) == len(modules):
@@ -572,13 +596,6 @@ def helper_inputs(function: ast.FunctionDef | None, name: str, before: int, loca
         return []
     return [a.id for a in [*value.args, *(k.value for k in value.keywords)]
             if isinstance(a, ast.Name) and a.id not in local and issubclass(type(object_at(namespace, a.id)), torch.Tensor)]
-
-
-def expression_root(node: ast.AST) -> str:
-    """The name an expression starts from (``model`` for ``model.encoder(x).mean()``), or ""."""
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-        node = node.func if isinstance(node, ast.Call) else node.value
-    return node.id if isinstance(node, ast.Name) else ""
 
 
 #: How many of the latest cells are read for function calls.

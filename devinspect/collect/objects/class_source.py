@@ -111,16 +111,42 @@ def assigned_while_running(cls: type, attr: str) -> bool:
     return False
 
 
-def _assignment_line(code: types.CodeType, attr: str) -> Any:
+def moved_as_used(cls: type, attr: str) -> bool:
+    """Whether the methods of ``cls`` read ``self.<attr>`` and move what they make to a device they
+    are given (``.to(device)``): host copies kept on purpose (torchvision's ``DefaultBoxGenerator``
+    makes its boxes from them on the host and moves the result to its inputs' device)."""
+    reads = moves = False
+    for klass in mro(cls):
+        if klass is _Module or klass is object:
+            break
+        for value in dict.values(plain_class_dict(klass)):
+            tree = _method_tree(FUNCTION_CODE(value)) if type(value) is types.FunctionType else None
+            for node in ast.walk(tree) if tree is not None else ():
+                reads = reads or (isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, ast.Load)
+                                  and isinstance(node.value, ast.Name) and node.value.id == "self")
+                moves = moves or (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                                  and node.func.attr == "to" and any("device" in ast.unparse(a).lower() for a in
+                                                                    [*node.args, *(k.value for k in node.keywords)]))
+    return reads and moves
+
+
+def _method_tree(code: types.CodeType) -> ast.Module | None:
+    """The source of the function of ``code``, parsed on its own (None when not at hand)."""
     lines = linecache.getlines(code.co_filename)
     if not lines:
         return None
     start = code.co_firstlineno - 1
-    block = inspect.getblock(lines[start:])
     try:
-        tree = ast.parse(textwrap.dedent("".join(block)))
-    except (SyntaxError, ValueError):
+        return ast.parse(textwrap.dedent("".join(inspect.getblock(lines[start:]))))
+    except (SyntaxError, ValueError, IndentationError):
         return None
+
+
+def _assignment_line(code: types.CodeType, attr: str) -> Any:
+    tree = _method_tree(code)
+    if tree is None:
+        return None
+    start = code.co_firstlineno - 1
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
             node, (ast.AnnAssign, ast.AugAssign)) else []

@@ -649,13 +649,15 @@ def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Or
     if not text or locations.is_library_file(where.file):
         return None
     try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
-    calls = factory_calls(tree) or factory_calls(tree, given_too=True)
+        tree, offset, whole = ast.parse(text), 0, True
+    except SyntaxError:  # one line of an expression written over several: its statement's calls on it
+        tree, physical = user_code.statement_at(where.file, where.line), linecache.getline(where.file, where.line)
+        offset, whole = len(physical.encode()) - len(physical.lstrip().encode()), False
+    on_line = lambda calls: [c for c in calls if whole or c.lineno == c.end_lineno == where.line]  # noqa: E731
+    calls = (on_line(factory_calls(tree)) or on_line(factory_calls(tree, given_too=True))) if tree else []
     if not calls:
         return None
-    new = with_device(text, calls, device_expr)
+    new = with_device(text, calls, device_expr, offset)
     if new is None or new == text:
         return None
     return Origin(where, "factory", SourceEdit(where, text, new, where.function), in_failed_cell)

@@ -71,7 +71,8 @@ def device_in_frame(frame: types.FrameType | None, device: str, avoid: set[str] 
 
     def usable(name: Any) -> bool:
         return type(name) is str and name.isidentifier() and (line is None or (
-            user_code.bound_before(frame.f_code, name, line) and not user_code.rebound_from(frame.f_code, name, line)))
+            user_code.bound_before(frame.f_code, name, line)
+            and not user_code.rebound_from(frame.f_code, name, line, frame.f_lineno)))
 
     for name, value in dict.items(local_vars):
         if type(value) is torch.device and str(value) == device and usable(name):

@@ -278,6 +278,33 @@ def _device_parameter(function: ast.FunctionDef | ast.AsyncFunctionDef) -> str |
     return next((n for n in names if n in ("device", "dev") or n.endswith("_device")), None)
 
 
+def unmoved_in_device_method(cls: type, attr: str) -> SourceEdit | None:
+    """A method of the user's class that is handed a device (``set_cell_anchors(self, dtype, device)``)
+    and assigns ``self.<attr>`` without using it: that assignment moves the tensors it holds there
+    (each item of a list it builds). None when no such method assigns it."""
+    for statement in creation_sites.assignments_in_methods(cls, attr, skip=()):
+        function = _function_node(statement)
+        parameter = _device_parameter(function) if function is not None else None
+        value = getattr(statement.node, "value", None)
+        if parameter is None or value is None or statement.node.lineno != statement.node.end_lineno or any(
+                isinstance(n, ast.Name) and n.id == parameter for n in ast.walk(value)):
+            continue
+        items = [value.elt] if isinstance(value, (ast.ListComp, ast.GeneratorExp, ast.SetComp)) else \
+            list(value.elts) if isinstance(value, (ast.List, ast.Tuple)) else [value]
+        line = linecache.getline(statement.filename, statement.line).rstrip("\n").encode()
+        new = line
+        for item in sorted(items, key=lambda n: n.col_offset, reverse=True):
+            text = line[item.col_offset:item.end_col_offset].decode(errors="replace")
+            atom = isinstance(item, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+            moved = f"{text if atom else f'({text})'}.to({parameter})"
+            new = new[:item.col_offset] + moved.encode() + new[item.end_col_offset:]
+        indent = len(line) - len(line.lstrip())
+        where = locations.source_line(statement.filename, statement.line, statement.function or "<module>")
+        return SourceEdit(where, line[indent:].decode(errors="replace"), new[indent:].decode(errors="replace"),
+                          statement.function)
+    return None
+
+
 def _passes(call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str) -> bool:
     """Whether ``call`` gives ``parameter`` (by keyword, by position, or through ``*``/``**``)."""
     if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):

@@ -24,8 +24,9 @@ from typing import Any, Callable, Mapping
 import torch
 
 from ...collect.code import locations, user_code
+from ...collect.objects.static_getters import instance_dict
 from ...runtime import tensor_getters
-from . import creation_sites, device_names
+from . import creation_sites, device_names, made_in_code, maker_calls
 
 _T = torch.Tensor
 #: How many statements back a trail goes before it gives up.
@@ -90,6 +91,14 @@ def _trail(name: str, frame: types.FrameType, node: ast.FunctionDef | ast.AsyncF
                 return found
         elif found is not None:
             made.append(found)
+    if not made:  # zip(self.cell_anchors, …): a method handed the device that assigns the attribute without it
+        owner = _local(frame, "self")
+        for attr in dict.fromkeys(n.attr for n in ast.walk(value) if isinstance(n, ast.Attribute)
+                                  and isinstance(n.value, ast.Name) and n.value.id == "self"):
+            edit = made_in_code.unmoved_in_device_method(type(owner), attr) \
+                if holds_device(dict.get(instance_dict(owner), attr), off) else None
+            if edit is not None:
+                return Trail(origin=creation_sites.Origin(edit.where, "factory", edit), name=f"self.{attr}")
     if len(made) > 1:  # di and dj of torch.meshgrid(di, dj): editing one leaves the other on the host
         extra = tuple(e for t in made[1:] for e in t.origin.edits if e not in made[0].origin.edits)
         return Trail(origin=dataclasses.replace(made[0].origin, also=made[0].origin.also + extra), name=made[0].name)
@@ -107,7 +116,8 @@ def _made_here(name: str, frame: types.FrameType, statement: user_code.Statement
     value = getattr(statement.node, "value", None)
     reads = tuple(_inputs(value)) if value is not None else ()  # the line's own inputs name the device best
     device_expr = device_at(frame, statement.line, {name}, reads)
-    origin = creation_sites.local_origin(name, frame, before, [name], device_expr)
+    origin = creation_sites.local_origin(name, frame, before, [name], device_expr) or \
+        maker_calls.maker_origin(name, statement, frame, device_expr)
     if origin is None or origin.kind not in ("factory", "loop"):
         return None
     if origin.where.line != statement.line:  # an earlier line made it: name the device as that line can
@@ -146,6 +156,25 @@ def _inputs(value: ast.expr) -> list[str]:
                 and n.id not in bound and n.id != "self" and n.id not in out):
             out.append(n.id)
     return out
+
+
+def device_read_from(where: Any, frames: list[types.FrameType], device: str) -> tuple[str, types.FrameType] | None:
+    """For a tensor made at ``where`` by a factory with ``device=`` read from another tensor
+    (``device=anchors.device``, or ``device=device`` after ``device = anchors.device``): that local
+    and the frame of ``frames`` it is in, when it is a tensor on the same wrong ``device``, the
+    one the factory only followed."""
+    frame = next((f for f in frames if f.f_code.co_filename == where.file and f.f_code.co_name == where.function), None)
+    node = user_code.function_node(frame.f_code) if frame is not None else None
+    statement = user_code.statement_at(where.file, where.line) if node is not None else None
+    for call in creation_sites.factory_calls(statement, given_too=True) if statement is not None else ():
+        given = next((k.value for k in call.keywords if k.arg == "device"), None)
+        if isinstance(given, ast.Name):
+            assigned = user_code.last_assignment(given.id, where.file, node.body, where.line, None)
+            given = getattr(assigned.node, "value", None) if assigned is not None else None
+        if isinstance(given, ast.Attribute) and given.attr == "device" and isinstance(given.value, ast.Name) \
+                and holds_device(_local(frame, given.value.id), device):
+            return given.value.id, frame
+    return None
 
 
 def local_inputs(name: str, frame: types.FrameType, failing_line: int) -> list[str]:

@@ -39,7 +39,7 @@ from ...collect.namespace.path_lookup import MISSING, object_at
 from ...model.check_report import Mismatch, Operand
 from ...model.fixes import EditCell, Fix
 from ...model.records import SourceLine, device_is_accelerator
-from ..causes import device_names, made_in_code, creation_sites, value_flow
+from ..causes import device_names, made_in_code, maker_calls, creation_sites, value_flow
 from .. import fixes
 from .container_fixes import MOVED_AT_MOST, ContainerFixes
 from ..causes.dropped_moves import dropped_move_fix
@@ -252,7 +252,7 @@ class _Diagnosis(ContainerFixes):
             parts.extend(f for f in passed if f.summary not in seen and not seen.add(f.summary))
         if any(n.operand.source == "unknown" for n in misplaced):
             # Made inside library code from what the user passed in: those inputs are the cause.
-            parts.extend(f for f in self._inputs_on_lines(target) if f.summary not in seen)
+            parts.extend(f for f in self._passed_tensors(target, lambda call: True) if f.summary not in seen)
         parts.extend(f for f in self._inputs_of_moved_models(target) if f.summary not in seen)
         if not parts:
             return self._default_device_fix(misplaced, target) or fixes.made_inside_library(
@@ -324,7 +324,11 @@ class _Diagnosis(ContainerFixes):
         if source == "traced":
             return self._traced_fix(n, target)
         if n.created is not None:
-            return self._line_fix(n.created[0], target, n.frame)
+            # device=device, with device = anchors.device: the tensor it reads the device of is the cause
+            read = value_flow.device_read_from(n.created[0], self.user_frames, n.device) if n.created[2] else None
+            fix = self._local_fix(_Named(dataclasses.replace(n.operand, name=read[0]), None, frame=read[1], local=read[0]),
+                                  target) if read else None
+            return fix or self._line_fix(n.created[0], target, n.frame)
         return self._comprehension_fix(n, target)
 
     def _edit_fix(self, origin: creation_sites.Origin, summary: str) -> Fix:
@@ -533,16 +537,16 @@ class _Diagnosis(ContainerFixes):
         operands = tuple(o.local for o in self._named if o.local and o.frame is frame and o.device == target)
         device_expr = device_names.device_expression(self.failure.namespace, target, frame, prefer=operands,
                                                      line=statement.line)
-        made = creation_sites.creation_edit(statement, device_expr)
-        if made is None or made[0] != "factory":
+        edit = maker_calls.replacing_edit(statement, frame, device_expr)
+        if edit is None:
             return None
         where = locations.source_line(statement.filename, statement.line, statement.function)
-        fix = self._edit_fix(creation_sites.Origin(where, "factory", made[1]),
+        fix = self._edit_fix(creation_sites.Origin(where, "factory", edit),
                              f"make {attr} on {target} where {statement.function} replaces it")
         self.replaced_in_methods.add(name)
         note = (f"{statement.function} replaces the buffer {name} with a new tensor on every call, so "
                 f"moving it would not last")
-        return dataclasses.replace(fix, note=" ".join(filter(None, [note, fix.note])))
+        return dataclasses.replace(fix, note="; ".join(filter(None, [note, fix.note])))
 
     def _off_target_tensors(self, model: Any, target: str) -> list[str]:
         """The parameters and buffers of ``model`` off ``target``, less those a method replaces."""
@@ -646,11 +650,6 @@ class _Diagnosis(ContainerFixes):
             return self._edit_fix(origin, f"make {root} on {target} where it is made (on meta it holds no data to move)")
         return Fix(summary=f"make {root} again on {target}",
                    note=f"{root} is on the meta device and holds no data to move: create it on {target}")
-
-    def _inputs_on_lines(self, target: str) -> list[Fix]:
-        """Namespace tensors off ``target`` passed to calls on the user's lines (the failed cell's
-        and the innermost user frame's)."""
-        return self._passed_tensors(target, lambda call: True)
 
     def _inputs_of_moved_models(self, target: str) -> list[Fix]:
         """Tensors passed on the user's lines to a model that the fix leaves wholly on ``target``:
