@@ -94,34 +94,20 @@ CASES: list[Case] = [
         expect=("edits",),
         after="assert grid.device == dev",
     ),
-    Case(
-        # The host factory is on one line of an expression written over several: that line alone
-        # does not parse, and the edit is made on it in the expression's own columns.
-        "host-factory-on-the-second-line-of-an-expression",
-        "def relative_offsets(q, n):\n"
-        "    dist = (\n"
-        "        torch.arange(n, device=q.device).unsqueeze(-1) * 2 -\n"
-        "        torch.arange(n).unsqueeze(0) * 2\n"
-        "    )\n"
-        "    return q + dist.sum(0)\n"
-        "q = torch.randn(2, 4, device=dev)\n",
-        "out = relative_offsets(q, 4)\n",
-        expect=("edits",),
-        after="assert out.device == dev",
-    ),
-    Case(
-        "host-factory-on-the-first-line-of-an-expression",
-        "def relative_offsets(q, n):\n"
-        "    dist = (\n"
-        "        torch.arange(n).unsqueeze(-1) * 2 -\n"
-        "        torch.arange(n, device=q.device).unsqueeze(0) * 2\n"
-        "    )\n"
-        "    return q + dist.sum(0)\n"
-        "q = torch.randn(2, 4, device=dev)\n",
-        "out = relative_offsets(q, 4)\n",
-        expect=("edits",),
-        after="assert out.device == dev",
-    ),
+    # The host factory is on one line of an expression written over several: that line alone does
+    # not parse, and the edit is made on it in the expression's own columns.
+    *(Case(f"host-factory-on-the-{which}-line-of-an-expression",
+           "def relative_offsets(q, n):\n"
+           "    dist = (\n"
+           f"        torch.arange(n{first}).unsqueeze(-1) * 2 -\n"
+           f"        torch.arange(n{second}).unsqueeze(0) * 2\n"
+           "    )\n"
+           "    return q + dist.sum(0)\n"
+           "q = torch.randn(2, 4, device=dev)\n",
+           "out = relative_offsets(q, 4)\n",
+           expect=("edits",),
+           after="assert out.device == dev")
+      for which, first, second in (("first", "", ", device=q.device"), ("second", ", device=q.device", ""))),
     Case(
         # A helper handed only sizes makes the grid, as a factory would: its call is where the device
         # is given (device= to the helper's own parameter), not each place the grid is used.
@@ -209,6 +195,35 @@ CASES: list[Case] = [
         "boxes = anchors(feature)\n",
         expect=("edits",),
         after="assert boxes.device == dev and all(c.device == dev for c in anchors.cell)",
+    ),
+    Case(
+        # The model's forward rebinds its input (images = self.prep(images)) to an object whose attribute
+        # its body reads: the trail goes through the rebinding and the attribute to the cell's list.
+        "input-list-rebound-to-a-batch-object-in-forward",
+        "class Batch:\n"
+        "    def __init__(self, tensors):\n"
+        "        self.tensors = tensors\n"
+        "class Prep(nn.Module):\n"
+        "    def forward(self, images):\n"
+        "        return Batch(torch.stack([i * 2 for i in images]))\n"
+        "class Body(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 4, 3)\n"
+        "    def forward(self, x):\n"
+        "        return torch.relu(self.conv(x))\n"
+        "class Detector(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.prep, self.body = Prep(), Body()\n"
+        "    def forward(self, images):\n"
+        "        images = self.prep(images)\n"
+        "        return self.body(images.tensors)\n"
+        "model = Detector().to(dev)\n"
+        "images = [torch.rand(3, 8, 8) for _ in range(2)]\n",
+        "out = model(images)\n",
+        expect=("code", "action", "edits"),
+        after="assert out.device == dev and all(i.device == dev for i in images)",
     ),
     Case(
         # A detector's images: a list the cell passes to the model, made by a comprehension of host

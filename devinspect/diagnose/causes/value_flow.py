@@ -82,8 +82,11 @@ def _trail(name: str, frame: types.FrameType, node: ast.FunctionDef | ast.AsyncF
     if value is None:
         return None
     made: list[Trail] = []  # inputs each made on ``off`` by a factory: every one of those lines is edited
+    # A name the statement binds again (images, targets = self.transform(images, targets)) holds its new
+    # value now: what it was, the trail cannot read, so it follows it as an input on ``off`` too.
+    rebound = user_code.assigned_names(statement.node) if isinstance(statement.node, ast.Assign) else set()
     for read in _inputs(value):
-        if not holds_device(_local(frame, read), off):
+        if not holds_device(_local(frame, read), off) and read not in rebound:
             continue
         found = _trail(read, frame, node, statement.line, off, device_at, seen)
         if found is not None and (found.origin is None or found.origin.kind != "factory"):
@@ -208,7 +211,24 @@ def argument_source(arguments: list[str | None], caller_locals: Mapping[str, Any
         found = next((n for n in _inputs(value) if n in caller_locals and holds_device(caller_locals[n], off)), None)
         if found is not None:
             return found
+        held = _attribute_value(value, caller_locals)  # images.tensors, of an object the caller made
+        if held is not None and holds_device(held[1], off):
+            return held[0]
     return None
+
+
+def _attribute_value(node: ast.expr, local_vars: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """For ``images.tensors``: the local it is read from and the value, read from instance dicts."""
+    chain = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    if not chain or not isinstance(node, ast.Name) or node.id not in local_vars:
+        return None
+    value = local_vars[node.id]
+    for attr in reversed(chain):
+        value = dict.get(instance_dict(value), attr)
+    return node.id, value
 
 
 def _local(frame: types.FrameType, name: str) -> object:

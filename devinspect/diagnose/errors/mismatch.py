@@ -469,7 +469,7 @@ class _Diagnosis(ContainerFixes):
                 trail = value_flow.traced_back(found, caller, where.line, off, value_flow.device_namer(self.failure.namespace, target))
                 origin = trail.origin if trail is not None and trail.origin is not None and trail.origin.kind == "factory" \
                     else creation_sites.local_origin(found, caller, where.line, [found], device_expr, plain_values=True)
-                if origin is None and trail is not None and trail.parameter is not None:
+                if (origin is None or origin.edit is None) and trail is not None and trail.parameter is not None:
                     frame, local, line = caller, trail.parameter, where.line  # computed from a parameter: one more up
                     continue
                 origin = origin or (trail.origin if trail is not None else None)
