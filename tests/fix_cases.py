@@ -226,6 +226,37 @@ CASES: list[Case] = [
         after="assert out.device == dev and all(i.device == dev for i in images)",
     ),
     Case(
+        # A part's forward reads the device from its inputs but binds what its own helper makes on the
+        # default device without moving it: the caller's loop meets host tensors, made in that part.
+        "a-parts-forward-keeps-what-its-helper-made-on-the-host",
+        "class Priors(nn.Module):\n"
+        "    def _grid(self, h, w):\n"
+        "        ys, xs = torch.meshgrid(torch.arange(h) / h, torch.arange(w) / w, indexing='ij')\n"
+        "        return torch.stack([xs, ys], -1).reshape(-1, 2)\n"
+        "    def forward(self, features):\n"
+        "        device = features[0].device\n"
+        "        grid = self._grid(*features[0].shape[-2:])\n"
+        "        return [grid for _ in features]\n"
+        "class Head(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 2, 1)\n"
+        "        self.priors = Priors()\n"
+        "    def forward(self, images):\n"
+        "        features = [self.conv(images)]\n"
+        "        priors = self.priors(features)\n"
+        "        out = []\n"
+        "        for f, p in zip(features, priors):\n"
+        "            offsets = f.flatten(2).transpose(1, 2) - p\n"
+        "            out.append(offsets * p)\n"
+        "        return out\n"
+        "model = Head().to(dev)\n"
+        "images = torch.randn(2, 3, 4, 4, device=dev)\n",
+        "out = model(images)\n",
+        expect=("edits",),
+        after="assert out[0].device == dev",
+    ),
+    Case(
         # A detector's images: a list the cell passes to the model, made by a comprehension of host
         # factories. %devices moves its tensors and gives the comprehension device=.
         "list-of-host-images-passed-to-a-model",

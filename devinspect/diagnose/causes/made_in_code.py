@@ -27,6 +27,7 @@ from ...collect.objects.static_getters import (
     instance_dict,
     mro,
     plain_class_dict,
+    static_class_attr,
     type_is_one_of,
     type_name,
 )
@@ -302,6 +303,39 @@ def unmoved_in_device_method(cls: type, attr: str) -> SourceEdit | None:
         where = locations.source_line(statement.filename, statement.line, statement.function or "<module>")
         return SourceEdit(where, line[indent:].decode(errors="replace"), new[indent:].decode(errors="replace"),
                           statement.function)
+    return None
+
+
+def forward_made_on_default(cls: type) -> tuple[str, SourceEdit] | None:
+    """A module whose ``forward`` reads a device from its inputs (``device = features[0].device``) and
+    binds what a method of its own makes with factories on the default device (``boxes =
+    self._grid_boxes(sizes)``, a method handed no device) without moving it: the local it binds, and
+    ``.to(device)`` there."""
+    forward = static_class_attr(cls, "forward")
+    node = user_code.function_node(FUNCTION_CODE(forward)) if type(forward) is types.FunctionType \
+        and locations.is_user_code(FUNCTION_CODE(forward)) else None
+    devices: dict[str, int] = {}  # a local holding an input's device, and the line it is bound on
+    for statement in user_code.statements(node.body) if node is not None else ():
+        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+            continue
+        target, value = statement.targets[0], statement.value
+        pairs = zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+            and len(target.elts) == len(value.elts) else [(target, value)]
+        for name, read in pairs:
+            if isinstance(name, ast.Name) and isinstance(read, ast.Attribute) and read.attr == "device":
+                devices.setdefault(name.id, statement.lineno)
+        call = value if isinstance(target, ast.Name) and isinstance(value, ast.Call) else None
+        if call is None or not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                                and call.func.value.id == "self"):
+            continue
+        method = static_class_attr(cls, call.func.attr)
+        made = user_code.function_node(FUNCTION_CODE(method)) if type(method) is types.FunctionType else None
+        device = next((d for d, line in devices.items() if line < statement.lineno), None)
+        if made is None or device is None or _device_parameter(made) or not creation_sites.factory_calls(made):
+            continue
+        moved = creation_sites.creation_edit(_statement(FUNCTION_CODE(forward), statement), device, wrap=True)
+        if moved is not None:
+            return target.id, moved[1]
     return None
 
 

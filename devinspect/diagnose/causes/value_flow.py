@@ -102,6 +102,11 @@ def _trail(name: str, frame: types.FrameType, node: ast.FunctionDef | ast.AsyncF
                 if holds_device(dict.get(instance_dict(owner), attr), off) else None
             if edit is not None:
                 return Trail(origin=creation_sites.Origin(edit.where, "factory", edit), name=f"self.{attr}")
+        # anchors = self.anchor_generator(images, features), given nothing on ``off``: that module's forward
+        module = _called_module(value, frame)
+        found = made_in_code.forward_made_on_default(type(module)) if module is not None else None
+        if found is not None:
+            return Trail(origin=creation_sites.Origin(found[1].where, "factory", found[1]), name=found[0])
     if len(made) > 1:  # di and dj of torch.meshgrid(di, dj): editing one leaves the other on the host
         extra = tuple(e for t in made[1:] for e in t.origin.edits if e not in made[0].origin.edits)
         return Trail(origin=dataclasses.replace(made[0].origin, also=made[0].origin.also + extra), name=made[0].name)
@@ -215,6 +220,21 @@ def argument_source(arguments: list[str | None], caller_locals: Mapping[str, Any
         if held is not None and holds_device(held[1], off):
             return held[0]
     return None
+
+
+def _called_module(value: ast.expr, frame: types.FrameType) -> torch.nn.Module | None:
+    """The module ``value`` calls (``self.anchor_generator(...)``, ``head(...)``), read from the
+    frame and the modules' own dicts; None for any other expression."""
+    if not isinstance(value, ast.Call):
+        return None
+    func = value.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        owner = _local(frame, func.value.id)
+        children = dict.get(instance_dict(owner), "_modules") if issubclass(type(owner), torch.nn.Module) else None
+        module = dict.get(children, func.attr) if type(children) is dict else None
+    else:
+        module = _local(frame, func.id) if isinstance(func, ast.Name) else None
+    return module if issubclass(type(module), torch.nn.Module) else None
 
 
 def _attribute_value(node: ast.expr, local_vars: Mapping[str, Any]) -> tuple[str, Any] | None:
