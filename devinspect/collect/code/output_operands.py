@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from .expressions import expression_root
+from .expressions import called_model, expression_root
 
 #: Methods whose result is not on the output's device, or is no tensor: a line using it meets no output.
 _LEAVES_DEVICE = frozenset({"cpu", "to", "cuda", "numpy", "tolist", "item", "detach_", "type"})
@@ -28,14 +28,10 @@ def output_operands(tree: ast.Module, modules: set[str], module_methods: frozens
 
     def model_of(node: ast.AST) -> str | None:
         if isinstance(node, ast.Call):
-            func = node.func
-            root = expression_root(func)
-            if root in modules and not (isinstance(func, ast.Attribute) and func.attr in module_methods) \
-                    and not any(isinstance(n, ast.Call) for n in ast.walk(func)):
-                return root
-            if isinstance(func, ast.Attribute) and func.attr not in _LEAVES_DEVICE:
-                return model_of(func.value)
-            return None
+            called = called_model(node, modules, module_methods)
+            if called is not None or not isinstance(node.func, ast.Attribute) or node.func.attr in _LEAVES_DEVICE:
+                return called
+            return model_of(node.func.value)
         if isinstance(node, ast.Name):
             return outputs.get(node.id)
         if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from . import locations
-from .expressions import expression_root
+from .expressions import called_model, expression_root
 from .output_operands import output_operands
 from ..objects.static_getters import type_is_one_of
 
@@ -125,7 +125,7 @@ def parsed_statement(code: types.CodeType, line: int) -> ast.Module | None:
         return None
 
 
-def statement_at(filename: str, line: int) -> ast.stmt | None:
+def statement_holding(filename: str, line: int) -> ast.stmt | None:
     """The innermost simple statement of a file or cell that holds ``line``, read from the whole
     file, so its columns are the file's: a line of an expression written over several lines
     does not parse alone."""
@@ -396,12 +396,8 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
 
 def _model_output_in(call: ast.Call, modules: set[str]) -> str | None:
     """The model whose output ``call`` takes as an argument (``model`` in ``loss_fn(model(x), y)``)."""
-    for arg in [*call.args, *(k.value for k in call.keywords)]:
-        if isinstance(arg, ast.Call) and expression_root(arg.func) in modules and not (
-                isinstance(arg.func, ast.Attribute) and arg.func.attr in _MODULE_METHODS) \
-                and not any(isinstance(n, ast.Call) for n in ast.walk(arg.func)):  # not model(x).cpu()
-            return expression_root(arg.func)
-    return None
+    return next(filter(None, (called_model(arg, modules, _MODULE_METHODS)
+                              for arg in [*call.args, *(k.value for k in call.keywords)])), None)
 
 
 def moved_to(scope: ast.FunctionDef | ast.AsyncFunctionDef | ast.Module | None, name: str, line: int,

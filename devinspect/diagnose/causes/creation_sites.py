@@ -651,7 +651,7 @@ def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Or
     try:
         tree, offset, whole = ast.parse(text), 0, True
     except SyntaxError:  # one line of an expression written over several: its statement's calls on it
-        tree, physical = user_code.statement_at(where.file, where.line), linecache.getline(where.file, where.line)
+        tree, physical = user_code.statement_holding(where.file, where.line), linecache.getline(where.file, where.line)
         offset, whole = len(physical.encode()) - len(physical.lstrip().encode()), False
     on_line = lambda calls: [c for c in calls if whole or c.lineno == c.end_lineno == where.line]  # noqa: E731
     calls = (on_line(factory_calls(tree)) or on_line(factory_calls(tree, given_too=True))) if tree else []

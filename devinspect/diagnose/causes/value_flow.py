@@ -173,7 +173,7 @@ def device_read_from(where: Any, frames: list[types.FrameType], device: str) -> 
     one the factory only followed."""
     frame = next((f for f in frames if f.f_code.co_filename == where.file and f.f_code.co_name == where.function), None)
     node = user_code.function_node(frame.f_code) if frame is not None else None
-    statement = user_code.statement_at(where.file, where.line) if node is not None else None
+    statement = user_code.statement_holding(where.file, where.line) if node is not None else None
     for call in creation_sites.factory_calls(statement, given_too=True) if statement is not None else ():
         given = next((k.value for k in call.keywords if k.arg == "device"), None)
         if isinstance(given, ast.Name):
