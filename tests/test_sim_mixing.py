@@ -160,6 +160,51 @@ def test_convolution_compares_its_operands_types_as_cuda_does(sim):
         F.conv2d(torch.ones(1, 3, 5, 5, device=sim), conv.weight, conv.bias.detach().cpu())
 
 
+def _conv3d_answer(sim, dtype) -> str:
+    weight = torch.ones(2, 1, 1, 1, 1, dtype=dtype, device=sim)
+    try:
+        F.conv3d(torch.ones(1, 1, 2, 2, 2, dtype=dtype), weight)
+    except NotImplementedError as exc:
+        assert "'aten::slow_conv3d_forward'" in str(exc)
+        return "missing kernel"
+    except RuntimeError as exc:
+        assert "should be the same" in str(exc)
+        return "device"
+    return "ran"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_a_host_inputs_convolution_answers_the_same_whatever_this_processor(sim, dtype, monkeypatch):
+    # Which kernel the host takes for a bfloat16 or float16 input depends on its instruction set
+    # (oneDNN's, where the processor has those instructions): the answer must not.
+    real = torch._C._select_conv_backend
+
+    def with_low_precision_kernels(*args):
+        if args[0].dtype in (torch.bfloat16, torch.float16) and torch._C._get_mkldnn_enabled():
+            return torch._C._ConvBackend.Mkldnn
+        return real(*args)
+
+    def without_low_precision_kernels(*args):
+        if args[0].dtype not in (torch.bfloat16, torch.float16):
+            return real(*args)
+        was = torch._C._get_mkldnn_enabled()
+        torch._C._set_mkldnn_enabled(False)
+        try:
+            return real(*args)
+        finally:
+            torch._C._set_mkldnn_enabled(was)
+
+    answers = {}
+    for processor, choice in (("this one", real), ("with them", with_low_precision_kernels),
+                              ("without them", without_low_precision_kernels)):
+        monkeypatch.setattr(torch._C, "_select_conv_backend", choice)
+        answers[processor] = _conv3d_answer(sim, dtype)
+    # As float32's, which an H200 answered with the missing 3-D kernel of the host's choice.
+    assert set(answers.values()) == {"missing kernel"}, answers
+    assert _conv3d_answer(sim, torch.float32) == "missing kernel"
+    assert torch._C._get_mkldnn_enabled() == torch.backends.mkldnn.is_available()  # left as it was
+
+
 def test_gradients_flow_through_a_call_with_a_host_scalar(sim):
     x = torch.ones(3, device=sim, requires_grad=True)
     (torch.where(x > 0, x * torch.tensor(3.0), torch.tensor(0.0))).sum().backward()

@@ -25,6 +25,7 @@ of their CUDA code, listed in :data:`KERNEL_REFUSES` with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any
@@ -210,18 +211,41 @@ def _check_convolution(args: tuple) -> None:
         raise RuntimeError(f"Input type ({tensor.type()}) and bias type ({bias.type()}) should be the same")
 
 
+#: Host dtypes whose convolution kernel the host's instruction set chooses: oneDNN takes a
+#: bfloat16 or float16 input only on a processor with those instructions (AVX-512 BF16/FP16,
+#: AMX, Arm's BF16), a plain kernel elsewhere. The host beside the GPU is not this one, so
+#: these are decided as on a host without them: the same answer on every processor.
+LOW_PRECISION_HOST_DTYPES = (torch.bfloat16, torch.float16)
+
+
 def _host_backend(args: tuple) -> str | None:
     """The convolution backend the host picks for ``args`` (aten.convolution's), every operand on
-    the host: where the input is on the host, the host's choice decides the kernel."""
+    the host: where the input is on the host, the host's choice decides the kernel, and the
+    dispatcher then looks for that kernel on the weight's device. What depends on this processor's
+    instruction set (oneDNN's bfloat16 and float16 kernels) is left out: see
+    :data:`LOW_PRECISION_HOST_DTYPES`."""
     tensor, weight, bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
     # A complex convolution is three real ones of the same shapes (their backend decides).
     host = [(t.real if t.is_complex() else t).to("cpu") if isinstance(t, torch.Tensor) else t
             for t in (tensor, weight, bias)]
+    low_precision = isinstance(tensor, torch.Tensor) and tensor.dtype in LOW_PRECISION_HOST_DTYPES
     try:
-        return torch._C._select_conv_backend(*host, stride, padding, dilation, transposed, output_padding, groups,
-                                             None).name
+        with _without_onednn() if low_precision else contextlib.nullcontext():
+            return torch._C._select_conv_backend(*host, stride, padding, dilation, transposed, output_padding,
+                                                 groups, None).name
     except Exception:  # noqa: BLE001 - arguments the host refuses: its own error follows
         return None
+
+
+@contextlib.contextmanager
+def _without_onednn() -> Any:
+    """oneDNN switched off for the host's choice alone (its other settings left as they are)."""
+    was = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(was)
 
 
 def has_composite(func: Any) -> bool:
