@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import statistics
@@ -108,6 +109,7 @@ def make_standin(groups: list[list[dict]]):
                         self.trace.append(recorded)
             return t
 
+        @functools.wraps(CudaMemoryStandIn.record_memory_history)  # its parameters, skip_actions too, as torch's
         def record_memory_history(self, enabled="all", *args, **kwargs):
             self.next = 0  # each recording replays the loop from its start
             super().record_memory_history(enabled, *args, **kwargs)

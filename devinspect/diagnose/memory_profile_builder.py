@@ -45,49 +45,62 @@ def label(key: LineKey | None) -> str:
 
 class _Replay:
     """The alloc and free events replayed from the allocated bytes at the start: the total
-    after each, the highest total while each line ran, and when each allocation was freed."""
+    after each, the highest total while each line ran, and when each allocation was freed.
+
+    Added up as arrays: a loop of small allocations makes millions of events, and each costs
+    a few steps in C; Python steps once per distinct stack of lines."""
 
     def __init__(self, recording: Recording):
-        self.events: list[MemoryEvent] = [e for e in recording.events if e[0] == "alloc" or e[0] == "free"]
-        running = recording.allocated_start or 0
-        self.totals: list[int] = []
+        import numpy as np
+
+        events = recording.events
+        columns = tuple(zip(*events))
+        if columns and not set(columns[0]) <= {"alloc", "free"}:  # the reserved bytes' events: not counted here
+            events = [e for e in events if e[0] == "alloc" or e[0] == "free"]
+            columns = tuple(zip(*events))
+        self.events: list[MemoryEvent] = events
+        count = len(events)
         self.line_peaks: dict[LineKey, int] = {}
         #: Bytes allocated less bytes freed while each line ran (every line on an event's stack).
         self.line_changes: dict[LineKey, int] = {}
-        #: index of each alloc -> index of its free (len(events) when never freed)
-        self.freed_at: dict[int, int] = {}
-        live: dict[int, int] = {}  # address -> index of the alloc now holding it
-        # Added up per stack first: the events of one line run share their stack's tuple, so a
-        # loop of many small allocations costs a few dictionary steps each, whatever its depth.
-        stacks: dict[int, tuple[LineKey, ...]] = {}
-        changes: dict[int, int] = {}
-        peaks: dict[int, int] = {}
-        totals = self.totals
-        for i, (action, address, size, lines) in enumerate(self.events):
-            stack = id(lines)
-            if stack not in stacks:
-                stacks[stack] = lines
-            if action == "alloc":
-                running += size
-                live[address] = i
-                changes[stack] = changes.get(stack, 0) + size
-                if running > peaks.get(stack, -1):
-                    peaks[stack] = running
-            else:
-                running -= size
-                changes[stack] = changes.get(stack, 0) - size
-                made = live.pop(address, None)
-                if made is not None:
-                    self.freed_at[made] = i
-            totals.append(running)
-        for stack, lines in stacks.items():
+        #: Index of each alloc's free (the number of events when never freed; 0 where the address
+        #: was allocated again before any free was seen).
+        self.freed = np.zeros(count, dtype=np.int64)
+        #: Address -> index of the alloc holding it at the end, in the order they were made.
+        self.alive_at_end: dict[int, int] = {}
+        start = recording.allocated_start or 0
+        if not count:
+            self.totals = np.zeros(0, dtype=np.int64)
+            return
+        actions, addresses, sizes, stacks = columns
+        made = np.fromiter(map("alloc".__eq__, actions), dtype=bool, count=count)
+        size = np.fromiter(sizes, dtype=np.int64, count=count)
+        signed = np.where(made, size, -size)
+        self.totals = totals = np.cumsum(signed) + start
+        # Added up per stack: the events of one line run share their stack's tuple.
+        stack_ids, first, which = np.unique(np.fromiter(map(id, stacks), dtype=np.int64, count=count),
+                                            return_index=True, return_inverse=True)
+        changes = np.zeros(len(stack_ids), dtype=np.int64)
+        np.add.at(changes, which, signed)
+        peaks = np.full(len(stack_ids), -1, dtype=np.int64)
+        np.maximum.at(peaks, which[made], totals[made])
+        for at in np.argsort(first, kind="stable").tolist():  # as each stack first came
+            lines, change, peak = stacks[int(first[at])], int(changes[at]), int(peaks[at])
             for key in lines:
-                self.line_changes[key] = self.line_changes.get(key, 0) + changes.get(stack, 0)
-                if stack in peaks and peaks[stack] > self.line_peaks.get(key, -1):
-                    self.line_peaks[key] = peaks[stack]
-        for i in live.values():
-            self.freed_at[i] = len(self.events)
-        self.alive_at_end = {self.events[i][1]: i for i in live.values()}
+                self.line_changes[key] = self.line_changes.get(key, 0) + change
+                if peak > -1 and peak > self.line_peaks.get(key, -1):
+                    self.line_peaks[key] = peak
+        # Each address's events in order: an alloc followed by a free of it is freed there; an
+        # address whose last event is an alloc is alive at the end.
+        address = np.fromiter(addresses, dtype=np.int64, count=count)
+        order = np.argsort(address, kind="stable")
+        ordered_made = made[order]
+        same = address[order][:-1] == address[order][1:]
+        pairs = np.flatnonzero(same & ordered_made[:-1] & ~ordered_made[1:])
+        self.freed[order[pairs]] = order[pairs + 1]
+        alive = np.sort(order[np.append(~same, True) & ordered_made])
+        self.freed[alive] = count
+        self.alive_at_end = {addresses[i]: i for i in alive.tolist()}
 
     def where_made(self, index: int) -> LineKey | None:
         lines = self.events[index][3]
@@ -154,20 +167,22 @@ def _as_they_ran(recording: Recording, replay: _Replay) -> list[tuple[LineKey, i
 
 
 def _peak(recording: Recording, replay: _Replay, names: dict[int, str]) -> PeakMoment | None:
+    import numpy as np
+
     if not replay.events:
         return _peak_from_counters(recording)
-    totals = replay.totals
-    at = max(range(len(totals)), key=totals.__getitem__)
+    totals, freed, count = replay.totals, replay.freed, len(replay.events)
+    at = int(np.argmax(totals))
     start = recording.allocated_start or 0
     if totals[at] <= start:
         return _peak_from_counters(recording)
     held: dict[str, int] = {}
     temporaries: dict[str, list[int]] = {}  # "temporary on line N" -> its allocations live at the peak
-    for index, (action, address, size, _) in enumerate(replay.events[:at + 1]):
-        if action != "alloc" or replay.freed_at.get(index, 0) <= at:
-            continue
+    live_then = np.flatnonzero(freed[:at + 1] > at)  # made by then (only allocs have a free), not yet freed
+    for index in live_then.tolist():
+        _, address, size, _ = replay.events[index]
         made = label(replay.where_made(index))
-        if replay.freed_at[index] < len(replay.events):
+        if freed[index] < count:
             what = f"temporary on {made}"
             temporaries.setdefault(what, []).append(index)
         else:
@@ -179,18 +194,15 @@ def _peak(recording: Recording, replay: _Replay, names: dict[int, str]) -> PeakM
     largest = max(temporaries, key=held.__getitem__, default=None)
     without = None
     if largest is not None:
-        change = [0] * (len(totals) + 1)
-        for index in temporaries[largest]:
-            size = replay.events[index][2]
-            change[index] -= size
-            change[replay.freed_at[index]] += size
-        running = without = 0
-        for total, step in zip(totals, change):
-            running += step
-            without = max(without, total + running)
+        indices = np.asarray(temporaries[largest])
+        change = np.zeros(count + 1, dtype=np.int64)
+        sizes = np.fromiter((replay.events[i][2] for i in temporaries[largest]), dtype=np.int64, count=len(indices))
+        np.subtract.at(change, indices, sizes)
+        np.add.at(change, freed[indices], sizes)
+        without = max(0, int((totals + np.cumsum(change[:count])).max()))
     lines_then = replay.events[at][3]
     return PeakMoment(
-        allocated=totals[at], line=label(lines_then[0] if lines_then else None),
+        allocated=int(totals[at]), line=label(lines_then[0] if lines_then else None),
         held=tuple(sorted(held.items(), key=lambda h: -h[1])),
         largest_temporary=(largest, held[largest]) if largest else None, without_largest_temporary=without,
     )

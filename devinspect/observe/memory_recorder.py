@@ -121,6 +121,73 @@ class LineMemoryRecorder:
         if self.open_lines and self.open_lines[-1][0] is code:
             self._close(self.open_lines.pop())
 
+    def replay_log(self, log: list[tuple[int, Any, int, int]], allocated_at: list[int], reserved_at: list[int],
+                   highest: list[int]) -> list[tuple[LineKey, ...]]:
+        """Line events heard earlier, replayed as :meth:`enter`, :meth:`line` and :meth:`leave`
+        would have taken them live: each ``(kind, code, number, time)`` of ``log`` (kind 0 enter,
+        1 line, 2 leave) with the counters when it was heard, and ``highest[i]`` the highest
+        allocated bytes between the events ``i - 1`` and ``i`` (-1: nothing allocated there).
+        Returns the lines running after each number of events (0 to all of them).
+
+        One step per line event, whatever was allocated in between (the allocations are added
+        up before, as arrays)."""
+        open_ = self.open_lines
+        lines_of, recorded = self._lines_of, self.recording.lines
+        running = self.lines_now
+        after = [running]
+        stacks: dict[tuple[LineKey, ...], tuple[LineKey, ...]] = {}
+        with_peaks = self.recording.has_events
+        for index, (kind, code, number, _) in enumerate(log):
+            if kind == 1:
+                if open_ and open_[-1][0] is code:
+                    top = open_[-1]
+                    allocated = allocated_at[index]
+                    if top[1] is not None:  # the frame's line before ends here (as _end, inline: run per line)
+                        since = top[5] + 1
+                        made = highest[index] if since == index else max(highest[since:index + 1])
+                        if allocated > made:
+                            made = allocated
+                        if made < top[4]:
+                            made = top[4]
+                        totals = top[2]
+                        totals.runs += 1
+                        totals.allocated_after = allocated
+                        totals.reserved_after = reserved_at[index]
+                        totals.change = (totals.change or 0) + allocated - top[3]
+                        if with_peaks and (totals.peak is None or made > totals.peak):
+                            totals.peak = made
+                        running = running[1:]
+                    by_number = lines_of.get(code)
+                    if by_number is None:
+                        by_number = lines_of[code] = {}
+                    known = by_number.get(number)
+                    if known is None:
+                        key = (code.co_filename, code.co_name, number)
+                        totals = recorded.get(key)
+                        if totals is None:
+                            totals = recorded[key] = LineTotals(allocated_before=allocated,
+                                                                reserved_before=reserved_at[index],
+                                                                caller=running[0] if running else None)
+                        known = by_number[number] = (key, totals)
+                    top[1], top[2] = known
+                    top[3] = top[4] = allocated
+                    top[5] = index
+                    running = (known[0], *running)
+            elif kind == 0:
+                open_.append([code, None, None, None, None, index])
+            elif open_ and open_[-1][0] is code:
+                top = open_.pop()
+                if top[1] is not None:
+                    top[4] = max(top[4], *highest[top[5] + 1:index + 1])
+                    self._end(top, allocated_at[index], reserved_at[index])
+                    running = running[1:]
+            after.append(stacks.setdefault(running, running))  # one tuple per stack of lines
+        for entry in open_:  # still running at the end: what was allocated after their start
+            if entry[1] is not None:
+                entry[4] = max(entry[4], *highest[entry[5] + 1:])
+        self.lines_now = running
+        return after
+
     def _close(self, entry: list[Any]) -> None:
         if entry[1] is not None:
             self._end(entry, *self.now())

@@ -30,7 +30,9 @@ peak counters.
 from __future__ import annotations
 
 import inspect
+import operator
 import sys
+from itertools import repeat as _repeat
 from time import time_ns
 from typing import Any, Callable
 
@@ -258,82 +260,87 @@ class TaggedCudaHistory(_EventCounts):
     def _replay(self, entries: list[dict]) -> None:
         """The line events and the allocator's, in the order they happened, through the recorder.
 
-        Run once per entry of the history (a loop of small allocations makes millions), so the
-        counting of :meth:`count` is done here inline, on locals."""
+        A loop of small allocations makes millions of entries: each is read once, in passes
+        that run in C (its fields, its tag), the counters are added up as arrays, and Python
+        steps only through the line events (:meth:`LineMemoryRecorder.replay_log`)."""
+        import numpy as np
+
         recorder, log = self.recorder, self.log
         logged = len(log)
-        enter, line, leave = recorder.enter, recorder.line, recorder.leave
-        open_lines, recording = recorder.open_lines, recorder.recording
-        events = recording.events
-        room = MAX_EVENTS - len(events)
-        traced = recorder.traced if self.with_stacks else None
-        actions, block = CUDA_ACTIONS, CUDA_BLOCK_BYTES
-        allocated, reserved = self.allocated, self.reserved
-        lines = recorder.lines_now
-        done = tag = 0
-        last_written: Any = None
-        written_tag: int | None = None
-        ahead_at, ahead_tag = -1, logged  # the next tagged entry after an untagged one, and its tag
-        for at, entry in enumerate(entries):
-            action = actions.get(entry["action"])
-            if action is None:
-                continue
-            written = entry.get("user_metadata")
-            if written != last_written:
-                last_written = written
-                written_tag = min(int(written), logged) if type(written) is str and written.isdigit() else None
-            if written_tag is not None:
-                tag = written_tag
-            elif type(entry.get("time_us")) is int:  # another thread's: placed by its time
-                if ahead_at <= at:
-                    ahead_at, ahead_tag = _next_tagged(entries, at + 1, logged)
-                until = (entry["time_us"] + 1) * 1000  # a line event in the same µs counts as before it
-                while tag < ahead_tag and log[tag][3] < until:
-                    tag += 1
-            if done < tag:
-                self.allocated, self.reserved = allocated, reserved  # what the recorder reads there
-                while done < tag:
-                    kind, code, number, _ = log[done]
-                    if kind == 1:
-                        line(code, number)
-                    elif kind == 0:
-                        enter(code)
-                    else:
-                        leave(code)
-                    done += 1
-                lines = recorder.lines_now
-            size = entry["size"]
-            if action == "alloc":
-                size = -(-size // block) * block or block  # cuda_block_bytes, inline: run per entry
-                allocated += size
-                for running in open_lines:  # the peak of every running line
-                    if running[4] is not None and allocated > running[4]:
-                        running[4] = allocated
-            elif action == "free":
-                size = -(-size // block) * block or block
-                allocated -= size
-            elif action == "segment_alloc":
-                reserved += size
-            else:
-                reserved -= size
-            if room > 0:
-                room -= 1
-                frames = entry.get("frames") if traced is not None else None
-                events.append((action, entry["addr"], size, stack_lines(frames, traced) + lines if frames else lines))
-            else:
-                recording.events_dropped += 1
-        self.allocated, self.reserved = allocated, reserved
-        for kind, code, number, _ in log[done:]:
-            (line(code, number) if kind == 1 else enter(code) if kind == 0 else leave(code))
+        actions = list(map(CUDA_ACTIONS.get, map(_ACTION, entries)))
+        kept_entries = entries
+        if None in actions:  # entries %%gpumem does not count (free_completed where it could not be skipped)
+            kept_entries = [entry for entry, action in zip(entries, actions) if action is not None]
+            actions = [action for action in actions if action is not None]
+        addresses = list(map(_ADDRESS, kept_entries))
+        written = list(map(dict.get, kept_entries, _repeat("user_metadata")))
+        tags = _tags_of(written, kept_entries, log, logged)
+        codes = np.fromiter(map(_ACTION_CODES.__getitem__, actions), dtype=np.int8, count=len(actions))
+        sizes = np.fromiter(map(_SIZE, kept_entries), dtype=np.int64, count=len(actions))
+        counted = codes <= 1  # alloc and free: the block handed out, not the bytes asked for
+        sizes[counted] = np.maximum(-(-sizes[counted] // CUDA_BLOCK_BYTES), 1) * CUDA_BLOCK_BYTES
+        signs = np.where((codes == 0) | (codes == 2), 1, -1)
+        allocated = np.cumsum(np.where(counted, signs * sizes, 0)) + self.allocated
+        reserved = np.cumsum(np.where(counted, 0, signs * sizes)) + self.reserved
+        tag_array = np.maximum.accumulate(np.asarray(tags, dtype=np.int64)) if tags else np.zeros(0, np.int64)
+        # The counters when each line event was heard: after every entry tagged up to it.
+        at = np.searchsorted(tag_array, np.arange(logged), side="right")
+        allocated_at = np.concatenate(([self.allocated], allocated))[at].tolist()
+        reserved_at = np.concatenate(([self.reserved], reserved))[at].tolist()
+        # The highest allocation between two line events (-1: none).
+        highest = np.full(logged + 1, -1, dtype=np.int64)
+        made = codes == 0
+        np.maximum.at(highest, tag_array[made], allocated[made])
+        running = recorder.replay_log(log, allocated_at, reserved_at, highest.tolist())
+        final = (int(allocated[-1]), int(reserved[-1])) if len(allocated) else (self.allocated, self.reserved)
+        self.allocated, self.reserved = final
+        recording = recorder.recording
+        room = max(MAX_EVENTS - len(recording.events), 0)
+        lines = list(map(running.__getitem__, tag_array.tolist()))
+        if self.with_stacks:
+            traced = recorder.traced
+            lines = [stack_lines(frames, traced) + here if (frames := entry.get("frames")) else here
+                     for entry, here in zip(kept_entries, lines)]
+        events = list(zip(actions, addresses, sizes.tolist(), lines))
+        recording.events.extend(events[:room])
+        recording.events_dropped += max(len(events) - room, 0)
 
 
-def _next_tagged(entries: list[dict], start: int, logged: int) -> tuple[int, int]:
+_ACTION_CODES = {"alloc": 0, "free": 1, "segment_alloc": 2, "segment_free": 3}
+_ACTION, _ADDRESS, _SIZE = operator.itemgetter("action"), operator.itemgetter("addr"), operator.itemgetter("size")
+
+
+def _tags_of(written: list, entries: list[dict], log: list, logged: int) -> list[int]:
+    """Each entry's place among the line events: the tag its thread wrote (the number of line
+    events before it), or, for another thread's untagged entry, its time among the line events
+    between the tagged entries around it."""
+    try:
+        tags = list(map(int, written))  # every entry tagged: the usual case, one pass in C
+        return [min(tag, logged) for tag in tags] if tags and max(tags) > logged else tags
+    except (TypeError, ValueError):
+        pass
+    tags = [min(int(text), logged) if type(text) is str and text.isdigit() else None for text in written]
+    tag = 0
+    ahead_at, ahead_tag = -1, logged
+    for at, (found, entry) in enumerate(zip(tags, entries)):
+        if found is not None:
+            tag = found
+        elif type(entry.get("time_us")) is int:  # another thread's: placed by its time
+            if ahead_at <= at:
+                ahead_at, ahead_tag = _next_tagged(tags, at + 1, logged)
+            until = (entry["time_us"] + 1) * 1000  # a line event in the same µs counts as before it
+            while tag < ahead_tag and log[tag][3] < until:
+                tag += 1
+        tags[at] = tag
+    return tags
+
+
+def _next_tagged(tags: list[int | None], start: int, logged: int) -> tuple[int, int]:
     """(position, tag) of the first tagged entry from ``start``; past the end, the whole log."""
-    for at in range(start, len(entries)):
-        written = entries[at].get("user_metadata")
-        if type(written) is str and written.isdigit():
-            return at, min(int(written), logged)
-    return len(entries), logged
+    for at in range(start, len(tags)):
+        if tags[at] is not None:
+            return at, tags[at]
+    return len(tags), logged
 
 
 def stack_lines(frames: Any, traced: set[tuple[str, str]]) -> tuple:
