@@ -130,6 +130,33 @@ def test_a_functions_lines_come_under_the_line_that_called_them_as_they_ran(ip, 
     assert ended == ["line 2", "step, line 2", "step, line 3", "line 3", "line 4"]
 
 
+def test_the_note_on_lines_known_from_allocations_alone_is_said_once_a_session(ip, dev, monkeypatch):
+    import devinspect.ipython.profiled_cell as profiled_cell
+
+    monkeypatch.setattr(profiled_cell, "uses_markers", lambda: True)  # as on a Python without sys.monitoring
+    ip.run_cell(STEP)
+    said = []
+    for _ in range(3):
+        prof, result, text = profiled(ip, "kept = step(1 << 12)", "-f step -v prof")
+        assert result.success and any(m.runs is None for m in prof.lines)
+        said.append("sys.monitoring" in text)
+    assert said == [True, False, False]
+    assert not prof.explain_unfollowed and "sys.monitoring" not in repr(prof)
+    run_cell = ip.run_cell("kept = None")
+    assert run_cell.success
+
+
+def test_a_peak_belongs_to_the_line_that_made_the_jump_not_a_few_bytes_after(ip, dev):
+    # b = a * 2 takes the total to its peak; the sum's result adds a few bytes on top: still line 3's.
+    prof, result, text = profiled(ip, "a = torch.empty(16 << 20, dtype=torch.uint8, device=dev)\n"
+                                      "b = a * 2\n"
+                                      "c = b.sum()\n"
+                                      "del a, b, c")
+    assert result.success
+    assert prof.peak.allocated - prof.allocated_start > 32 * MIB  # the sum's bytes counted in the peak
+    assert prof.peak.line == "line 3" and "on line 3" in text
+
+
 def test_a_loop_adds_its_runs_up(ip, dev):
     prof, _, _ = profiled(ip, "keep = []\nfor i in range(5):\n"
                               "    keep.append(torch.empty(1 << 20, dtype=torch.uint8, device=dev))\n"

@@ -3,7 +3,7 @@ each line made that are still alive, by name, and the peak explained."""
 
 from __future__ import annotations
 
-from typing import Callable, Collection
+from typing import Any, Callable, Collection
 
 from ..model.memory_profile import (
     LineKey,
@@ -200,12 +200,27 @@ def _peak(recording: Recording, replay: _Replay, names: dict[int, str]) -> PeakM
         np.subtract.at(change, indices, sizes)
         np.add.at(change, freed[indices], sizes)
         without = max(0, int((totals + np.cumsum(change[:count])).max()))
-    lines_then = replay.events[at][3]
+    lines_then = replay.events[_reached(totals, at)][3]
     return PeakMoment(
         allocated=int(totals[at]), line=label(lines_then[0] if lines_then else None),
         held=tuple(sorted(held.items(), key=lambda h: -h[1])),
         largest_temporary=(largest, held[largest]) if largest else None, without_largest_temporary=without,
     )
+
+
+#: A peak is said to be reached where the total first came this close to it (a part of it) and
+#: stayed: a tensor of a few bytes made after the jump (a sum's result) does not take the peak
+#: from the line that made the jump.
+PEAK_TOLERANCE = 1 / 1000
+
+
+def _reached(totals: Any, at: int) -> int:
+    """The event where the total climbed to the peak at ``at`` (within :data:`PEAK_TOLERANCE`)."""
+    import numpy as np
+
+    peak = int(totals[at])
+    below = np.flatnonzero(totals[:at] < peak - int(peak * PEAK_TOLERANCE))
+    return int(below[-1]) + 1 if len(below) else 0
 
 
 def _peak_from_counters(recording: Recording) -> PeakMoment | None:

@@ -32,6 +32,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
         self._tracker: Any = None  # MemoryTracker once %gpumem --track ran
         self._watchers: list[Any] = []  # running %gpumem --watch refreshers
         self._last_dashboard: Any = lambda: None  # weak reference to the newest %gpumem dashboard
+        self._notes_said: set[str] = set()  # %%gpumem's notes said once in a session
 
     @magic_arguments()
     @argument("-d", "--device", help="Only this device (cuda:0, cuda, cpu).")
@@ -140,7 +141,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
             return line_memory_widget(profile, dashboard, plot_html)
 
         return ProfiledCell(self.shell, args, line, cell, device, function_codes(self.shell.user_ns, args.function),
-                            self._ipython_names(), live_view)
+                            self._ipython_names(), live_view, self._notes_said)
 
     async def gpumem_async(self, line: str, cell: str) -> Any:
         """``%%gpumem`` for a cell with top-level ``await``, run on the kernel's event loop

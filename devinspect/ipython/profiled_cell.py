@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import linecache
 import sys
@@ -16,6 +17,10 @@ from ..observe.line_tracers import mark_statements, uses_markers
 from .cell_runner import CheckedCell
 
 
+#: The note on a function's lines known from its allocations alone (no ``sys.monitoring``).
+UNFOLLOWED_LINES = "unfollowed lines"
+
+
 class ProfiledCell(CheckedCell):
     """One %%gpumem run: compiled and run as :class:`CheckedCell` runs a cell (same namespace,
     value, errors, interrupts, top-level await), under a line memory recorder instead of
@@ -24,8 +29,11 @@ class ProfiledCell(CheckedCell):
     magic = "gpumem"
 
     def __init__(self, shell: Any, args: Any, line: str, cell: str, device: torch.device,
-                 functions: tuple[Any, ...], exclude: Any, live_view: Callable[[Any, Any], Any] | None = None):
+                 functions: tuple[Any, ...], exclude: Any, live_view: Callable[[Any, Any], Any] | None = None,
+                 notes_said: set[str] | None = None):
         self.device, self.exclude, self.live_view = device, exclude, live_view
+        #: The session's notes said already (each once in a session, not under every profile).
+        self.notes_said = notes_said if notes_said is not None else set()
         #: The code objects of the functions named with -f (and of forward, for a module).
         self.function_codes = frozenset(functions)
         self.marked = uses_markers()
@@ -47,6 +55,10 @@ class ProfiledCell(CheckedCell):
                 self.mode.recording, _source_text,
                 lambda wanted: named_allocations(self.shell.user_ns, self.device, self.exclude, wanted),
                 error=first_line(error) if error is not None else None)
+            if any(m.runs is None for m in self.report.lines):
+                if UNFOLLOWED_LINES in self.notes_said:
+                    self.report = dataclasses.replace(self.report, explain_unfollowed=False)
+                self.notes_said.add(UNFOLLOWED_LINES)
             self._store(self.report)
             if not self.args.output:
                 self._display()

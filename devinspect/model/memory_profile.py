@@ -142,6 +142,9 @@ class LineMemoryProfile(Displayed):
     #: (device, allocated before, after) of each other device whose memory the cell changed:
     #: not profiled, and said so.
     elsewhere: tuple[tuple[str, int, int], ...] = ()
+    #: Whether to say why some lines have no runs (this Python follows no function line by
+    #: line): said once in a session, not under every profile.
+    explain_unfollowed: bool = True
 
     @property
     def frame(self) -> pd.DataFrame:

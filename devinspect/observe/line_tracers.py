@@ -156,17 +156,23 @@ class _MarkerTracer:
         self.listener = listener
         self.current: CodeType | None = None
 
-    def _mark(self, number: int) -> None:
-        code = sys._getframe(1).f_code
-        if code is not self.current:  # the next top-level statement: the one before has ended
-            if self.current is not None:
-                self.listener.leave(self.current)
-            self.current = code
-            self.listener.enter(code)
-        self.listener.line(code, number)
+    def _marker(self) -> Any:
+        """The marker: a closure on locals, called once per statement run (a loop's body too)."""
+        listener, line, frame_of = self.listener, self.listener.line, sys._getframe
+
+        def mark(number: int) -> None:
+            code = frame_of(1).f_code
+            if code is not self.current:  # the next top-level statement: the one before has ended
+                if self.current is not None:
+                    listener.leave(self.current)
+                self.current = code
+                listener.enter(code)
+            line(code, number)
+
+        return mark
 
     def start(self) -> None:
-        builtins.__dict__[MARKER] = self._mark
+        builtins.__dict__[MARKER] = self._marker()
 
     def stop(self) -> None:
         builtins.__dict__.pop(MARKER, None)

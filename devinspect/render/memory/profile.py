@@ -75,7 +75,7 @@ def notes(profile: LineMemoryProfile) -> list[str]:
     for device, before, after in profile.elsewhere:
         out.append(f"Not profiled: {device}, where the cell changed allocated memory ({human_bytes(before)} → "
                    f"{human_bytes(after)}); %%gpumem -d {device} profiles it.")
-    if any(m.runs is None for m in profile.lines):
+    if profile.explain_unfollowed and any(m.runs is None for m in profile.lines):
         out.append("Lines with — for runs are a function's, known from its allocations alone: this Python has no "
                    "sys.monitoring (3.12+) to follow functions line by line without slowing every call.")
     if not profile.lines:
