@@ -183,3 +183,40 @@ def compare(table: Table, reference: dict[str, str], reference_unrunnable: list[
     differ = [(k, cases[k], reference[k]) for k in shared if (cases[k] == "device") != (reference[k] == "device")]
     return Agreement(len(shared), len(shared) - len(differ), differ, len(set(cases) - set(reference)),
                      len(set(reference) - set(cases)), len(both) - len(shared))
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """CUDA's answers the simulated device is held to in one dtype, and where they come from."""
+
+    cases: dict[str, str]
+    unrunnable: tuple[str, ...]
+    source: str  # the fixture's file name
+
+
+def reference_for(dtype: torch.dtype, fixtures: Any = FIXTURES) -> Reference:
+    """CUDA's table for ``dtype``: its own (``mixing_<dtype>.json``, captured on a GPU by
+    ``benchmarks/gpu_check.py``) where there is one, else float32's, which CUDA answers alike
+    except where a dtype takes another path before it picks a kernel (a complex convolution
+    compares the input's type with the weight's first: a device error where float32's host
+    input meets the missing 3-D kernel)."""
+    import json
+    from pathlib import Path
+
+    name = str(dtype).removeprefix("torch.")
+    own = Path(fixtures) / f"mixing_{name}.json"
+    if own.exists():
+        table = json.loads(own.read_text())
+        if table.get("dtype") != name or table.get("device") != "cuda":
+            raise ValueError(f"{own.name} is not CUDA's table in {name} (it says {table.get('device')}, "
+                             f"{table.get('dtype')})")
+        return Reference(table["cases"], tuple(table.get("unrunnable", ())), own.name)
+    table = json.loads((Path(fixtures) / "mixing_float32.json").read_text())
+    cases = table["cases"]
+    if dtype.is_complex:
+        cases = {k: ("device" if k.startswith("nn.functional.conv3d.") and v == "other:NotImplementedError" else v)
+                 for k, v in cases.items()}
+    return Reference(cases, tuple(table.get("unrunnable", ())), "mixing_float32.json")

@@ -51,20 +51,37 @@ def test_a_meta_operand_beside_the_device_answers_mostly_as_on_cuda(sim):
         torch.ones(3, device=sim) + torch.ones(3, device="meta")
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.complex64],
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.complex64,
+                                   torch.bool],
                          ids=str)
 def test_the_rules_do_not_depend_on_the_dtype(sim, dtype):
-    # Every other op in another dtype answers as CUDA does in float32 (the reference's dtype).
+    # Every other op in another dtype answers as CUDA does in that dtype: its own table where one
+    # was captured on a GPU, else float32's (the reference's dtype).
     share = {op.name for i, op in enumerate(opinfo_sim.op_db()) if i % 2}
-    reference = REFERENCE["cases"]
-    if dtype.is_complex:
-        # PyTorch's own _convolution compares a complex input's type with the weight's before it
-        # picks a kernel: there a host input is a device error, where float32's is the missing 3-D kernel.
-        reference = {k: ("device" if k.startswith("nn.functional.conv3d.") and v == "other:NotImplementedError" else v)
-                     for k, v in reference.items()}
-    agreement = opinfo_mixing.compare(opinfo_mixing.capture(sim, dtype, share), reference,
-                                      REFERENCE.get("unrunnable", ()))
-    assert agreement.shared > 150 and agreement.differ == []
+    reference = opinfo_mixing.reference_for(dtype)
+    agreement = opinfo_mixing.compare(opinfo_mixing.capture(sim, dtype, share), reference.cases, reference.unrunnable)
+    assert agreement.shared > 150 and agreement.differ == [], reference.source
+
+
+def _table(path: Path, device: str, dtype: str, cases: dict) -> None:
+    path.write_text(json.dumps({"device": device, "dtype": dtype, "cases": cases, "unrunnable": ["x#9"]}))
+
+
+def test_each_dtype_is_held_to_its_own_table_where_one_was_captured(tmp_path):
+    _table(tmp_path / "mixing_float32.json", "cuda", "float32",
+           {"add.#0#input": "ok", "nn.functional.conv3d.#0#input": "other:NotImplementedError"})
+    _table(tmp_path / "mixing_bfloat16.json", "cuda", "bfloat16", {"add.#0#input": "device"})
+    own = opinfo_mixing.reference_for(torch.bfloat16, tmp_path)
+    assert own.source == "mixing_bfloat16.json" and own.cases == {"add.#0#input": "device"}
+    assert own.unrunnable == ("x#9",)
+    fallback = opinfo_mixing.reference_for(torch.float16, tmp_path)
+    assert fallback.source == "mixing_float32.json" and fallback.cases["add.#0#input"] == "ok"
+    assert fallback.cases["nn.functional.conv3d.#0#input"] == "other:NotImplementedError"
+    # A complex convolution compares its operands' types first: float32's missing kernel is a device error there.
+    assert opinfo_mixing.reference_for(torch.complex64, tmp_path).cases["nn.functional.conv3d.#0#input"] == "device"
+    _table(tmp_path / "mixing_int64.json", "sim", "int64", {})
+    with pytest.raises(ValueError, match="not CUDA's table in int64"):
+        opinfo_mixing.reference_for(torch.int64, tmp_path)
 
 
 def test_the_reference_is_cudas_table():
