@@ -2,8 +2,9 @@
 
 The reference is CUDA's own answer (``fixtures/mixing_float32.json``, captured on a GPU by
 ``benchmarks/mixing_table.py --device cuda``; its ``device_name`` says which): PyTorch's op samples with each tensor operand
-moved to the host in turn. The whole table is run in float32 (the reference's dtype), and every
-other op in five more dtypes: the rules must not depend on the dtype.
+moved to the host in turn. The whole table is run in float32, and every other op in six more
+dtypes, each against CUDA's table in that dtype where one was captured on a GPU
+(``fixtures/mixing_<dtype>.json``, by ``benchmarks/gpu_check.py``), else against float32's.
 """
 
 from __future__ import annotations
