@@ -1,49 +1,54 @@
 """Everything that must be checked on a real GPU, in one command, written up as a report.
 
-Run on a machine with one CUDA GPU (about 8 minutes on an H100; no network):
+Run on a machine with one CUDA GPU (about 8 minutes on an H200 with 16 cores; no network):
 
     python benchmarks/gpu_check.py --out gpu-report [--wheels wheels]
 
 Each part runs in a process of its own, with a time budget; a part that fails or runs out
-of time is reported as such and the others go on. The parts:
+of time is reported as such and the others go on. First, one at a time on a quiet machine,
+what is timed or reads the GPU's memory:
 
-1. ``pytest -k cuda``: every CUDA case of the suite, the parametrised ones (``-m cuda``
-   misses them) and the notebook (nbclient) ones included.
-2. ``benchmarks/gpu_validate.py``: %gpumem's figures against allocations of known size.
-3. The fix corpus (``benchmarks/fix_corpus.py``) on CUDA, ``--seeds`` seeds (56 by default),
-   and on the simulated device for the same seeds beside it, in a process with the GPU
-   hidden (``CUDA_VISIBLE_DEVICES=""``: the simulated device refuses to start beside a real
-   accelerator), run at the same time on the CPU; and the corpus of the other device errors
-   (``--corpus errors``: a dropped move, NumPy, pinning, workers, generators) on CUDA, where
-   the generator fixes that only a GPU can run are run too.
-4. The overheads: ``%%gpumem`` (``gpumem_lines.py --device cuda``, its phases with
-   ``gpumem_phases.py --device cuda``, and the replay of the trace captured in part 6),
-   ``%%devcheck`` (``devcheck_overhead.py --device cuda``).
-5. The mixing table, captured again on CUDA (``benchmarks/mixing_table.py``), "not
-   available" where the script is not there.
-6. Out of memory on the real allocator (a request larger than the GPU; a 4 GiB local kept
-   by an earlier error's traceback) and CUDA's memory history as %%gpumem tags it (a trace
-   of 256 tiny allocations, each entry checked for the tag and the time).
+1. The overheads: ``%%gpumem`` on a GPT-2 training step and on 2,000 tiny allocations against
+   plain cells (``gpumem_lines.py --device cuda``), CUDA's memory history as %%gpumem tags it
+   (a trace of 256 tiny allocations, each entry checked for the tag and the time) and its
+   replay on the CPU (``gpumem_cuda_replay.py``), where %%gpumem's time goes
+   (``gpumem_phases.py``), ``%%devcheck`` (``devcheck_overhead.py``).
+2. ``benchmarks/gpu_validate.py``: %gpumem's figures against allocations of known size; out of
+   memory on the real allocator (a request larger than the GPU; a 4 GiB local kept by an
+   earlier error's traceback).
 
-The report is a directory (``--out``): ``report.md`` (each part's outcome, time and key
-lines), ``summary.json``, each part's full output (``*.txt``), and the files that become
-the CPU tests' fixtures once copied to ``tests/fixtures/`` (the report lists them):
-``gpumem_cuda.json``, ``mixing_float32.json``, ``oom_cuda.json``, ``cuda_tiny_trace.json``.
+Then, side by side (one CPU thread each), what only checks answers, on CUDA and on the
+simulated device (in processes with the GPU hidden, ``CUDA_VISIBLE_DEVICES=""``: it refuses to
+start beside a real accelerator) from the same seeds:
 
-The GPU machine has torch and pytest but not IPython, ipywidgets, anywidget, nbclient,
-ipykernel or expecttest. Carry them as wheels: on a machine with network, for that
-machine's Python (3.12, Linux x86-64)::
+3. The mismatch corpus (``fix_corpus.py``, ``--seeds`` seeds, 56 by default), the device-error
+   corpus (``--corpus errors``: a dropped move, NumPy, pinning, workers, generators; the
+   generator fixes only a GPU can run are run too) and the mutation corpus
+   (``mutation_corpus.py``, one process per program).
+4. The mixing tables (``mixing_table.py``) in float32 and in the six other dtypes the suite
+   checks the simulated device in (float64, float16, bfloat16, complex64, int64, bool; the
+   ops the suite compares in each).
+5. ``pytest -k cuda``: every CUDA case of the suite, the parametrised ones and the notebook
+   (nbclient) ones included.
 
-    pip download --dest wheels --only-binary=:all: --python-version 3.12 \\
-        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \\
-        ipython ipywidgets anywidget nbclient nbformat ipykernel jupyter_client expecttest nbconvert
+The report is a directory (``--out``): ``report.md``, ``summary.json``, each part's full
+output (``*.txt``), and the files that become the CPU tests' fixtures once copied to
+``tests/fixtures/`` (the report lists them): ``gpumem_cuda.json``, ``mixing_<dtype>.json``,
+``oom_cuda.json``, ``cuda_tiny_trace.json``. The report is kept in the repository as
+``benchmarks/results/gpu-<date>-<gpu>.md`` (``--results``): the versions, each part's
+figures, and every difference between CUDA and the simulated device (each corpus's seeds
+whose verdicts differ, each dtype's mixing cases that differ).
 
-then copy ``wheels/`` beside the repository and pass ``--wheels wheels``: they are
-installed first, from that folder only (``pip install --no-index --find-links``).
+The GPU machine has torch, pytest, transformers and pandas but not IPython and the notebook
+packages. Fetch them here, for that machine's Python (3.12, Linux x86-64), with
+``python benchmarks/gpu_check.py --download-wheels .whl`` (:data:`WHEELS`: each pinned, the
+packages they need included), carry the folder, and install them there with ``pip install
+--no-index --no-deps --target DIR .whl/*.whl`` and ``PYTHONPATH=DIR``; or pass ``--wheels
+DIR`` to install the missing ones from DIR with their dependencies.
 
 ``--dry-run`` runs the same plumbing on a machine without a GPU, each part in its CPU form
-(the CUDA cases collected, not run; the corpus and the OOM cases on the simulated device;
-the overheads on the CPU): ``tests/test_gpu_check.py`` runs it so.
+(the CUDA cases collected, not run; the corpora, the tables and the OOM cases on the
+simulated device, on both sides; the overheads on the CPU): ``tests/test_gpu_check.py`` runs it so.
 """
 
 from __future__ import annotations
@@ -65,15 +70,71 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 HIDE_GPU = {"CUDA_VISIBLE_DEVICES": ""}
-#: Wheels the GPU machine lacks, by the module each provides.
+#: Wheels the GPU machine lacks, by the module each provides (``--wheels``: installed when missing).
 CARRIED = {"IPython": "ipython", "ipywidgets": "ipywidgets", "anywidget": "anywidget", "nbclient": "nbclient",
            "nbformat": "nbformat", "ipykernel": "ipykernel", "jupyter_client": "jupyter_client",
            "expecttest": "expecttest", "nbconvert": "nbconvert"}
+#: Those packages and every package they need that the GPU machine's image lacks (its Python 3.12
+#: and torch 2.11 have the rest), pinned to the versions the suite runs with here:
+#: ``--download-wheels DIR`` fetches them for that machine, to install with ``--no-deps``.
+WHEELS = (
+    "anywidget==0.11.0",
+    "asttokens==3.0.2",
+    "beautifulsoup4==4.15.0",
+    "bleach==6.4.0",
+    "comm==0.2.3",
+    "debugpy==1.8.22",
+    "defusedxml==0.7.1",
+    "executing==2.3.0",
+    "expecttest==0.3.0",
+    "fastjsonschema==2.22.3",
+    "ipykernel==7.4.0",
+    "ipython==9.18.1",
+    "ipython-pygments-lexers==1.1.1",
+    "ipywidgets==8.1.9",
+    "jedi==0.20.1",
+    "jsonschema==4.26.0",
+    "jsonschema-specifications==2025.9.1",
+    "jupyter-client==8.10.0",
+    "jupyter-core==5.9.1",
+    "jupyterlab-pygments==0.3.0",
+    "jupyterlab-widgets==3.0.17",
+    "matplotlib-inline==0.2.2",
+    "mistune==3.4.0",
+    "nbclient==0.11.0",
+    "nbconvert==7.17.2",
+    "nbformat==5.11.1",
+    "nest-asyncio2==1.7.4",
+    "pandocfilters==1.5.1",
+    "parso==0.8.7",
+    "pexpect==4.9.0",
+    "platformdirs==4.14.8",
+    "prompt-toolkit==3.0.53",
+    "psygnal==0.16.1",
+    "ptyprocess==0.7.0",
+    "pure-eval==0.2.4",
+    "pyzmq==27.3.0",
+    "referencing==0.37.0",
+    "rpds-py==2026.9.1",
+    "soupsieve==4.1.3",
+    "stack-data==0.6.3",
+    "tornado==6.6.1",
+    "traitlets==5.16.1",
+    "wcwidth==0.9.4",
+    "webencodings==0.6.1",
+    "widgetsnbextension==4.0.16",
+)
+#: The dtypes whose mixing table is captured on CUDA: float32's whole, and the ones the suite
+#: checks the simulated device in (each held to its own table once captured).
+DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "int64", "bool")
 #: Files of the report that are fixtures of the CPU tests: where each goes.
 FIXTURES = {"gpumem_cuda.json": "tests/fixtures/gpumem_cuda.json",
-            "mixing_float32.json": "tests/fixtures/mixing_float32.json",
+            **{f"mixing_{dtype}.json": f"tests/fixtures/mixing_{dtype}.json" for dtype in DTYPES},
             "oom_cuda.json": "tests/fixtures/oom_cuda.json",
             "cuda_tiny_trace.json": "tests/fixtures/cuda_tiny_trace.json"}
+#: Parts run side by side take one CPU thread each (16 cores, many processes).
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+RESULTS = ROOT / "benchmarks" / "results"
 GiB = 1 << 30
 MiB = 1 << 20
 
@@ -105,61 +166,102 @@ def python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
+def mutation_programs(dry: bool) -> list[str]:
+    """The mutation corpus's programs, one process each (the first alone in a dry run)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from programs import ARCHITECTURES
+
+    names = [a.name for a in ARCHITECTURES]
+    return names[:1] if dry else names
+
+
 def parts(out: Path, dry: bool, seeds: int) -> list[Part]:
-    """The parts, in order, with their commands for a GPU run or a dry run."""
-    corpus_count = str(min(seeds, 2) if dry else seeds)
-    corpus = "sim" if dry else "cuda"
+    """The parts, in order, with their commands for a GPU run or a dry run.
+
+    First, one at a time on a quiet machine, what is timed or reads the GPU's memory; then, side by
+    side (one CPU thread each), what only checks answers: the corpora and the mixing tables on CUDA
+    and on the simulated device (the GPU hidden), from the same seeds, and ``pytest -k cuda``."""
+    count = str(min(seeds, 2) if dry else seeds)
+    gpu = "sim" if dry else "cuda"
+    gpu_env = {**ONE_THREAD, **(HIDE_GPU if dry else {})}
+    sim_env = {**ONE_THREAD, **HIDE_GPU}
+    again = "sim_again" if dry else "cuda"  # the GPU side's files in a dry run (the simulated device again)
     mixing = BENCH / "mixing_table.py"
+    dtypes = "float32,bfloat16" if dry else ",".join(DTYPES)
+    mixing_ops = ["--ops", "add,clamp_min,select_scatter"] if dry else ["--suite-ops"]
+    corpus_keys = (r"^printed fixes", r"^lost data", r"^invented")
+    mutation_keys = (r"^printed fixes that work", r"^fixes that remove", r"^lost:")
     pytest_args = ["-m", "pytest", "-k", "cuda", "-p", "no:cacheprovider", "-q", "-rfE"]
-    return [
-        Part("corpus_sim", "fix corpus, simulated device (the same seeds, GPU hidden)",
-             python(str(BENCH / "fix_corpus.py"), "--device", "sim", "--count", corpus_count,
-                    "--json", str(out / "fix_corpus_sim.json"), "--show-failures", "10"),
-             180 if dry else 420, HIDE_GPU, key=(r"^printed fixes", r"^lost data", r"^invented"), background=True),
-        Part("pytest", "pytest -k cuda" + (" (collected only: no GPU)" if dry else ""),
-             python(*pytest_args, *(["--collect-only"] if dry else ["--junitxml", str(out / "pytest_cuda.xml")])),
-             60 if dry else 200, key=(r"\d+ (passed|failed|tests? collected|selected)", r"^(FAILED|ERROR) ")),
-        Part("gpu_validate", "%gpumem's figures (gpu_validate.py)",
-             python(str(BENCH / "gpu_validate.py"), *([] if dry else ["--capture", str(out / "gpumem_cuda.json")])),
-             30 if dry else 40, key=(r"^(PASS|FAIL) ", r"checks passed", r"no CUDA GPU")),
-        Part("corpus_cuda", f"fix corpus, {corpus}" + (" (no GPU: the simulated device)" if dry else ""),
-             python(str(BENCH / "fix_corpus.py"), "--device", corpus, "--count", corpus_count,
-                    "--json", str(out / f"fix_corpus_{'cuda' if not dry else 'sim_again'}.json"), "--show-failures", "10"),
-             180 if dry else 120, HIDE_GPU if dry else {}, key=(r"^printed fixes", r"^lost data", r"^invented")),
-        Part("corpus_errors", f"device-error corpus, {corpus}" + (" (no GPU: the simulated device)" if dry else ""),
-             python(str(BENCH / "fix_corpus.py"), "--corpus", "errors", "--device", corpus, "--count", corpus_count,
-                    "--json", str(out / f"error_corpus_{'cuda' if not dry else 'sim'}.json"), "--show-failures", "10"),
-             180 if dry else 120, HIDE_GPU if dry else {}, key=(r"^printed fixes", r"^lost data", r"^invented")),
-        Part("oom", "out of memory on the real allocator" + (" (no GPU: the simulated device)" if dry else ""),
-             python(str(BENCH / "gpu_check.py"), "--part", "oom", "--out", str(out), *(["--dry-run"] if dry else [])),
-             60 if dry else 40, HIDE_GPU if dry else {}, key=(r"^(PASS|FAIL) ",)),
+    alone = [
+        Part("gpumem_overhead", "%%gpumem against plain cells: a GPT-2 step and 2,000 tiny allocations "
+             "(gpumem_lines.py --device cuda)",
+             None if dry else python(str(BENCH / "gpumem_lines.py"), "--device", "cuda", "--repeat", "5"),
+             90, why="needs CUDA (on the CPU it measures the simulated device: benchmarks/gpumem_lines.py)",
+             key=(r"^\(i", r"pytorch_memlab", r"x\b")),
         Part("trace", "CUDA's memory history as %%gpumem tags it",
              None if dry else python(str(BENCH / "gpu_check.py"), "--part", "trace", "--out", str(out)),
              30, why="needs CUDA (the replay below uses tests/fixtures/cuda_tiny_trace.json)",
              key=(r"^(PASS|FAIL) ",)),
         Part("gpumem_replay", "%%gpumem's own cost, the trace replayed on the CPU (gpumem_cuda_replay.py)",
-             python(str(BENCH / "gpumem_cuda_replay.py"), "--repeat", "1" if dry else "5",
+             python(str(BENCH / "gpumem_cuda_replay.py"), "--repeat", "1" if dry else "7",
                     *([] if dry else ["--trace", str(out / "cuda_tiny_trace.json")])),
-             60 if dry else 30, key=(r"x +[\d.]+x", r"^ +plain")),
-        Part("gpumem_overhead", "%%gpumem against plain cells (gpumem_lines.py --device cuda)",
-             None if dry else python(str(BENCH / "gpumem_lines.py"), "--device", "cuda", "--repeat", "5"),
-             60, why="needs CUDA (on the CPU it measures the simulated device: benchmarks/gpumem_lines.py)",
-             key=(r"^\(i", r"pytorch_memlab")),
+             60 if dry else 40, key=(r"x +[\d.]+x", r"^ +plain")),
         Part("gpumem_phases", "where %%gpumem's time goes, phase by phase (gpumem_phases.py --device cuda)",
-             None if dry else python(str(BENCH / "gpumem_phases.py"), "--device", "cuda", "--repeat", "10"),
-             60, why="needs CUDA (on the CPU: benchmarks/gpumem_phases.py --device sim)",
-             key=(r"^\(i", r"phases of")),
+             None if dry else python(str(BENCH / "gpumem_phases.py"), "--device", "cuda", "--repeat", "5"),
+             45, why="needs CUDA (on the CPU: benchmarks/gpumem_phases.py --device sim)",
+             key=(r"^\(i", r"phases of", r"x\)")),
         Part("devcheck_overhead", "%%devcheck against plain cells (devcheck_overhead.py)",
              python(str(BENCH / "devcheck_overhead.py"), "--device", "cpu" if dry else "cuda",
-                    "--repeat", "1" if dry else "5"),
-             90 if dry else 60, key=(r"^\(i+v?\)",)),
-        Part("mixing", "mixing table on CUDA (mixing_table.py)",
-             (python(str(mixing), "--help") if dry else
-              python(str(mixing), "--device", "cuda", "--dtype", "float32", "--out", str(out / "mixing_float32.json")))
-             if mixing.exists() else None,
-             20 if dry else 90, why="benchmarks/mixing_table.py is not in this checkout",
-             key=(r"agree", r"cases")),
+                    "--repeat", "1" if dry else "3"),
+             90 if dry else 45, key=(r"^\(i+v?\)",)),
+        Part("gpu_validate", "%gpumem's figures (gpu_validate.py)",
+             python(str(BENCH / "gpu_validate.py"), *([] if dry else ["--capture", str(out / "gpumem_cuda.json")])),
+             30 if dry else 40, key=(r"^(PASS|FAIL) ", r"checks passed", r"no CUDA GPU")),
+        Part("oom", "out of memory on the real allocator" + (" (no GPU: the simulated device)" if dry else ""),
+             python(str(BENCH / "gpu_check.py"), "--part", "oom", "--out", str(out), *(["--dry-run"] if dry else [])),
+             60 if dry else 40, HIDE_GPU if dry else {}, key=(r"^(PASS|FAIL) ",)),
     ]
+    together = [
+        Part("corpus_sim", "mismatch corpus, simulated device (the same seeds, GPU hidden)",
+             python(str(BENCH / "fix_corpus.py"), "--device", "sim", "--count", count,
+                    "--json", str(out / "fix_corpus_sim.json"), "--show-failures", "10"),
+             300, sim_env, key=corpus_keys, background=True),
+        Part("corpus_cuda", f"mismatch corpus, {gpu}" + (" (no GPU: the simulated device)" if dry else ""),
+             python(str(BENCH / "fix_corpus.py"), "--device", gpu, "--count", count,
+                    "--json", str(out / f"fix_corpus_{again}.json"), "--show-failures", "10"),
+             300, gpu_env, key=corpus_keys, background=True),
+        Part("errors_sim", "device-error corpus, simulated device (the same seeds, GPU hidden)",
+             python(str(BENCH / "fix_corpus.py"), "--corpus", "errors", "--device", "sim", "--count", count,
+                    "--json", str(out / "error_corpus_sim.json"), "--show-failures", "10"),
+             300, sim_env, key=corpus_keys, background=True),
+        Part("corpus_errors", f"device-error corpus, {gpu}" + (" (no GPU: the simulated device)" if dry else ""),
+             python(str(BENCH / "fix_corpus.py"), "--corpus", "errors", "--device", gpu, "--count", count,
+                    "--json", str(out / f"error_corpus_{again}.json"), "--show-failures", "10"),
+             300, gpu_env, key=corpus_keys, background=True),
+        Part("mixing_sim", "mixing tables on the simulated device (GPU hidden)",
+             python(str(mixing), "--device", "sim", "--dtype", dtypes, *mixing_ops,
+                    "--out", str(out / "mixing_sim_{dtype}.json")) if mixing.exists() else None,
+             300, sim_env, why="benchmarks/mixing_table.py is not in this checkout", key=(r"cases",), background=True),
+        Part("mixing", f"mixing tables on {gpu}, {dtypes.replace(',', ', ')} (mixing_table.py)",
+             python(str(mixing), "--device", gpu, "--dtype", dtypes, *mixing_ops,
+                    "--out", str(out / ("mixing_dry_{dtype}.json" if dry else "mixing_{dtype}.json")))
+             if mixing.exists() else None,
+             300, gpu_env, why="benchmarks/mixing_table.py is not in this checkout", key=(r"cases",), background=True),
+    ]
+    for program in mutation_programs(dry):
+        for side, env in (("sim", sim_env), (gpu, gpu_env)):
+            name = f"mutations_{'sim' if side == 'sim' and env is sim_env else again}_{program}"
+            together.append(Part(
+                name, f"mutation corpus, {program}, {'simulated device' if env is sim_env else gpu}",
+                python(str(BENCH / "mutation_corpus.py"), "--device", side, "--only", program,
+                       *(["--entries", "plain"] if dry else []), "--json", str(out / f"{name}.json"),
+                       "--show-failures", "5"),
+                300, env, key=mutation_keys, background=True))
+    together.append(Part("pytest", "pytest -k cuda" + (" (collected only: no GPU)" if dry else ""),
+                         python(*pytest_args, *(["--collect-only"] if dry else ["--junitxml", str(out / "pytest_cuda.xml")])),
+                         60 if dry else 300, gpu_env,
+                         key=(r"\d+ (passed|failed|tests? collected|selected)", r"^(FAILED|ERROR) "), background=True))
+    return alone + together
 
 
 # -- running the parts ---------------------------------------------------------------------------
@@ -188,15 +290,17 @@ def finish(part: Part, process: subprocess.Popen, log: Any, started: float, budg
     return Outcome(part.name, part.title, status, time.monotonic() - started, " ".join(part.command or []), keys[:40])
 
 
-def run_all(out: Path, dry: bool, seeds: int, budget: float, only: set[str] | None) -> list[Outcome]:
+def run_all(out: Path, dry: bool, seeds: int, budget: float, only: set[str] | None,
+            results: Path | None = None) -> list[Outcome]:
     deadline = time.monotonic() + budget
     outcomes: list[Outcome] = []
+    gpu = gpu_name(dry)
     chosen = [p for p in parts(out, dry, seeds) if only is None or p.name in only]
     background = []
     for part in chosen:
         if part.command is None:
             outcomes.append(Outcome(part.name, part.title, f"not available: {part.why}"))
-            write_report(out, outcomes, dry)
+            write_report(out, outcomes, dry, gpu=gpu)
             continue
         left = deadline - time.monotonic()
         if left < 10:
@@ -208,30 +312,41 @@ def run_all(out: Path, dry: bool, seeds: int, budget: float, only: set[str] | No
             background.append((part, process, log, began))
             continue
         outcomes.append(finish(part, process, log, began, min(part.budget_s, left), out))
-        write_report(out, outcomes, dry)
+        write_report(out, outcomes, dry, gpu=gpu)
     for part, process, log, began in background:
         outcomes.append(finish(part, process, log, began, min(part.budget_s, max(deadline - began, 10)), out))
-    write_report(out, outcomes, dry)
+    kept = write_report(out, outcomes, dry, results, gpu=gpu)
+    if kept is not None:
+        print(f"gpu_check: the report is kept as {kept.relative_to(ROOT) if kept.is_relative_to(ROOT) else kept}")
     return outcomes
 
 
 # -- the report ------------------------------------------------------------------------------------
 
 
-def corpus_comparison(out: Path) -> list[str]:
-    """The two corpus runs seed by seed: the rates side by side and the seeds whose verdicts differ."""
+#: Each corpus's two runs: (title, the GPU side's file, the simulated device's), as the parts write them.
+CORPORA = {"mismatches": ("The mismatch corpus", ("fix_corpus_cuda.json", "fix_corpus_sim_again.json"),
+                          "fix_corpus_sim.json"),
+           "errors": ("The device-error corpus", ("error_corpus_cuda.json", "error_corpus_sim_again.json"),
+                      "error_corpus_sim.json")}
+
+
+def corpus_comparison(out: Path, corpus: str = "mismatches") -> list[str]:
+    """A corpus's two runs seed by seed: the rates side by side and the seeds whose verdicts differ."""
+    _, gpu_files, sim_file = CORPORA[corpus]
     runs = {}
-    for side, name in (("cuda", "fix_corpus_cuda.json"), ("sim", "fix_corpus_sim.json"),
-                       ("sim, again", "fix_corpus_sim_again.json")):
+    for side, name in ((("cuda", gpu_files[0]), ("sim", sim_file), ("sim, again", gpu_files[1]))):
         path = out / name
         if path.exists():
             runs[side] = {o["seed"]: o for o in json.loads(path.read_text())}
     if len(runs) < 2:
         return []
     (a, first), (b, second) = list(runs.items())[:2]
-    lines = [f"| corpus | printed fixes that worked | rate |", "|---|---|---|"]
+    lines = ["| corpus | printed fixes that worked | rate |", "|---|---|---|"]
     for side, outcomes in ((a, first), (b, second)):
         fixes = [o for o in outcomes.values() if o["kind"] in ("mismatch", "stale") and o["verdict"] != "skip"]
+        if corpus != "mismatches":
+            fixes = [o for o in outcomes.values() if o["verdict"] != "skip"]
         passed = sum(o["verdict"] == "pass" for o in fixes)
         lines.append(f"| {side} | {passed}/{len(fixes)} | {passed / max(1, len(fixes)):.1%} |")
     differ = [s for s in sorted(set(first) & set(second)) if first[s]["verdict"] != second[s]["verdict"]]
@@ -242,43 +357,178 @@ def corpus_comparison(out: Path) -> list[str]:
     return lines
 
 
-def environment(dry: bool) -> list[str]:
-    lines = [f"- Python {platform.python_version()} on {platform.node()}"]
-    try:
-        import torch
-
-        lines.append(f"- torch {torch.__version__}, CUDA {torch.version.cuda}")
-        if torch.cuda.is_available() and not dry:
-            lines.append(f"- GPU: {torch.cuda.get_device_name(0)}")
-    except Exception as exc:  # noqa: BLE001 - the report says what it could not read
-        lines.append(f"- torch: not importable ({exc})")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    lines.append(f"- devinspect at {commit.stdout.strip() or 'an unknown commit'}")
+def mutation_comparison(out: Path) -> list[str]:
+    """The mutation corpus on both sides, mutant and entry point by mutant and entry point."""
+    sides: dict[str, dict[tuple[str, str], dict]] = {}
+    for path in sorted(out.glob("mutations_*.json")):
+        side = "sim" if path.name.startswith("mutations_sim_") and not path.name.startswith("mutations_sim_again_") \
+            else "cuda" if path.name.startswith("mutations_cuda_") else "sim, again"
+        for mutant in json.loads(path.read_text()).get("mutants", []):
+            if mutant.get("probe") != "effect":
+                continue
+            for entry, run in mutant["entries"].items():
+                if run["verdict"] != "skip":
+                    sides.setdefault(side, {})[(mutant["mutant"], entry)] = run
+    if len(sides) < 2:
+        return []
+    order = [s for s in ("cuda", "sim, again", "sim") if s in sides]
+    (a, first), (b, second) = (order[0], sides[order[0]]), (order[-1], sides[order[-1]])
+    lines = ["| corpus | printed fixes that work | cause removed | rate |", "|---|---|---|---|"]
+    for side, runs in ((a, first), (b, second)):
+        works = sum(r["verdict"] == "pass" for r in runs.values())
+        gone = sum(bool(r.get("cause_removed")) for r in runs.values())
+        lines.append(f"| {side} | {works}/{len(runs)} | {gone}/{len(runs)} | {works / max(1, len(runs)):.1%} |")
+    differ = [k for k in sorted(set(first) & set(second)) if first[k]["verdict"] != second[k]["verdict"]]
+    lines.append("")
+    lines.append(f"Mutants whose verdict differs ({a} vs {b}): "
+                 + (", ".join(f"{m} [{e}] ({first[(m, e)]['verdict']} vs {second[(m, e)]['verdict']})"
+                              for m, e in differ) or "none"))
+    only = sorted(set(first) ^ set(second))
+    if only:
+        lines.append(f"Judged on one side only (a part that ran out of time): {len(only)}")
     return lines
 
 
-def write_report(out: Path, outcomes: list[Outcome], dry: bool) -> None:
+def mixing_comparison(out: Path) -> list[str]:
+    """Each dtype's table on the simulated device against CUDA's: the rate, and every case that differs."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import types
+
+    import opinfo_mixing
+
+    lines = []
+    for dtype in DTYPES:
+        cuda, sim = out / f"mixing_{dtype}.json", out / f"mixing_sim_{dtype}.json"
+        if not (cuda.exists() and sim.exists()):
+            continue
+        reference, here = json.loads(cuda.read_text()), json.loads(sim.read_text())
+        table = types.SimpleNamespace(cases=here["cases"], unrunnable=here.get("unrunnable", []))
+        agreement = opinfo_mixing.compare(table, reference["cases"], reference.get("unrunnable", ()))
+        target = "meets" if agreement.rate >= 0.995 else "misses"
+        lines += ["", f"### {dtype}: {agreement.agree}/{agreement.shared} cases agree ({agreement.rate:.2%}; "
+                      f"{target} the 99.5% target)", ""]
+        lines += [f"- `{key}`: simulated device {mine}, CUDA {theirs}" for key, mine, theirs in agreement.differ] \
+            or ["- no case differs"]
+    return lines
+
+
+def gpu_name(dry: bool) -> str:
+    """The GPU's name as the driver gives it (``nvidia-smi``: this process never initialises CUDA,
+    which would hold a context on the GPU the parts measure)."""
+    if dry:
+        return "no GPU (dry run)"
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+        first = done.stdout.strip().splitlines()[0]
+        return first.split(",")[0].strip() if done.returncode == 0 and first else "an unknown GPU"
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "an unknown GPU"
+
+
+def report_path(results: Path, gpu: str, day: datetime.date) -> Path:
+    """``benchmarks/results/gpu-<date>-<gpu>.md``: the GPU's name in lower case, words joined by hyphens."""
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-") or "gpu"
+    return results / f"gpu-{day.isoformat()}-{slug}.md"
+
+
+def environment(dry: bool, gpu: str) -> list[str]:
+    """The versions the figures were measured with, read without initialising CUDA."""
+    import importlib.metadata
+
+    lines = [f"- Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs"]
+    try:
+        import torch
+
+        lines.append(f"- torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
+                     f"{torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else 'none'}")
+        lines.append(f"- the host's CPU kernels: {torch.backends.cpu.get_cpu_capability()}; a 3-D convolution of a "
+                     f"bfloat16 host input takes {_host_conv3d_backend(torch)} (the simulated device answers as "
+                     "with the plain kernel)")
+    except Exception as exc:  # noqa: BLE001 - the report says what it could not read
+        lines.append(f"- torch: not importable ({exc})")
+    lines.append(f"- GPU: {gpu}")
+    versions = []
+    for package in ("ipython", "ipywidgets", "transformers", "numpy", "pytest"):
+        try:
+            versions.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package} not installed")
+    lines.append("- " + ", ".join(versions))
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
+    except OSError:  # no git there
+        commit = ""
+    lines.append(f"- devinspect at {commit or 'an unknown commit (no git history here)'}")
+    return lines
+
+
+def _host_conv3d_backend(torch: Any) -> str:
+    x, w = torch.ones(1, 1, 2, 2, 2, dtype=torch.bfloat16), torch.ones(1, 1, 1, 1, 1, dtype=torch.bfloat16)
+    try:
+        return torch._C._select_conv_backend(x, w, None, [1] * 3, [0] * 3, [1] * 3, False, [0] * 3, 1, None).name
+    except Exception as exc:  # noqa: BLE001
+        return f"an unknown kernel ({type(exc).__name__})"
+
+
+def write_report(out: Path, outcomes: list[Outcome], dry: bool, results: Path | None = None,
+                 gpu: str | None = None) -> Path | None:
+    """``report.md`` and ``summary.json`` in ``out``; with ``results``, the report there too, under the
+    date and the GPU's name (returned)."""
+    gpu = gpu or gpu_name(dry)
     when = datetime.datetime.now().isoformat(timespec="seconds")
-    lines = [f"# devinspect GPU check{' (dry run: no GPU, each part in its CPU form)' if dry else ''}", "",
-             f"Written {when} by `python benchmarks/gpu_check.py`.", "", *environment(dry), "",
-             "| part | outcome | seconds |", "|---|---|---|"]
+    lines = [f"# devinspect GPU check{' (dry run: no GPU, each part in its CPU form)' if dry else ''}: {gpu}", "",
+             f"Written {when} by `python benchmarks/gpu_check.py`.", "", "## Versions", "", *environment(dry, gpu),
+             "", "## Parts", "", "| part | outcome | seconds |", "|---|---|---|"]
     lines += [f"| {o.title} | {o.status} | {o.seconds:.0f} |" for o in outcomes]
     for o in outcomes:
         ran = o.status == "passed" or o.status.startswith(("failed", "timed out"))
-        lines += ["", f"## {o.title}", "", o.status + (f"; full output: `{o.name}.txt`" if ran else "")]
+        lines += ["", f"### {o.title}", "", o.status + (f"; full output: `{o.name}.txt`" if ran else "")]
         if o.command:
             lines.append(f"`{o.command.replace(str(ROOT) + os.sep, '')}`")
         if o.key_lines:
             lines += ["", "```", *o.key_lines, "```"]
+    lines += ["", "## Differences between CUDA and the simulated device"]
     comparison = corpus_comparison(out)
     if comparison:
-        lines += ["", "## The fix corpus on both devices", "", *comparison]
+        lines += ["", "### The fix corpus on both devices", "", *comparison]
+    errors = corpus_comparison(out, "errors")
+    if errors:
+        lines += ["", "### The device-error corpus on both devices", "", *errors]
+    mutations = mutation_comparison(out)
+    if mutations:
+        lines += ["", "### The mutation corpus on both devices", "", *mutations]
+    try:
+        mixing = mixing_comparison(out)
+    except Exception as exc:  # noqa: BLE001 - the report says what it could not compare
+        mixing = ["", f"The mixing tables could not be compared ({type(exc).__name__}: {exc})."]
+    if mixing:
+        lines += ["", "### The mixing tables, dtype by dtype (simulated device against CUDA)", *mixing]
+    if not (comparison or errors or mutations or mixing):
+        lines += ["", "Nothing to compare: no part wrote both sides."]
     made = [name for name in FIXTURES if (out / name).exists()]
     lines += ["", "## Fixtures", ""]
     lines += [f"- `{name}` → `{FIXTURES[name]}`" for name in made] or ["- none written by this run"]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    (out / "summary.json").write_text(json.dumps({"dry_run": dry, "written": when,
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    (out / "summary.json").write_text(json.dumps({"dry_run": dry, "written": when, "gpu": gpu,
                                                   "parts": [dataclasses.asdict(o) for o in outcomes]}, indent=1))
+    if results is None:
+        return None
+    results.mkdir(parents=True, exist_ok=True)
+    kept = report_path(results, gpu, datetime.date.today())
+    kept.write_text(text.replace(str(ROOT) + os.sep, ""))
+    return kept
+
+
+def download_wheels(folder: Path) -> int:
+    """:data:`WHEELS` for the GPU machine (CPython 3.12, Linux x86-64), into ``folder``."""
+    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
+                                              "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+                                              "manylinux1_x86_64")]
+    return subprocess.run(python("-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+                                 "--implementation", "cp", *platforms, "-d", str(folder), *WHEELS)).returncode
 
 
 def install_wheels(folder: Path) -> None:
@@ -413,11 +663,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("gpu-report"), help="the report's directory")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: each part in its CPU form")
     parser.add_argument("--seeds", type=int, default=56, help="fix corpus seeds on each device (from 0)")
-    parser.add_argument("--budget", type=float, default=470, help="seconds for all parts together")
+    parser.add_argument("--budget", type=float, default=480, help="seconds for all parts together")
+    parser.add_argument("--results", type=Path, help="where the report is kept as gpu-<date>-<gpu>.md "
+                                                     "(default: benchmarks/results; none in a dry run)")
     parser.add_argument("--only", action="append", metavar="PART", help="run only this part (repeatable)")
     parser.add_argument("--wheels", type=Path, help="install the packages the GPU machine lacks from here first")
+    parser.add_argument("--download-wheels", type=Path, metavar="DIR",
+                        help="fetch the wheels the GPU machine lacks into DIR (here, with network) and stop")
     parser.add_argument("--part", choices=("oom", "trace"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.download_wheels is not None:
+        return download_wheels(args.download_wheels)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.part == "oom":
         return oom_part(args.out, args.dry_run)
@@ -431,7 +687,9 @@ def main() -> int:
         if not torch.cuda.is_available():
             print("gpu_check: no CUDA GPU here; --dry-run runs the plumbing in its CPU form")
             return 1
-    outcomes = run_all(args.out, args.dry_run, args.seeds, args.budget, set(args.only) if args.only else None)
+    results = args.results if args.results is not None else (None if args.dry_run else RESULTS)
+    outcomes = run_all(args.out, args.dry_run, args.seeds, args.budget, set(args.only) if args.only else None,
+                       results)
     print((args.out / "report.md").read_text())
     return 0 if all(o.status == "passed" or o.status.startswith("not available") for o in outcomes) else 1
 

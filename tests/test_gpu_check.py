@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import json
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,3 +86,88 @@ def test_the_dry_run_runs_every_part_in_its_cpu_form(tmp_path):
     assert "## The fix corpus on both devices" in report and "Seeds whose verdict differs" in report
     oom = json.loads((out / "oom_sim.json").read_text())
     assert [c["name"] for c in oom["cases"]] == ["larger than the device", "a local kept by an earlier error"]
+
+
+def test_the_plan_times_alone_first_then_checks_both_devices_side_by_side(tmp_path):
+    check = gpu_check()
+    plan = check.parts(tmp_path, False, 56)
+    names = [p.name for p in plan]
+    alone = [p.name for p in plan if not p.background]
+    assert alone == names[:len(alone)]  # nothing runs beside what is timed or reads the GPU's memory
+    assert {"gpumem_overhead", "gpumem_replay", "devcheck_overhead", "gpu_validate", "oom"} <= set(alone)
+    together = {p.name: p for p in plan if p.background}
+    for cuda, sim in (("corpus_cuda", "corpus_sim"), ("corpus_errors", "errors_sim"), ("mixing", "mixing_sim")):
+        assert together[sim].env["CUDA_VISIBLE_DEVICES"] == "" and "CUDA_VISIBLE_DEVICES" not in together[cuda].env
+        # the same seeds (or ops) on both sides: the commands differ in the device and the file only
+        differ = [(a, b) for a, b in zip(together[cuda].command, together[sim].command) if a != b]
+        assert differ and all(a in ("cuda",) or b == "sim" or a.endswith(".json") for a, b in differ), differ
+    mixing = together["mixing"].command
+    assert mixing[mixing.index("--dtype") + 1].split(",") == list(check.DTYPES) and "--suite-ops" in mixing
+    programs = check.mutation_programs(False)
+    assert {f"mutations_cuda_{p}" for p in programs} | {f"mutations_sim_{p}" for p in programs} <= set(together)
+    assert {f"mixing_{d}.json" for d in check.DTYPES} <= set(check.FIXTURES)
+
+
+def _outcomes(check):
+    return [check.Outcome("gpumem_overhead", "%%gpumem against plain cells", "passed", 61.0, "python x.py",
+                          ["(i) GPT-2 step: plain 16.0 ms, %%gpumem 18.1 ms, 1.13x"]),
+            check.Outcome("trace", "CUDA's memory history", "timed out after 30 s", 30.0, "python y.py", []),
+            check.Outcome("mixing", "mixing tables on cuda", "not run: out of time")]
+
+
+def test_the_report_is_kept_by_date_and_gpu_with_each_figure_and_each_difference(tmp_path):
+    check = gpu_check()
+    out, results = tmp_path / "out", tmp_path / "results"
+    out.mkdir()
+
+    def corpus(verdicts):
+        return json.dumps([{"seed": s, "family": "gpt2", "bug": "input", "entry": "plain", "kind": "mismatch",
+                            "verdict": v} for s, v in enumerate(verdicts)])
+    (out / "fix_corpus_cuda.json").write_text(corpus(["pass", "pass", "fail"]))
+    (out / "fix_corpus_sim.json").write_text(corpus(["pass", "pass", "pass"]))
+    (out / "error_corpus_cuda.json").write_text(corpus(["pass", "fail"]))
+    (out / "error_corpus_sim.json").write_text(corpus(["pass", "pass"]))
+
+    def mutants(verdict):
+        return json.dumps({"mutants": [{"mutant": "mamba#3", "probe": "effect", "entries": {
+            "plain": {"verdict": verdict, "cause_removed": True}, "button": {"verdict": "pass", "cause_removed": True}}}]})
+    (out / "mutations_cuda_mamba.json").write_text(mutants("fail"))
+    (out / "mutations_sim_mamba.json").write_text(mutants("pass"))
+
+    def table(device, cases):
+        return json.dumps({"device": device, "dtype": "bfloat16", "cases": cases, "unrunnable": []})
+    (out / "mixing_bfloat16.json").write_text(table("cuda", {"add.#0#input": "ok", "nn.functional.conv3d.#0#input":
+                                                              "device"}))
+    (out / "mixing_sim_bfloat16.json").write_text(table("sim", {"add.#0#input": "ok", "nn.functional.conv3d.#0#input":
+                                                                 "other:NotImplementedError"}))
+    kept = check.write_report(out, _outcomes(check), False, results, gpu="NVIDIA H200")
+    assert kept == results / f"gpu-{datetime.date.today().isoformat()}-nvidia-h200.md"
+    text = kept.read_text()
+    assert text == (out / "report.md").read_text().replace(str(ROOT) + "/", "")
+    assert "# devinspect GPU check: NVIDIA H200" in text and "## Versions" in text
+    assert f"torch {torch.__version__}" in text and "- GPU: NVIDIA H200" in text
+    assert "1.13x" in text and "timed out after 30 s" in text and "not run: out of time" in text  # each figure
+    assert "Seeds whose verdict differs (cuda vs sim): 2 (gpt2-input-plain: fail vs pass)" in text
+    assert "Seeds whose verdict differs (cuda vs sim): 1 (gpt2-input-plain: fail vs pass)" in text  # device errors
+    assert "Mutants whose verdict differs (cuda vs sim): mamba#3 [plain] (fail vs pass)" in text
+    assert "### bfloat16: 1/2 cases agree (50.00%; misses the 99.5% target)" in text
+    assert "- `nn.functional.conv3d.#0#input`: simulated device other:NotImplementedError, CUDA device" in text
+    assert "- `mixing_bfloat16.json` → `tests/fixtures/mixing_bfloat16.json`" in text
+    assert json.loads((out / "summary.json").read_text())["gpu"] == "NVIDIA H200"
+
+
+def test_a_report_without_both_sides_says_there_is_nothing_to_compare(tmp_path):
+    check = gpu_check()
+    assert check.write_report(tmp_path, _outcomes(check), True, gpu="no GPU (dry run)") is None
+    text = (tmp_path / "report.md").read_text()
+    assert "Nothing to compare: no part wrote both sides." in text and "- none written by this run" in text
+    assert check.report_path(tmp_path, "NVIDIA H100 80GB HBM3", datetime.date(2026, 11, 28)).name == \
+        "gpu-2026-11-28-nvidia-h100-80gb-hbm3.md"
+
+
+def test_the_wheels_name_one_version_each_and_cover_what_the_gpu_machine_lacks():
+    check = gpu_check()
+    names = [w.split("==")[0] for w in check.WHEELS]
+    assert len(names) == len(set(names)) and all("==" in w for w in check.WHEELS)
+    assert {"ipython", "ipywidgets", "anywidget", "nbclient", "nbformat", "ipykernel", "jupyter-client", "expecttest",
+            "nbconvert", "traitlets", "pyzmq", "tornado"} <= set(names)
