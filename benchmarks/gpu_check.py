@@ -24,10 +24,11 @@ start beside a real accelerator) from the same seeds:
 3. The mismatch corpus (``fix_corpus.py``, ``--seeds`` seeds, 56 by default), the device-error
    corpus (``--corpus errors``: a dropped move, NumPy, pinning, workers, generators; the
    generator fixes only a GPU can run are run too) and the mutation corpus
-   (``mutation_corpus.py``, one process per program).
-4. The mixing tables (``mixing_table.py``) in float32 and in the six other dtypes the suite
-   checks the simulated device in (float64, float16, bfloat16, complex64, int64, bool; the
-   ops the suite compares in each).
+   (``mutation_corpus.py``, one process per program; the fix printed under the failing cell,
+   ``--mutation-entries`` for the other entry points).
+4. The mixing tables (``mixing_table.py``, one process per dtype and side) in float32 and in
+   the six other dtypes the suite checks the simulated device in (float64, float16, bfloat16,
+   complex64, int64, bool; the ops the suite compares in each).
 5. ``pytest -k cuda``: every CUDA case of the suite, the parametrised ones and the notebook
    (nbclient) ones included.
 
@@ -78,51 +79,16 @@ CARRIED = {"IPython": "ipython", "ipywidgets": "ipywidgets", "anywidget": "anywi
 #: and torch 2.11 have the rest), pinned to the versions the suite runs with here:
 #: ``--download-wheels DIR`` fetches them for that machine, to install with ``--no-deps``.
 WHEELS = (
-    "anywidget==0.11.0",
-    "asttokens==3.0.2",
-    "beautifulsoup4==4.15.0",
-    "bleach==6.4.0",
-    "comm==0.2.3",
-    "debugpy==1.8.22",
-    "defusedxml==0.7.1",
-    "executing==2.3.0",
-    "expecttest==0.3.0",
-    "fastjsonschema==2.22.3",
-    "ipykernel==7.4.0",
-    "ipython==9.18.1",
-    "ipython-pygments-lexers==1.1.1",
-    "ipywidgets==8.1.9",
-    "jedi==0.20.1",
-    "jsonschema==4.26.0",
-    "jsonschema-specifications==2025.9.1",
-    "jupyter-client==8.10.0",
-    "jupyter-core==5.9.1",
-    "jupyterlab-pygments==0.3.0",
-    "jupyterlab-widgets==3.0.17",
-    "matplotlib-inline==0.2.2",
-    "mistune==3.4.0",
-    "nbclient==0.11.0",
-    "nbconvert==7.17.2",
-    "nbformat==5.11.1",
-    "nest-asyncio2==1.7.4",
-    "pandocfilters==1.5.1",
-    "parso==0.8.7",
-    "pexpect==4.9.0",
-    "platformdirs==4.14.8",
-    "prompt-toolkit==3.0.53",
-    "psygnal==0.16.1",
-    "ptyprocess==0.7.0",
-    "pure-eval==0.2.4",
-    "pyzmq==27.3.0",
-    "referencing==0.37.0",
-    "rpds-py==2026.9.1",
-    "soupsieve==4.1.3",
-    "stack-data==0.6.3",
-    "tornado==6.6.1",
-    "traitlets==5.16.1",
-    "wcwidth==0.9.4",
-    "webencodings==0.6.1",
-    "widgetsnbextension==4.0.16",
+    "anywidget==0.11.0", "asttokens==3.0.2", "beautifulsoup4==4.15.0", "bleach==6.4.0", "comm==0.2.3",
+    "debugpy==1.8.22", "defusedxml==0.7.1", "executing==2.3.0", "expecttest==0.3.0", "fastjsonschema==2.22.3",
+    "ipykernel==7.4.0", "ipython==9.18.1", "ipython-pygments-lexers==1.1.1", "ipywidgets==8.1.9", "jedi==0.20.1",
+    "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "jupyter-client==8.10.0", "jupyter-core==5.9.1",
+    "jupyterlab-pygments==0.3.0", "jupyterlab-widgets==3.0.17", "matplotlib-inline==0.2.2", "mistune==3.4.0",
+    "nbclient==0.11.0", "nbconvert==7.17.2", "nbformat==5.11.1", "nest-asyncio2==1.7.4", "pandocfilters==1.5.1",
+    "parso==0.8.7", "pexpect==4.9.0", "platformdirs==4.14.8", "prompt-toolkit==3.0.53", "psygnal==0.16.1",
+    "ptyprocess==0.7.0", "pure-eval==0.2.4", "pyzmq==27.3.0", "referencing==0.37.0", "rpds-py==2026.9.1",
+    "soupsieve==4.1.3", "stack-data==0.6.3", "tornado==6.6.1", "traitlets==5.16.1", "wcwidth==0.9.4",
+    "webencodings==0.6.1", "widgetsnbextension==4.0.16",
 )
 #: The dtypes whose mixing table is captured on CUDA: float32's whole, and the ones the suite
 #: checks the simulated device in (each held to its own table once captured).
@@ -175,7 +141,7 @@ def mutation_programs(dry: bool) -> list[str]:
     return names[:1] if dry else names
 
 
-def parts(out: Path, dry: bool, seeds: int) -> list[Part]:
+def parts(out: Path, dry: bool, seeds: int, mutation_entries: str = "plain") -> list[Part]:
     """The parts, in order, with their commands for a GPU run or a dry run.
 
     First, one at a time on a quiet machine, what is timed or reads the GPU's memory; then, side by
@@ -189,6 +155,7 @@ def parts(out: Path, dry: bool, seeds: int) -> list[Part]:
     mixing = BENCH / "mixing_table.py"
     dtypes = "float32,bfloat16" if dry else ",".join(DTYPES)
     mixing_ops = ["--ops", "add,clamp_min,select_scatter"] if dry else ["--suite-ops"]
+    entries = "plain" if dry else mutation_entries
     corpus_keys = (r"^printed fixes", r"^lost data", r"^invented")
     mutation_keys = (r"^printed fixes that work", r"^fixes that remove", r"^lost:")
     pytest_args = ["-m", "pytest", "-k", "cuda", "-p", "no:cacheprovider", "-q", "-rfE"]
@@ -238,23 +205,27 @@ def parts(out: Path, dry: bool, seeds: int) -> list[Part]:
              python(str(BENCH / "fix_corpus.py"), "--corpus", "errors", "--device", gpu, "--count", count,
                     "--json", str(out / f"error_corpus_{again}.json"), "--show-failures", "10"),
              300, gpu_env, key=corpus_keys, background=True),
-        Part("mixing_sim", "mixing tables on the simulated device (GPU hidden)",
-             python(str(mixing), "--device", "sim", "--dtype", dtypes, *mixing_ops,
-                    "--out", str(out / "mixing_sim_{dtype}.json")) if mixing.exists() else None,
-             300, sim_env, why="benchmarks/mixing_table.py is not in this checkout", key=(r"cases",), background=True),
-        Part("mixing", f"mixing tables on {gpu}, {dtypes.replace(',', ', ')} (mixing_table.py)",
-             python(str(mixing), "--device", gpu, "--dtype", dtypes, *mixing_ops,
-                    "--out", str(out / ("mixing_dry_{dtype}.json" if dry else "mixing_{dtype}.json")))
-             if mixing.exists() else None,
-             300, gpu_env, why="benchmarks/mixing_table.py is not in this checkout", key=(r"cases",), background=True),
     ]
+    for dtype in dtypes.split(","):  # a process per dtype and side: each table takes a minute or two
+        together += [
+            Part(f"mixing_sim_{dtype}", f"mixing table in {dtype}, simulated device (GPU hidden)",
+                 python(str(mixing), "--device", "sim", "--dtype", dtype, *mixing_ops,
+                        "--out", str(out / f"mixing_sim_{dtype}.json")) if mixing.exists() else None,
+                 300, sim_env, why="benchmarks/mixing_table.py is not in this checkout", key=(r"cases",),
+                 background=True),
+            Part(f"mixing_{dtype}", f"mixing table in {dtype}, {gpu} (mixing_table.py)",
+                 python(str(mixing), "--device", gpu, "--dtype", dtype, *mixing_ops,
+                        "--out", str(out / (f"mixing_dry_{dtype}.json" if dry else f"mixing_{dtype}.json")))
+                 if mixing.exists() else None,
+                 300, gpu_env, why="benchmarks/mixing_table.py is not in this checkout", key=(r"cases",),
+                 background=True)]
     for program in mutation_programs(dry):
         for side, env in (("sim", sim_env), (gpu, gpu_env)):
             name = f"mutations_{'sim' if side == 'sim' and env is sim_env else again}_{program}"
             together.append(Part(
                 name, f"mutation corpus, {program}, {'simulated device' if env is sim_env else gpu}",
                 python(str(BENCH / "mutation_corpus.py"), "--device", side, "--only", program,
-                       *(["--entries", "plain"] if dry else []), "--json", str(out / f"{name}.json"),
+                       "--entries", entries, "--json", str(out / f"{name}.json"),
                        "--show-failures", "5"),
                 300, env, key=mutation_keys, background=True))
     together.append(Part("pytest", "pytest -k cuda" + (" (collected only: no GPU)" if dry else ""),
@@ -291,11 +262,11 @@ def finish(part: Part, process: subprocess.Popen, log: Any, started: float, budg
 
 
 def run_all(out: Path, dry: bool, seeds: int, budget: float, only: set[str] | None,
-            results: Path | None = None) -> list[Outcome]:
+            results: Path | None = None, mutation_entries: str = "plain") -> list[Outcome]:
     deadline = time.monotonic() + budget
     outcomes: list[Outcome] = []
     gpu = gpu_name(dry)
-    chosen = [p for p in parts(out, dry, seeds) if only is None or p.name in only]
+    chosen = [p for p in parts(out, dry, seeds, mutation_entries=mutation_entries) if only is None or p.name in only]
     background = []
     for part in chosen:
         if part.command is None:
@@ -399,6 +370,8 @@ def mixing_comparison(out: Path) -> list[str]:
     lines = []
     for dtype in DTYPES:
         cuda, sim = out / f"mixing_{dtype}.json", out / f"mixing_sim_{dtype}.json"
+        if not cuda.exists():
+            cuda = out / f"mixing_dry_{dtype}.json"  # a dry run's other side
         if not (cuda.exists() and sim.exists()):
             continue
         reference, here = json.loads(cuda.read_text()), json.loads(sim.read_text())
@@ -668,6 +641,9 @@ def main() -> int:
                                                      "(default: benchmarks/results; none in a dry run)")
     parser.add_argument("--only", action="append", metavar="PART", help="run only this part (repeatable)")
     parser.add_argument("--wheels", type=Path, help="install the packages the GPU machine lacks from here first")
+    parser.add_argument("--mutation-entries", default="plain",
+                        help="the mutation corpus's entry points on each side (plain: the fix printed under the "
+                             "failing cell; plain,devcheck,devices,button: all four, four times as long)")
     parser.add_argument("--download-wheels", type=Path, metavar="DIR",
                         help="fetch the wheels the GPU machine lacks into DIR (here, with network) and stop")
     parser.add_argument("--part", choices=("oom", "trace"), help=argparse.SUPPRESS)
@@ -689,7 +665,7 @@ def main() -> int:
             return 1
     results = args.results if args.results is not None else (None if args.dry_run else RESULTS)
     outcomes = run_all(args.out, args.dry_run, args.seeds, args.budget, set(args.only) if args.only else None,
-                       results)
+                       results, args.mutation_entries)
     print((args.out / "report.md").read_text())
     return 0 if all(o.status == "passed" or o.status.startswith("not available") for o in outcomes) else 1
 

@@ -5,7 +5,7 @@ It answers as CUDA's caching allocator does (torch 2.10+): ``_record_memory_hist
 switches a trace on and off (off clears it), each allocator event is recorded while it is on,
 with the calling thread's memory metadata (``_cuda_setMemoryMetadata`` sets it per thread)
 and, when the context asks for it, the Python stack, innermost frame first;
-``_snapshot()`` returns ``device_traces``; ``memory_stats()`` the counters. An allocation's
+``_snapshot()`` returns ``device_traces``; ``memory_stats()`` (and ``memory_stats_as_nested_dict()``) the counters. An allocation's
 entry carries the bytes asked for, as CUDA's do (an H200 recorded 64 for ``torch.empty(16)``),
 while the counters count the whole 512-byte block. A free is
 recorded as ``free_requested`` then ``free_completed`` unless skipped, as CUDA records it.
@@ -76,6 +76,11 @@ class CudaMemoryStandIn:
         return {"allocated_bytes.all.current": torch.sim.memory_allocated(0),
                 "reserved_bytes.all.current": torch.sim.memory_reserved(0)}
 
+    def memory_stats_as_nested_dict(self, device: Any = None) -> dict[str, Any]:
+        self.calls["memory_stats_as_nested_dict"] += 1
+        return {"allocated_bytes": {"all": {"current": torch.sim.memory_allocated(0)}},
+                "reserved_bytes": {"all": {"current": torch.sim.memory_reserved(0)}}}
+
     def memory_allocated(self, device: Any = None) -> int:
         self.calls["memory_allocated"] += 1
         return torch.sim.memory_allocated(0)
@@ -133,6 +138,7 @@ class CudaMemoryStandIn:
         monkeypatch.setattr(torch.cuda.memory, "_snapshot", self.snapshot)
         for name in ("memory_stats", "memory_allocated", "memory_reserved"):
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+        monkeypatch.setattr(torch.cuda.memory, "memory_stats_as_nested_dict", self.memory_stats_as_nested_dict)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: self.index)
 
     def remove(self) -> None:

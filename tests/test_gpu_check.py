@@ -26,7 +26,7 @@ def gpu_check():
 def test_a_part_that_fails_or_runs_out_of_time_does_not_stop_the_others(tmp_path, monkeypatch):
     check = gpu_check()
     say = [sys.executable, "-c"]
-    monkeypatch.setattr(check, "parts", lambda out, dry, seeds: [
+    monkeypatch.setattr(check, "parts", lambda out, dry, seeds, **_: [
         check.Part("fails", "a part that fails", [*say, "print('FAIL one'); raise SystemExit(3)"], 30, key=(r"^FAIL",)),
         check.Part("sleeps", "a part past its budget", [*say, "import time; time.sleep(60)"], 1),
         check.Part("absent", "a part without what it needs", None, 5, why="needs CUDA"),
@@ -47,7 +47,7 @@ def test_a_part_that_fails_or_runs_out_of_time_does_not_stop_the_others(tmp_path
 
 def test_out_of_time_parts_are_said_not_run(tmp_path, monkeypatch):
     check = gpu_check()
-    monkeypatch.setattr(check, "parts", lambda out, dry, seeds: [
+    monkeypatch.setattr(check, "parts", lambda out, dry, seeds, **_: [
         check.Part("first", "the first part", [sys.executable, "-c", "import time; time.sleep(30)"], 5),
         check.Part("second", "the second part", [sys.executable, "-c", "pass"], 30)])
     outcomes = check.run_all(tmp_path, True, 1, 13, None)  # 13 s for all: after the first, under 10 s left
@@ -79,7 +79,9 @@ def test_the_dry_run_runs_every_part_in_its_cpu_form(tmp_path):
         assert statuses[name] == "passed", (name, statuses[name])
     assert statuses["trace"].startswith("not available: needs CUDA")
     assert statuses["gpumem_overhead"].startswith("not available: needs CUDA")
-    assert statuses["mixing"] == "passed" or statuses["mixing"].startswith("not available")
+    for dtype in ("float32", "bfloat16"):
+        for name in (f"mixing_{dtype}", f"mixing_sim_{dtype}"):
+            assert statuses[name] == "passed" or statuses[name].startswith("not available"), (name, statuses[name])
     assert any("tests collected" in line for line in summary["pytest"]["key_lines"])  # the CUDA cases, collected
     assert len([line for line in summary["oom"]["key_lines"] if line.startswith("PASS")]) == 8
     report = (out / "report.md").read_text()
@@ -96,13 +98,14 @@ def test_the_plan_times_alone_first_then_checks_both_devices_side_by_side(tmp_pa
     assert alone == names[:len(alone)]  # nothing runs beside what is timed or reads the GPU's memory
     assert {"gpumem_overhead", "gpumem_replay", "devcheck_overhead", "gpu_validate", "oom"} <= set(alone)
     together = {p.name: p for p in plan if p.background}
-    for cuda, sim in (("corpus_cuda", "corpus_sim"), ("corpus_errors", "errors_sim"), ("mixing", "mixing_sim")):
+    pairs = [("corpus_cuda", "corpus_sim"), ("corpus_errors", "errors_sim"),
+             *((f"mixing_{d}", f"mixing_sim_{d}") for d in check.DTYPES)]
+    for cuda, sim in pairs:
         assert together[sim].env["CUDA_VISIBLE_DEVICES"] == "" and "CUDA_VISIBLE_DEVICES" not in together[cuda].env
         # the same seeds (or ops) on both sides: the commands differ in the device and the file only
         differ = [(a, b) for a, b in zip(together[cuda].command, together[sim].command) if a != b]
         assert differ and all(a in ("cuda",) or b == "sim" or a.endswith(".json") for a, b in differ), differ
-    mixing = together["mixing"].command
-    assert mixing[mixing.index("--dtype") + 1].split(",") == list(check.DTYPES) and "--suite-ops" in mixing
+    assert all("--suite-ops" in together[f"mixing_{d}"].command for d in check.DTYPES if d != "float32")
     programs = check.mutation_programs(False)
     assert {f"mutations_cuda_{p}" for p in programs} | {f"mutations_sim_{p}" for p in programs} <= set(together)
     assert {f"mixing_{d}.json" for d in check.DTYPES} <= set(check.FIXTURES)
@@ -112,7 +115,7 @@ def _outcomes(check):
     return [check.Outcome("gpumem_overhead", "%%gpumem against plain cells", "passed", 61.0, "python x.py",
                           ["(i) GPT-2 step: plain 16.0 ms, %%gpumem 18.1 ms, 1.13x"]),
             check.Outcome("trace", "CUDA's memory history", "timed out after 30 s", 30.0, "python y.py", []),
-            check.Outcome("mixing", "mixing tables on cuda", "not run: out of time")]
+            check.Outcome("mixing_bool", "mixing table in bool, cuda", "not run: out of time")]
 
 
 def test_the_report_is_kept_by_date_and_gpu_with_each_figure_and_each_difference(tmp_path):

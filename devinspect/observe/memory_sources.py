@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..collect.machine.memory_readings import accelerator_call, stat
+from ..collect.machine.memory_readings import accelerator_call
 from ..model.memory_profile import MemoryEvent
 from .line_tracers import running_lines
 
@@ -170,6 +170,18 @@ class ToldEvents(_EventCounts):
             self.observers.remove(self._observe)
 
 
+def cuda_counters(index: int) -> tuple[int | None, int | None]:
+    """CUDA's allocated and reserved bytes on device ``index``, read from the allocator's nested
+    statistics (``memory_stats()`` flattens all of them, a few hundred keys, in Python)."""
+    stats = torch.cuda.memory.memory_stats_as_nested_dict(index)
+
+    def current(name: str) -> int | None:
+        value = stats.get(name, {}).get("all", {}).get("current")
+        return value if type(value) is int else None
+
+    return current("allocated_bytes"), current("reserved_bytes")
+
+
 def _history_on() -> bool:
     is_on = getattr(torch._C, "_cuda_isHistoryEnabled", None)
     return bool(is_on()) if is_on is not None else False
@@ -223,9 +235,8 @@ class TaggedCudaHistory(_EventCounts):
 
     def start(self) -> None:
         rec = self.recorder.recording
-        stats = torch.cuda.memory_stats(self.index)
-        self.allocated = stat(stats, "allocated_bytes.all.current") or 0
-        self.reserved = stat(stats, "reserved_bytes.all.current") or 0
+        allocated, reserved = cuda_counters(self.index)
+        self.allocated, self.reserved = allocated or 0, reserved or 0
         options: dict[str, Any] = {"enabled": "all", "context": "all" if self.with_stacks else None,
                                    "stacks": "python"}
         if "skip_actions" in inspect.signature(torch.cuda.memory._record_memory_history).parameters:
@@ -253,9 +264,8 @@ class TaggedCudaHistory(_EventCounts):
         except Exception as exc:  # noqa: BLE001 - a history in a form not known: the lines so far, said so
             rec = self.recorder.recording
             rec.events_source, rec.has_events = f"CUDA's memory history could not be read ({type(exc).__name__}: {exc})", False
-        stats = torch.cuda.memory_stats(self.index)  # the end as the allocator counts it
-        self.allocated = stat(stats, "allocated_bytes.all.current") or self.allocated
-        self.reserved = stat(stats, "reserved_bytes.all.current") or self.reserved
+        allocated, reserved = cuda_counters(self.index)  # the end as the allocator counts it
+        self.allocated, self.reserved = allocated or self.allocated, reserved or self.reserved
 
     def _replay(self, entries: list[dict]) -> None:
         """The line events and the allocator's, in the order they happened, through the recorder.
