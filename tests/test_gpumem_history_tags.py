@@ -244,3 +244,48 @@ def test_memory_a_name_of_its_own_holds_is_named_without_walking_the_namespace(s
     monkeypatch.setattr(scan_module, "scan", lambda *a, **k: walked.append(1) or original(*a, **k))
     assert named_allocations(namespace, sim, wanted=top) == {a: "t" for a in top} and not walked
     assert named_allocations(namespace, sim, wanted=top | deep) == everything and walked
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_flat_log_replayed_as_arrays_equals_its_replay_step_by_step(seed, monkeypatch):
+    # The cell's statements one frame at a time (the usual log): added up as arrays, it must give
+    # exactly what the replay one line event at a time gives.
+    import random
+
+    from devinspect.model.memory_profile import Recording
+
+    rng = random.Random(seed)
+
+    def statement():
+        pass
+
+    def other():
+        pass
+
+    log, numbers = [], {statement.__code__: (2, 3, 4), other.__code__: (5, 6)}
+    for _ in range(rng.randint(1, 6)):
+        code = rng.choice(list(numbers))
+        log.append((0, code, 0, 0))
+        log += [(1, code, rng.choice(numbers[code]), 0) for _ in range(rng.randint(0, 30))]
+        log.append((2, code, 0, 0))
+    allocated, reserved, total = [], [], 1000
+    for _ in log:
+        total += rng.choice((0, 0, 512, -512, 4096))
+        allocated.append(total)
+        reserved.append(1 << 20)
+    highest = [rng.choice((-1, -1, total + 512)) for _ in range(len(log) + 1)]
+
+    def replayed(flat: bool):
+        recorder = LineMemoryRecorder.__new__(LineMemoryRecorder)
+        recorder.open_lines, recorder._lines_of, recorder.lines_now = [], {}, ()
+        recorder.recording = Recording("cuda:0", has_events=True)
+        if not flat:
+            monkeypatch.setattr(LineMemoryRecorder, "_replay_flat", lambda self, *a: None)
+        after = recorder.replay_log(log, allocated, reserved, highest)
+        monkeypatch.undo()
+        return after, recorder.recording.lines, recorder.lines_now
+
+    by_arrays, step_by_step = replayed(True), replayed(False)
+    assert by_arrays == step_by_step
+    assert [tuple(t.__dict__.items()) if hasattr(t, "__dict__") else repr(t) for t in by_arrays[1].values()] == \
+           [tuple(t.__dict__.items()) if hasattr(t, "__dict__") else repr(t) for t in step_by_step[1].values()]

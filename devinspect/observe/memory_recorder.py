@@ -14,6 +14,7 @@ peak counters.
 
 from __future__ import annotations
 
+import operator
 from types import CodeType
 from typing import Any, Callable, Collection
 
@@ -23,6 +24,8 @@ from ..runtime import tensor_getters
 from ..model.memory_profile import LineKey, LineTotals, Recording
 from .line_tracers import line_tracer
 from .memory_sources import MAX_EVENTS, cuda_events, device_module_call, event_source
+
+_KIND, _CODE, _NUMBER = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 
 __all__ = ["LineMemoryRecorder", "LineKey", "MAX_EVENTS", "allocated_on_others", "cuda_events", "named_allocations"]
 
@@ -130,7 +133,12 @@ class LineMemoryRecorder:
         Returns the lines running after each number of events (0 to all of them).
 
         One step per line event, whatever was allocated in between (the allocations are added
-        up before, as arrays)."""
+        up before, as arrays); where no function's line ran inside another line (the cell's own
+        statements, one frame at a time), no step at all: :meth:`_replay_flat`."""
+        if not self.open_lines and not self.recording.lines and not self.lines_now:
+            flat = self._replay_flat(log, allocated_at, reserved_at, highest)
+            if flat is not None:
+                return flat
         open_ = self.open_lines
         lines_of, recorded = self._lines_of, self.recording.lines
         running = self.lines_now
@@ -187,6 +195,65 @@ class LineMemoryRecorder:
                 entry[4] = max(entry[4], *highest[entry[5] + 1:])
         self.lines_now = running
         return after
+
+    def _replay_flat(self, log: list[tuple[int, Any, int, int]], allocated_at: list[int], reserved_at: list[int],
+                     highest: list[int]) -> list[tuple[LineKey, ...]] | None:
+        """:meth:`replay_log` as arrays, for a log where each chosen code ran alone (entered from
+        no other chosen line, each line its frame's, left before the next): each line run ends at
+        the next event, so the runs add up by line without a step per run. None for another log."""
+        import numpy as np
+
+        count = len(log)
+        if not count:
+            return None
+        kinds = np.fromiter(map(_KIND, log), dtype=np.int8, count=count)
+        codes = list(map(_CODE, log))
+        code_ids = np.fromiter(map(id, codes), dtype=np.int64, count=count)
+        depth = np.cumsum((kinds == 0).astype(np.int64) - (kinds == 2))
+        # One frame at a time: entered at depth 0, its lines and its leave at depth 1, left at the end.
+        if depth[-1] != 0 or depth.min() < 0 or depth.max() > 1 or np.any((kinds == 1) & (depth != 1)):
+            return None
+        entered = np.maximum.accumulate(np.where(kinds == 0, np.arange(count), 0))
+        if kinds[0] != 0 or np.any(code_ids != code_ids[entered]):
+            return None
+        runs_at = np.flatnonzero(kinds == 1)
+        numbers = np.fromiter(map(_NUMBER, log), dtype=np.int64, count=count)[runs_at]
+        _, code_index = np.unique(code_ids[runs_at], return_inverse=True)
+        pair = code_index.astype(np.int64) * (1 << 32) + numbers
+        pairs, first, which = np.unique(pair, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # lines as they first ran
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        which = rank[which]
+        allocated, reserved, made = np.asarray(allocated_at), np.asarray(reserved_at), np.asarray(highest)
+        started, ended = allocated[runs_at], allocated[runs_at + 1]
+        peaks = np.maximum(np.maximum(started, ended), made[runs_at + 1])
+        keys_count = len(pairs)
+        runs = np.bincount(which, minlength=keys_count)
+        change = np.zeros(keys_count, dtype=np.int64)
+        np.add.at(change, which, ended - started)
+        peak = np.full(keys_count, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(peak, which, peaks)
+        last = np.zeros(keys_count, dtype=np.int64)
+        np.maximum.at(last, which, runs_at)
+        first_at = runs_at[first[order]]
+        with_peaks = self.recording.has_events
+        stacks = np.empty(keys_count + 1, dtype=object)
+        stacks[keys_count] = ()
+        lines_of, recorded = self._lines_of, self.recording.lines
+        for k, (at, end) in enumerate(zip(first_at.tolist(), last.tolist())):
+            code, number = codes[at], log[at][2]
+            key = (code.co_filename, code.co_name, number)
+            recorded[key] = totals = LineTotals(
+                runs=int(runs[k]), allocated_before=allocated_at[at], reserved_before=reserved_at[at],
+                allocated_after=allocated_at[end + 1], reserved_after=reserved_at[end + 1], change=int(change[k]),
+                peak=int(peak[k]) if with_peaks else None)
+            lines_of.setdefault(code, {})[number] = (key, totals)
+            stacks[k] = (key,)
+        line_of_event = np.full(count, keys_count, dtype=np.int64)
+        line_of_event[runs_at] = which
+        line_of_event[kinds != 1] = keys_count
+        return [(), *stacks[line_of_event].tolist()]
 
     def _close(self, entry: list[Any]) -> None:
         if entry[1] is not None:
