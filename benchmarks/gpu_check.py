@@ -19,7 +19,7 @@ what is timed or reads the GPU's memory:
 
 Then, side by side (one CPU thread each), what only checks answers, on CUDA and on the
 simulated device (in processes with the GPU hidden, ``CUDA_VISIBLE_DEVICES=""``: it refuses to
-start beside a real accelerator) from the same seeds:
+start beside a real accelerator; these start first, niced, and run all along) from the same seeds:
 
 3. The mismatch corpus (``fix_corpus.py``, ``--seeds`` seeds, 56 by default), the device-error
    corpus (``--corpus errors``: a dropped move, NumPy, pinning, workers, generators; the
@@ -144,9 +144,10 @@ def mutation_programs(dry: bool) -> list[str]:
 def parts(out: Path, dry: bool, seeds: int, mutation_entries: str = "plain") -> list[Part]:
     """The parts, in order, with their commands for a GPU run or a dry run.
 
-    First, one at a time on a quiet machine, what is timed or reads the GPU's memory; then, side by
-    side (one CPU thread each), what only checks answers: the corpora and the mixing tables on CUDA
-    and on the simulated device (the GPU hidden), from the same seeds, and ``pytest -k cuda``."""
+    First, one at a time on a quiet GPU, what is timed or reads the GPU's memory; then, side by side
+    (one CPU thread each), what only checks answers: the corpora and the mixing tables on CUDA, from
+    the same seeds as on the simulated device (the GPU hidden, niced, from the start), and
+    ``pytest -k cuda``."""
     count = str(min(seeds, 2) if dry else seeds)
     gpu = "sim" if dry else "cuda"
     gpu_env = {**ONE_THREAD, **(HIDE_GPU if dry else {})}
@@ -232,7 +233,11 @@ def parts(out: Path, dry: bool, seeds: int, mutation_entries: str = "plain") -> 
                          python(*pytest_args, *(["--collect-only"] if dry else ["--junitxml", str(out / "pytest_cuda.xml")])),
                          60 if dry else 300, gpu_env,
                          key=(r"\d+ (passed|failed|tests? collected|selected)", r"^(FAILED|ERROR) "), background=True))
-    return alone + together
+    # The simulated device's side needs no GPU: it starts first, niced, and runs all along; the
+    # GPU's side starts once nothing is timed.
+    hidden = [dataclasses.replace(p, command=["nice", "-n", "19", *p.command] if p.command else None)
+              for p in together if p.env.get("CUDA_VISIBLE_DEVICES") == "" and not dry]
+    return hidden + alone + [p for p in together if not hidden or p.env.get("CUDA_VISIBLE_DEVICES") != ""]
 
 
 # -- running the parts ---------------------------------------------------------------------------
