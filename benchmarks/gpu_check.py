@@ -383,8 +383,9 @@ def mixing_comparison(out: Path) -> list[str]:
         table = types.SimpleNamespace(cases=here["cases"], unrunnable=here.get("unrunnable", []))
         agreement = opinfo_mixing.compare(table, reference["cases"], reference.get("unrunnable", ()))
         target = "meets" if agreement.rate >= 0.995 else "misses"
-        lines += ["", f"### {dtype}: {agreement.agree}/{agreement.shared} cases agree ({agreement.rate:.2%}; "
-                      f"{target} the 99.5% target)", ""]
+        heading = (f"### {dtype}: {agreement.agree}/{agreement.shared} cases agree ({agreement.rate:.2%}; "
+                   f"{target} the 99.5% target)")
+        lines += ["", heading, ""]
         lines += [f"- `{key}`: simulated device {mine}, CUDA {theirs}" for key, mine, theirs in agreement.differ] \
             or ["- no case differs"]
     return lines
@@ -397,7 +398,7 @@ def gpu_name(dry: bool) -> str:
         return "no GPU (dry run)"
     try:
         done = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
+                              check=False, capture_output=True, text=True, timeout=30)
         first = done.stdout.strip().splitlines()[0]
         return first.split(",")[0].strip() if done.returncode == 0 and first else "an unknown GPU"
     except (OSError, IndexError, subprocess.TimeoutExpired):
@@ -434,7 +435,7 @@ def environment(dry: bool, gpu: str) -> list[str]:
             versions.append(f"{package} not installed")
     lines.append("- " + ", ".join(versions))
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False, capture_output=True,
                                 text=True).stdout.strip()
     except OSError:  # no git there
         commit = ""
@@ -506,7 +507,8 @@ def download_wheels(folder: Path) -> int:
                                               "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
                                               "manylinux1_x86_64")]
     return subprocess.run(python("-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
-                                 "--implementation", "cp", *platforms, "-d", str(folder), *WHEELS)).returncode
+                                 "--implementation", "cp", *platforms, "-d", str(folder), *WHEELS),
+                          check=False).returncode
 
 
 def install_wheels(folder: Path) -> None:

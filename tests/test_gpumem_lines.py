@@ -131,7 +131,7 @@ def test_a_functions_lines_come_under_the_line_that_called_them_as_they_ran(ip, 
 
 
 def test_the_note_on_lines_known_from_allocations_alone_is_said_once_a_session(ip, dev, monkeypatch):
-    import devinspect.ipython.profiled_cell as profiled_cell
+    from devinspect.ipython import profiled_cell
 
     monkeypatch.setattr(profiled_cell, "uses_markers", lambda: True)  # as on a Python without sys.monitoring
     ip.run_cell(STEP)

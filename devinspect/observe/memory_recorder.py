@@ -153,9 +153,9 @@ class LineMemoryRecorder:
                     if top[1] is not None:  # the frame's line before ends here (as _end, inline: run per line)
                         since = top[5] + 1
                         made = highest[index] if since == index else max(highest[since:index + 1])
-                        if allocated > made:
+                        if allocated > made:  # noqa: PLR1730 - per line event: a comparison, not a call
                             made = allocated
-                        if made < top[4]:
+                        if made < top[4]:  # noqa: PLR1730
                             made = top[4]
                         totals = top[2]
                         totals.runs += 1
@@ -225,7 +225,7 @@ class LineMemoryRecorder:
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
         which = rank[which]
-        allocated, reserved, made = np.asarray(allocated_at), np.asarray(reserved_at), np.asarray(highest)
+        allocated, made = np.asarray(allocated_at), np.asarray(highest)
         started, ended = allocated[runs_at], allocated[runs_at + 1]
         peaks = np.maximum(np.maximum(started, ended), made[runs_at + 1])
         keys_count = len(pairs)
