@@ -10,17 +10,20 @@ import re
 from html import escape
 from typing import Container, Iterable, Sequence
 
+from ..model import tensor_columns
+from ..model.columns import Column
 from ..model.fixes import Fix
 from ..model.scan_result import ScanView
-from ..model.units import human_bytes, shape_text
-from .table import SEVERITY_MARK, note_cell, size_cell, visible_rows
+from .table import SEVERITY_MARK, closing_notes, visible_rows
 from .text import summary_line
 
 CELL = "padding:1px 8px;text-align:left;vertical-align:top"
 NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums;white-space:nowrap"
-#: Names and code: wrapped where the column ends (anywhere, even inside a long name), never cut.
-WRAP = CELL + ";overflow-wrap:anywhere;word-break:break-word"
-_PRE = "margin:2px 0 4px 0;white-space:pre-wrap;overflow-wrap:anywhere;max-width:100%"
+#: Names and prose: wrapped between words (a name between its parts, see :func:`name_html`), and
+#: inside a word only where one alone is wider than the whole column; never cut.
+WRAP = CELL + ";overflow-wrap:break-word"
+#: Code as written: each line whole, the box scrolling sideways when a line is wider than the output.
+_PRE = "margin:2px 0 4px 0;white-space:pre;overflow-x:auto;max-width:100%"
 
 
 #: A table as wide as the output it sits in, never wider (its rows fold, see :func:`text_table`), and
@@ -53,27 +56,75 @@ def code_line(text: str, colspan: int) -> str:
             f'<code style="white-space:pre">{escape(text)}</code></div></td></tr>')
 
 
-def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Container[int], code: int,
-               wrapped: Container[int] = ()) -> str:
-    """A table of text cells that reads at any width, from a notebook beside a file browser
-    (577 px) to a wide screen: each row's ``code`` is a line of its own across the table (cut
-    where the table ends, the whole line in its tooltip), and the other cells follow on the
-    line under it, ``numeric`` ones right-aligned, the rest (``wrapped`` ones too) wrapping
-    within their column. The table is as wide as the output, never wider."""
-    others = [i for i in range(len(headers)) if i != code]
+#: Width of a character of a column's text, for its least width (a proportional digit is about
+#: 0.55em, a code character 0.6em).
+_CHAR_EM = 0.6
+#: Where a name may wrap: before each of its parts (``.weight``, ``[0]``), never inside one.
+_NAME_PARTS = re.compile(r"(?<=.)(?=[.\[])")
+
+
+def name_html(text: str) -> str:
+    """A name that wraps only between its parts: a break opportunity before each ``.`` and ``[``
+    (``model<wbr>.fc<wbr>.weight``, ``losses<wbr>[0]``), none inside ``losses[0]``'s ``[0]``."""
+    return "<wbr>".join(escape(part) for part in _NAME_PARTS.split(text))
+
+
+def _style(column: Column, head: bool = False) -> str:
+    """A cell's style from its column's width class (see :data:`~devinspect.model.columns.WidthClass`)."""
+    least = f";min-width:{column.chars * _CHAR_EM:.1f}em"
+    if column.width == "number":
+        return _NUM_FOLDING + least
+    if column.width == "word":
+        return CELL + ";white-space:nowrap"
+    return CELL + least if head else WRAP + least
+
+
+def _cell_html(column: Column, text: str) -> str:
+    if column.width == "number":
+        body = number_html(text)
+    elif column.width == "name":
+        body = f"<code>{name_html(text)}</code>"
+    elif column.width == "word":
+        body = escape(text)
+    else:
+        body = words_html(text)
+    return f'<td style="{_style(column)}">{body}</td>'
+
+
+def column_table(columns: Sequence[Column], rows: Sequence) -> str:
+    """A table of ``rows`` with these ``columns``, each cell styled by its column's width class.
+
+    It reads at any width, from a notebook beside a file browser (577 px) to a wide screen: it is
+    as wide as the output, never wider, and a ``code`` column's line is a row of its own across
+    the table (cut where the table ends, the whole line in its tooltip), the other cells following
+    on the line under it. Rows of one line of code share its line."""
+    code = next((i for i, column in enumerate(columns) if column.width == "code"), None)
+    others = [column for column in columns if column.width != "code"]
+    texts = [column.texts(rows) for column in columns]
     out = [f'<table style="{TABLE}"><thead><tr>']
-    out.extend(f'<th style="{_NUM_FOLDING if i in numeric else CELL}">{escape(headers[i])}</th>' for i in others)
+    out.extend(f'<th style="{_style(column, head=True)}">{escape(column.name)}</th>' for column in others)
     out.append("</tr></thead><tbody>")
     previous = None
-    for row in rows:
-        if row[code] != previous:  # rows of one line (a cell's devices) share its code line
-            out.append(code_line(row[code], len(others)))
-        previous = row[code]
-        cells = [f'<td style="{_NUM_FOLDING}">{number_html(row[i])}</td>' if i in numeric
-                 else f'<td style="{WRAP if i in wrapped else CELL}">{words_html(row[i])}</td>' for i in others]
-        out.append("<tr>" + "".join(cells) + "</tr>")
+    for cells in zip(*texts):
+        if code is not None and cells[code] != previous:
+            out.append(code_line(cells[code], len(others)))
+            previous = cells[code]
+        out.append("<tr>" + "".join(_cell_html(column, text) for column, text in zip(columns, cells)
+                                    if column.width != "code") + "</tr>")
     out.append("</tbody></table>")
     return "".join(out)
+
+
+def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: Container[int], code: int,
+               wrapped: Container[int] = ()) -> str:
+    """:func:`column_table` of rows of texts: ``numeric`` columns right-aligned, ``code`` the line
+    of code, ``wrapped`` ones holding names, the rest words."""
+    def column(i: int, header: str) -> Column:
+        width = "number" if i in numeric else "code" if i == code else "words"
+        return Column(header, lambda rows, i=i: [row[i] for row in rows], width=width,
+                      chars=12 if i in wrapped else min(len(header), 8))
+
+    return column_table([column(i, header) for i, header in enumerate(headers)], list(rows))
 
 
 def fix_html(fix: Fix) -> str:
@@ -110,32 +161,9 @@ def render_scan(result: ScanView) -> str:
         return "".join(out)
     rows, more = visible_rows(result)
     if rows:
-        out.append(f'<table style="{TABLE}"><thead><tr>')
-        for title, style in (("name", CELL), ("kind", CELL), ("device", CELL), ("dtype", CELL),
-                             ("shape", CELL), ("size", NUM), ("note", CELL)):
-            out.append(f'<th style="{style}">{title}</th>')
-        out.append("</tr></thead><tbody>")
-        for r in rows:
-            out.append(
-                "<tr>"
-                f'<td style="{WRAP}"><code>{escape(r.name)}</code></td>'
-                f'<td style="{CELL}">{escape(r.kind)}</td>'
-                f'<td style="{CELL}">{escape(r.device)}</td>'
-                f'<td style="{CELL}">{escape(r.dtype or "?")}</td>'
-                f'<td style="{CELL}">{escape(shape_text(r.shape))}</td>'
-                f'<td style="{NUM}">{escape(size_cell(r))}</td>'
-                f'<td style="{WRAP}">{escape(note_cell(r))}</td>'
-                "</tr>"
-            )
-        out.append("</tbody></table>")
+        out.append(column_table(tensor_columns.TENSOR_COLUMNS, rows))
     elif not findings:
         out.append("<p>No tensors found.</p>")
-    if more:
-        out.append(f"<p>… {more:,} more not shown (largest first; <code>.frame</code> has all)</p>")
-    if result.history_bytes and not result.options.get("include_hidden"):
-        out.append(
-            f"<p>Output history / last traceback hold {escape(human_bytes(result.history_bytes))} of accelerator "
-            "memory not listed above (<code>%devices --hidden</code> lists it).</p>"
-        )
+    out.extend(f"<p>{escape(line)}</p>" for line in closing_notes(result, more))
     out.append("</div>")
     return "".join(out)
