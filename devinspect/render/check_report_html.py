@@ -10,7 +10,8 @@ from __future__ import annotations
 from html import escape
 
 from ..model.check_report import CheckReport, DeviceError, Mismatch, Operand
-from .check_report_text import LINE_COLUMNS, WORST_LINES, operand_kind, summary_line
+from . import check_report_text
+from .check_report_text import WORST_LINES, operand_kind, summary_line
 from .html import CELL, TABLE, WRAP, column_table, fix_html, name_html
 
 _NOWRAP = CELL + ";white-space:nowrap"
@@ -95,7 +96,7 @@ def render_check(report: CheckReport) -> str:
         out.append("</ul>")
     shown = report.costliest(WORST_LINES)  # in the order the code reads
     if shown:
-        out.append(column_table(LINE_COLUMNS, shown))
+        out.append(column_table(check_report_text.LINE_COLUMNS, shown))
         hidden = len(report.lines) - len(shown)
         if hidden:
             out.append(f"<p style=\"margin:2px 0\">… {hidden} more lines (<code>.frame</code> has all)</p>")

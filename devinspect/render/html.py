@@ -6,7 +6,9 @@ need a stylesheet: severity is a symbol, sizes are right-aligned, names are code
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from html import escape
 from typing import Container, Iterable, Sequence
 
@@ -22,8 +24,13 @@ NUM = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:
 #: Names and prose: wrapped between words (a name between its parts, see :func:`name_html`), and
 #: inside a word only where one alone is wider than the whole column; never cut.
 WRAP = CELL + ";overflow-wrap:break-word"
-#: Code as written: each line whole, the box scrolling sideways when a line is wider than the output.
-_PRE = "margin:2px 0 4px 0;white-space:pre;overflow-x:auto;max-width:100%"
+#: Code as written, its indentation kept; a line wider than the output wraps at a space or between
+#: two tokens (see :func:`code_html`), inside a token only where one alone is wider than the output.
+_PRE = "margin:2px 0 4px 0;white-space:pre-wrap;overflow-wrap:break-word;word-break:normal;max-width:100%"
+#: Tokens a line of code may wrap before (``model<wbr>.pos``, ``x<wbr>[0]``, ``f<wbr>(x)``) and after
+#: (``f(<wbr>x,<wbr>y)``): between two tokens, never inside a name, a number or a string.
+_WRAP_BEFORE = frozenset({".", "[", "("})
+_WRAP_AFTER = frozenset({"(", ",", "="})
 
 
 #: A table as wide as the output it sits in, never wider (its rows fold, see :func:`text_table`), and
@@ -39,9 +46,14 @@ _CUT = "width:0;min-width:100%;overflow:hidden;text-overflow:ellipsis;white-spac
 _NUM_FOLDING = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums"
 
 
+#: Spaces a line never breaks at: before a number (``line 2``), and between a number and its unit
+#: (``4.0 KiB``), so that ``losses[0] 4.0 KiB`` reads as one.
+_KEPT_SPACES = re.compile(r" (?=\d)|(?<=\d) (?=[KMGTP]?i?B\b)")
+
+
 def words_html(text: str) -> str:
-    """Text that wraps between words, but never just before a number (``line 2`` stays whole)."""
-    return re.sub(r" (?=\d)", "\u00a0", escape(text))
+    """Text that wraps between words, but never before a number nor inside a size."""
+    return _KEPT_SPACES.sub("\u00a0", escape(text))
 
 
 def number_html(text: str) -> str:
@@ -127,16 +139,40 @@ def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]], numeric: C
     return column_table([column(i, header) for i, header in enumerate(headers)], list(rows))
 
 
+def code_html(line: str) -> str:
+    """One line of code as HTML that wraps only between its tokens (a ``<wbr>`` where a line may
+    break besides its spaces), read with Python's own tokenizer; a line it cannot read is kept
+    as it is (it then wraps at its spaces)."""
+    cuts: set[int] = set()
+    previous = ""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(line).readline):
+            if token.start[0] != 1:
+                break
+            at = token.start[1]
+            if at and (token.string in _WRAP_BEFORE or previous in _WRAP_AFTER) and not line[at - 1].isspace():
+                cuts.add(at)
+            previous = token.string
+    except (tokenize.TokenError, SyntaxError):
+        pass  # an unclosed bracket or string: the tokens read before it keep their breaks
+    bounds = [0, *sorted(cuts), len(line)]
+    return "<wbr>".join(escape(line[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+
+def _code_block(lines: Iterable[str]) -> str:
+    return "\n".join(map(code_html, lines))
+
+
 def fix_html(fix: Fix) -> str:
     """A fix as static HTML: the summary, the code to run, the edits to make, the note."""
     out = [f"<div>fix: {escape(fix.summary)}</div>"]
     if fix.code:
-        out.append(f'<pre style="{_PRE}">{escape(fix.code)}</pre>')
+        out.append(f'<pre style="{_PRE}">{_code_block(fix.code.splitlines())}</pre>')
     for edit in fix.edits:
         context = f" ({escape(edit.context)})" if edit.context else ""
         out.append(f"<div>in your code, {escape(edit.where.where)}{context}:</div>"
-                   f'<pre style="{_PRE}">- {escape(edit.old)}\n'
-                   + ("\n".join("+ " + escape(line) for line in edit.new.splitlines()) if edit.new
+                   f'<pre style="{_PRE}">- {code_html(edit.old)}\n'
+                   + ("\n".join("+ " + code_html(line) for line in edit.new.splitlines()) if edit.new
                       else "  (delete this line)") + "</pre>")
     if fix.note:
         out.append(f"<div>note: {escape(fix.note)}</div>")
