@@ -330,12 +330,11 @@ def server(tmp_path):
 NARROW_WINDOW, WIDE_WINDOW = (1024, 768), (1620, 1000)
 
 
-def open_narrow(page, url: str) -> float:
-    """Open the notebook at 1024×768 with the file browser open; the width left for outputs (px)."""
+def open_narrow(page, url: str) -> None:
+    """Open the notebook at 1024×768 with the file browser open."""
     page.set_viewport_size({"width": NARROW_WINDOW[0], "height": NARROW_WINDOW[1]})
     open_notebook(page, url)
     page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
-    return page.evaluate(JS_OUTPUT_WIDTH)
 
 
 def widen(page) -> float:

@@ -96,8 +96,8 @@ def test_a_column_added_to_gpumems_lines_shows_in_text_and_html(monkeypatch):
 
 def test_gpumems_names_wrap_between_names_only():
     html = gpumem_profile.render_html(_profile())
-    # One name and its size stay together; a name is never broken inside (losses[0] whole).
-    assert "losses[0]\u00a04.0\u00a0KiB" in html
+    # A size stays with its unit; a short name stays whole.
+    assert "losses[0] 4.0\u00a0KiB" in html
     assert "overflow-wrap:anywhere" not in html and "min-width" in html
 
 
@@ -115,6 +115,13 @@ def test_a_column_added_to_devchecks_lines_shows_in_text_and_html(monkeypatch):
     assert "bytes moved" in text and text.rstrip().endswith("2048")
     html = html_check(_report())
     assert ">bytes moved</th>" in html and ">2048</td>" in html
+
+
+def test_columns_that_fold_leave_a_narrow_static_table():
+    html = devinspect.render.html.render_scan(_view())
+    assert "@container (max-width: 46em){.devinspect-folds{display:none}}" in html
+    folded = re.findall(r'<t[hd] class="devinspect-folds"[^>]*>([^<]*)<', html)
+    assert folded[:2] == ["kind", "dtype"] and "tensor" in folded and "float32" in folded
 
 
 def test_each_width_class_lays_its_cells_out_as_it_says():

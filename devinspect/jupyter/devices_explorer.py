@@ -22,7 +22,7 @@ from ..model.units import human_bytes
 from ..model import tensor_columns
 from ..model.columns import Column
 from .explorer_table import GridState, grid_columns, page, select, table_frame
-from ..render.html import fix_html, name_html
+from ..render.html import NARROW, fix_html, name_html
 from ..collect.objects.static_getters import mro, type_name
 from ..render.module_tree import ModuleNode, module_tree, parent_of
 from ..render.table import SEVERITY_MARK
@@ -40,11 +40,10 @@ _CELL = "padding:0 4px;box-sizing:border-box;line-height:1.9"
 #: prose between words.
 _WRAP = {"name": "overflow-wrap:break-word", "word": "white-space:nowrap;overflow:hidden;text-overflow:ellipsis",
          "number": "white-space:nowrap", "words": "overflow-wrap:break-word", "code": "overflow-wrap:break-word"}
-#: Below this width the columns declared to fold leave the table (a laptop with the file browser
-#: open): their values stay in the name's tooltip and in the filter, so the names, which are the
-#: point, get their width. The rule is the browser's (a container query), so a resized window or
-#: sidebar re-lays the table without a round trip to the kernel.
-_NARROW = "46em"
+#: Below :data:`~devinspect.render.html.NARROW` the columns declared to fold leave the table (a laptop
+#: with the file browser open): their values stay in the name's tooltip and in the filter, so the
+#: names, which are the point, get their width. The rule is the browser's (a container query), so a
+#: resized window or sidebar re-lays the table without a round trip to the kernel.
 
 
 def column_width(column: Column) -> str:
@@ -66,7 +65,7 @@ def grid_style() -> str:
     return ("<style>"
             ".devinspect-explorer{container-type:inline-size}"
             f".devinspect-row{{display:grid;grid-template-columns:{tracks(columns)}}}"
-            f"@container (max-width: {_NARROW}){{"
+            f"@container (max-width: {NARROW}){{"
             f".devinspect-row{{grid-template-columns:{tracks(tuple(c for c in columns if not c.folds))}}}"
             + "".join(f".devinspect-row>.devinspect-{k},.devinspect-head-{k}{{display:none !important}}"
                       for k in folded)

@@ -46,14 +46,28 @@ _CUT = "width:0;min-width:100%;overflow:hidden;text-overflow:ellipsis;white-spac
 _NUM_FOLDING = "padding:1px 8px;text-align:right;vertical-align:top;font-variant-numeric:tabular-nums"
 
 
-#: Spaces a line never breaks at: before a number (``line 2``), and between a number and its unit
-#: (``4.0 KiB``), so that ``losses[0] 4.0 KiB`` reads as one.
-_KEPT_SPACES = re.compile(r" (?=\d)|(?<=\d) (?=[KMGTP]?i?B\b)")
+#: Spaces a line never breaks at: after a short word before a number (``line 2``), and between a
+#: number and its unit (``4.0 KiB``).
+_KEPT_SPACES = re.compile(r"\b([A-Za-z]{1,8}) (?=\d)|(?<=\d) (?=[KMGTP]?i?B\b)")
+#: Where a name in prose may wrap: before each of its parts (``.weight``, ``[0]``).
+_PARTS_IN_WORDS = re.compile(r"(?<=[\w\]])(?=\.[A-Za-z_]|\[)")
+
+
+#: A word longer than this may wrap between its parts (a long name in a note); a shorter one stays whole.
+_LONG_WORD = 24
+
+
+def _word_html(word: str) -> str:
+    if len(word) <= _LONG_WORD:
+        return escape(word)
+    return "<wbr>".join(escape(part) for part in _PARTS_IN_WORDS.split(word))
 
 
 def words_html(text: str) -> str:
-    """Text that wraps between words, but never before a number nor inside a size."""
-    return _KEPT_SPACES.sub("\u00a0", escape(text))
+    """Text that wraps between words, and inside a long name between its parts only; never inside
+    ``line 2`` nor inside a size."""
+    kept = _KEPT_SPACES.sub(lambda m: (m.group(1) or "") + "\u00a0", text)
+    return "".join(_word_html(word) for word in re.split(r"( )", kept))
 
 
 def number_html(text: str) -> str:
@@ -81,6 +95,15 @@ def name_html(text: str) -> str:
     return "<wbr>".join(escape(part) for part in _NAME_PARTS.split(text))
 
 
+#: Below this width the columns declared to fold leave a static table (the explorer's width too),
+#: by a container query of the table's own stylesheet; where a page drops stylesheets (GitHub) every
+#: column stays.
+NARROW = "46em"
+_FOLDS = "devinspect-folds"
+_FOLDING = (f'<style>.devinspect-columns{{container-type:inline-size}}'
+            f'@container (max-width: {NARROW}){{.{_FOLDS}{{display:none}}}}</style>')
+
+
 def _style(column: Column, head: bool = False) -> str:
     """A cell's style from its column's width class (see :data:`~devinspect.model.columns.WidthClass`)."""
     least = f";min-width:{column.chars * _CHAR_EM:.1f}em"
@@ -100,7 +123,11 @@ def _cell_html(column: Column, text: str) -> str:
         body = escape(text)
     else:
         body = words_html(text)
-    return f'<td style="{_style(column)}">{body}</td>'
+    return f'<td{_folds(column)} style="{_style(column)}">{body}</td>'
+
+
+def _folds(column: Column) -> str:
+    return f' class="{_FOLDS}"' if column.folds else ""
 
 
 def column_table(columns: Sequence[Column], rows: Sequence) -> str:
@@ -113,17 +140,19 @@ def column_table(columns: Sequence[Column], rows: Sequence) -> str:
     code = next((i for i, column in enumerate(columns) if column.width == "code"), None)
     others = [column for column in columns if column.width != "code"]
     texts = [column.texts(rows) for column in columns]
-    out = [f'<table style="{TABLE}"><thead><tr>']
-    out.extend(f'<th style="{_style(column, head=True)}">{escape(column.name)}</th>' for column in others)
+    folding = any(column.folds for column in others)
+    out = [f'{_FOLDING}<div class="devinspect-columns">' if folding else "", f'<table style="{TABLE}"><thead><tr>']
+    out.extend(f'<th{_folds(column)} style="{_style(column, head=True)}">{escape(column.name)}</th>'
+               for column in others)
     out.append("</tr></thead><tbody>")
     previous = None
     for cells in zip(*texts):
         if code is not None and cells[code] != previous:
-            out.append(code_line(cells[code], len(others)))
+            out.append(code_line(cells[code], len(others)))  # a folded column still counts: it is hidden, not gone
             previous = cells[code]
         out.append("<tr>" + "".join(_cell_html(column, text) for column, text in zip(columns, cells)
                                     if column.width != "code") + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>" if folding else "</tbody></table>")
     return "".join(out)
 
 
