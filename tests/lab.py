@@ -312,3 +312,35 @@ def lab(request, tmp_path):
         yield request.param, server, tmp_path
     finally:
         server.stop()
+
+
+#: One JupyterLab server in the light theme, for a test that needs no other.
+@pytest.fixture
+def server(tmp_path):
+    require_browser()
+    lab = Lab(tmp_path, "light").start()
+    try:
+        yield lab
+    finally:
+        lab.stop()
+
+
+#: Window sizes: JupyterLab at 1024×768 with the file browser open leaves about 577 px for outputs;
+#: at 1620 px without it, about 1440 px.
+NARROW_WINDOW, WIDE_WINDOW = (1024, 768), (1620, 1000)
+
+
+def open_narrow(page, url: str) -> None:
+    """Open the notebook at 1024×768 with the file browser open."""
+    page.set_viewport_size({"width": NARROW_WINDOW[0], "height": NARROW_WINDOW[1]})
+    open_notebook(page, url)
+    page.evaluate("() => window.jupyterapp.commands.execute('filebrowser:activate')")
+
+
+def widen(page) -> float:
+    """The window at 1620 px with the file browser closed, laid out; the width left for outputs (px)."""
+    page.set_viewport_size({"width": WIDE_WINDOW[0], "height": WIDE_WINDOW[1]})
+    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+    page.wait_for_function("() => window.jupyterapp.shell.leftCollapsed")
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
+    return page.evaluate(JS_OUTPUT_WIDTH)

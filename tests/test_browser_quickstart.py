@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lab import JS_CELL_HAS_ERROR, Lab, cell, launch, open_notebook, require_browser, run_cell, wait_idle
+from lab import JS_CELL_HAS_ERROR, cell, launch, open_notebook, run_cell, wait_idle
+from lab import server  # noqa: F401 - the JupyterLab fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -22,16 +23,6 @@ JS_SOURCES = "() => window.jupyterapp.shell.currentWidget.content.widgets.map(c 
 JS_TYPES = "() => window.jupyterapp.shell.currentWidget.content.widgets.map(c => c.model.type)"
 JS_DIRTY = "() => window.jupyterapp.shell.currentWidget.context.model.dirty"
 JS_COUNT = "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].model.executionCount"
-
-
-@pytest.fixture
-def server(tmp_path):
-    require_browser()
-    lab = Lab(tmp_path, "light").start()
-    try:
-        yield lab
-    finally:
-        lab.stop()
 
 
 def test_apply_fix_then_rerun_cell_edits_the_failed_cell_and_runs_it(server, tmp_path):

@@ -216,7 +216,7 @@ def test_names_devices_and_shapes_sort_as_people_count():
     frame = table_frame(scan(ns).select().records)
     names = list(select(frame, GridState(sort="name", descending=False))["name"])
     assert names[:3] == ["pool[0]", "pool[1]", "pool[2]"] and names[-1] == "pool[11]"
-    shapes = list(select(frame, GridState(sort="shape", descending=False))["shape_text"])
+    shapes = list(select(frame, GridState(sort="shape", descending=False))["shape"])
     assert shapes[:2] == ["[1]", "[2]"] and shapes[-1] == "[12]"
 
 
@@ -285,7 +285,7 @@ def test_each_row_of_the_table_says_what_its_record_says(sim):
     for row, r in zip(frame.itertuples(index=False), records):
         assert (row.name, row.kind, row.device, row.dtype) == (r.name, r.kind, r.device, r.dtype or "?")
         assert (row.size, row.size_key, row.note) == (size_cell(r), size_key(r), note_cell(r)), r.name
-        assert (row.shape_text, row.shape_key) == (shape_text(r.shape), natural_key(shape_text(r.shape)))
+        assert (row.shape, row.shape_key) == (shape_text(r.shape), natural_key(shape_text(r.shape)))
         assert row.device_key == natural_key(r.device)
     assert {"shared", "needs 12 B"} <= set(frame["size"]) and any("requires_grad" in n for n in frame["note"])
     assert "_Marked" in set(frame["note"])

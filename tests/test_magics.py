@@ -42,7 +42,8 @@ def test_devices_html_output_is_a_static_table(ip):
     ip.run_cell(SETUP)
     _, _, html, _ = run(ip, "%devices")
     assert html.startswith('<div class="devinspect">')
-    assert "<table" in html and "<code>model[0].lin.weight</code>" in html
+    # A name wraps only between its parts: a break opportunity before each "[" and ".".
+    assert "<table" in html and "<code>model<wbr>[0]<wbr>.lin<wbr>.weight</code>" in html
     assert "<script" not in html and "background" not in html
     assert "<div>fix: " in html and "<pre" in html
 

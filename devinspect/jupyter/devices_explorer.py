@@ -19,8 +19,10 @@ from ..collect.namespace.names import is_path
 from ..model.records import KINDS
 from ..model.scan_result import ScanView
 from ..model.units import human_bytes
-from .explorer_table import COLUMNS, GridState, page, select, table_frame
-from ..render.html import fix_html
+from ..model import tensor_columns
+from ..model.columns import Column
+from .explorer_table import GridState, grid_columns, page, select, table_frame
+from ..render.html import NARROW, fix_html, name_html
 from ..collect.objects.static_getters import mro, type_name
 from ..render.module_tree import ModuleNode, module_tree, parent_of
 from ..render.table import SEVERITY_MARK
@@ -28,43 +30,58 @@ from ..render.text import summary_line
 from .fix_panel import FixButton
 from .lifetime import close_all
 
-#: Widths of the table's columns (the header's sort buttons have the same): the short columns fit
-#: their header and its sort mark; the name takes what is left and wraps (a name is never cut).
-WIDTHS = {"kind": "6.4em", "device": "5.4em", "dtype": "5.2em", "shape": "7.4em", "size": "5.2em"}
 _MOVE_WIDTH = "7.2em"
 _NAME_FLEX = "1 1 0"
-_CELL = "overflow-wrap:anywhere;word-break:break-word;padding:0 4px;box-sizing:border-box;line-height:1.9"
-#: A row is a grid, not a flex box: a widget's HTML sits in a flex item that cannot shrink below its
-#: content's min-content width, and a ``minmax(6em, 1fr)`` track keeps a long name out of that width,
-#: so the name wraps onto more lines instead of pushing the other columns out of line.
-_ROW_COLUMNS = " ".join(["minmax(6em, 1fr)", *WIDTHS.values()])
-#: Columns that give way first when the explorer is narrow (a laptop with the file browser open):
-#: they leave the table (their values stay in the name's tooltip and in the filter), so the names,
-#: which are the point, get their width. The rule is the browser's (a container query), so a
+#: Width of a character in a cell, for a column's width from its declared ``chars``.
+_CHAR_EM = 0.6
+_CELL = "padding:0 4px;box-sizing:border-box;line-height:1.9"
+#: How a cell wraps, by its column's width class: a name between its parts (never inside one), a
+#: word never (cut with an ellipsis if ever wider than its column, the whole text its tooltip),
+#: prose between words.
+_WRAP = {"name": "overflow-wrap:break-word", "word": "white-space:nowrap;overflow:hidden;text-overflow:ellipsis",
+         "number": "white-space:nowrap", "words": "overflow-wrap:break-word", "code": "overflow-wrap:break-word"}
+#: Below :data:`~devinspect.render.html.NARROW` the columns declared to fold leave the table (a laptop
+#: with the file browser open): their values stay in the name's tooltip and in the filter, so the
+#: names, which are the point, get their width. The rule is the browser's (a container query), so a
 #: resized window or sidebar re-lays the table without a round trip to the kernel.
-FOLDED_WHEN_NARROW = ("kind", "dtype")
-_NARROW = "46em"
-_NARROW_COLUMNS = " ".join(["minmax(6em, 1fr)", *(w for k, w in WIDTHS.items() if k not in FOLDED_WHEN_NARROW)])
-STYLE = (
-    "<style>"
-    ".devinspect-explorer{container-type:inline-size}"
-    f".devinspect-row{{display:grid;grid-template-columns:{_ROW_COLUMNS}}}"
-    f"@container (max-width: {_NARROW}){{"
-    f".devinspect-row{{grid-template-columns:{_NARROW_COLUMNS}}}"
-    + "".join(f".devinspect-row>.devinspect-{k},.devinspect-head-{k}{{display:none !important}}"
-              for k in FOLDED_WHEN_NARROW)
-    + "}</style>"
-)
+
+
+def column_width(column: Column) -> str:
+    """A grid column's width: its longest text whole, and its header with the sort mark."""
+    return f"{max(column.chars, len(column.name) + 2) * _CHAR_EM + 0.8:.1f}em"
+
+
+def grid_style() -> str:
+    """The grid's stylesheet, read from the declared columns: a row is a grid, not a flex box (a
+    widget's HTML sits in a flex item that cannot shrink below its content's min-content width,
+    and a ``minmax(6em, 1fr)`` track keeps a long name out of that width, so the name wraps onto
+    more lines instead of pushing the other columns out of line)."""
+    columns = grid_columns()
+
+    def tracks(shown: tuple[Column, ...]) -> str:
+        return " ".join("minmax(6em, 1fr)" if c.width == "name" else column_width(c) for c in shown)
+
+    folded = [c.name for c in columns if c.folds]
+    return ("<style>"
+            ".devinspect-explorer{container-type:inline-size}"
+            f".devinspect-row{{display:grid;grid-template-columns:{tracks(columns)}}}"
+            f"@container (max-width: {NARROW}){{"
+            f".devinspect-row{{grid-template-columns:{tracks(tuple(c for c in columns if not c.folds))}}}"
+            + "".join(f".devinspect-row>.devinspect-{k},.devinspect-head-{k}{{display:none !important}}"
+                      for k in folded)
+            + "}</style>")
+
+
 _NO_CHOICE = "Move to…"
 #: Children of one module tree node shown at once; the rest come a page at a time.
 TREE_PAGE = 50
 
 
-def _cell(text: str, *, code: bool = False, right: bool = False, title: str | None = None, column: str = "") -> str:
-    body = f"<code>{escape(text)}</code>" if code else escape(text)
-    align = "text-align:right;" if right else ""
-    css = f' class="devinspect-{column}"' if column else ""
-    return f'<span{css} style="{_CELL};{align}" title="{escape(title or text, quote=True)}">{body}</span>'
+def _cell(column: Column, text: str, title: str | None = None) -> str:
+    body = f"<code>{name_html(text)}</code>" if column.width == "name" else escape(text)
+    align = "text-align:right;" if column.right else ""
+    return (f'<span class="devinspect-{column.name}" style="{_CELL};{_WRAP[column.width]};{align}" '
+            f'title="{escape(title or text, quote=True)}">{body}</span>')
 
 
 def _result_html(ok: bool, message: str) -> str:
@@ -74,7 +91,17 @@ def _result_html(ok: bool, message: str) -> str:
 def _one_line(html: str, title: str) -> str:
     """``html`` within the widget's width, wrapped where it ends, whatever the text's length."""
     return (f'<div style="display:grid;grid-template-columns:minmax(0, 1fr)">'
-            f'<span style="{_CELL};padding:0" title="{escape(title, quote=True)}">{html}</span></div>')
+            f'<span style="{_CELL};overflow-wrap:anywhere;padding:0" title="{escape(title, quote=True)}">{html}</span></div>')
+
+
+def _row_title(row: Any) -> str:
+    """A row's name with what the narrow table leaves out: the columns that fold, then those
+    never in the grid (``model.fc.weight: parameter, float32  (requires_grad)``)."""
+    columns = tensor_columns.TENSOR_COLUMNS
+    folded = ", ".join(row[c.name] for c in columns if c.in_grid and c.folds)
+    aside = "; ".join(row[c.name] for c in columns if not c.in_grid and row[c.name])
+    name = next(row[c.name] for c in columns if c.width == "name")
+    return f"{name}: {folded}" + (f"  ({aside})" if aside else "")
 
 
 class DevicesExplorer:
@@ -96,7 +123,7 @@ class DevicesExplorer:
         # %devices --findings: what looks wrong and its fixes, without the tables (as in the terminal).
         parts = [self.summary, self.findings] + ([] if view.display.findings_only else [self.tabs]) + [self.status]
         self.widget = widgets.VBox(parts, layout=widgets.Layout(width="100%"))
-        self.widget.add_class("devinspect-explorer")  # the container whose width folds columns (STYLE)
+        self.widget.add_class("devinspect-explorer")  # the container whose width folds columns (grid_style)
         #: The last Move result of each row (a tensor's or a module's name): (ok, message), shown beside it.
         self._results: dict[str, tuple[bool, str]] = {}
         self._open: set[str] = set()
@@ -116,7 +143,7 @@ class DevicesExplorer:
         self.frame = table_frame(view.records)
         self._device_of = {r.name: r.device for r in view.records if r.kind == "parameter"}
         self.nodes = module_tree(view.result)
-        self.summary.value = STYLE + (f'<span style="line-height:1.4"><b>devinspect</b>: '
+        self.summary.value = grid_style() + (f'<span style="line-height:1.4"><b>devinspect</b>: '
                                       f'{escape(summary_line(view))}</span>')
         self._show_findings()
         kinds = sorted(self.frame["kind"].unique(), key=KINDS.index)
@@ -173,11 +200,12 @@ class DevicesExplorer:
         self.kind.observe(lambda c: self.set(kind=c["new"] or None), "value")
         controls = w.HBox([self.filter, self.device, self.kind], layout=w.Layout(flex_flow="row wrap"))
         self.headers = {}
-        for label, _column in COLUMNS:
-            width = WIDTHS.get(label)
+        for column in grid_columns():
+            label = column.name
             # No margins: each header lines up with its column of cells below.
-            layout = (w.Layout(width=width, flex="0 0 auto", padding="0 4px", margin="0") if width
-                      else w.Layout(flex=_NAME_FLEX, min_width="6em", padding="0 4px", margin="0"))
+            layout = (w.Layout(flex=_NAME_FLEX, min_width="6em", padding="0 4px", margin="0")
+                      if column.width == "name" else
+                      w.Layout(width=column_width(column), flex="0 0 auto", padding="0 4px", margin="0"))
             button = w.Button(description=label, layout=layout, tooltip=f"sort by {label}")
             button.add_class(f"devinspect-head-{label}")
             button.on_click(lambda _b, label=label: self.sort_by(label))
@@ -243,11 +271,9 @@ class DevicesExplorer:
             record = records[int(row["index"])]
             self._page_records.append(record)
             cells, move, result = widget.children
-            note = f"{record.name}: {record.kind}, {row['dtype']}" + (f"  ({row['note']})" if row["note"] else "")
             cells.value = ('<div class="devinspect-row">'
-                           + _cell(record.name, code=True, title=note) + _cell(record.kind, column="kind")
-                           + _cell(record.device) + _cell(row["dtype"], column="dtype") + _cell(row["shape_text"])
-                           + _cell(row["size"], right=True) + "</div>")
+                           + "".join(_cell(c, row[c.name], _row_title(row) if c.width == "name" else None)
+                                     for c in grid_columns()) + "</div>")
             target, choices, tooltip = self._move_offer(record)
             move.target = target if choices else None
             move.disabled = not choices

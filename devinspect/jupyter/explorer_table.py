@@ -6,24 +6,19 @@ fast: each interaction is a vectorised pandas step on the scan's frame, then a p
 
 from __future__ import annotations
 
-import itertools
-import operator
 import re
 from dataclasses import dataclass, replace
-from itertools import compress, repeat
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from ..model.record_table import RecordTable, record_column
-from ..model.records import PLAIN_TYPE_NAMES, TensorRecord
+from ..model import tensor_columns
+from ..model.columns import Column
+from ..model.records import TensorRecord
 from ..model.scan_result import device_matches
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-#: Columns the table shows, in order, with the frame column each sorts by.
-COLUMNS = (("name", "name_key"), ("kind", "kind"), ("device", "device_key"), ("dtype", "dtype"),
-           ("shape", "shape_key"), ("size", "size_key"))
 #: ``key:value`` words a filter understands (the rest match names).
 FIELDS = ("device", "kind", "dtype", "name")
 
@@ -79,86 +74,45 @@ def natural_keys(texts: list[str]) -> list[str]:
     return keys if len(keys) == len(texts) else [natural_key(text) for text in texts]
 
 
-def table_frame(records: tuple[TensorRecord, ...]) -> pd.DataFrame:
-    """The scan's records as the table's frame: the shown columns plus what sorting needs
-    (the name's sort key is added by the first sort by name, see :func:`select`).
+def grid_columns() -> tuple[Column, ...]:
+    """The tensor table's columns the grid shows, as declared now."""
+    return tuple(column for column in tensor_columns.TENSOR_COLUMNS if column.in_grid)
 
-    Built column by column: a session's many tensors share few shapes and sizes, so each
-    distinct shape and size is turned into text once, not once per row.
-    """
+
+def sort_column(column: Column) -> str:
+    """The frame column a table column sorts by: its text, or a key made from it."""
+    return column.name if column.sort == "text" else f"{column.name}_key"
+
+
+def table_frame(records: Sequence[TensorRecord]) -> pd.DataFrame:
+    """The scan's records as the table's frame: each declared column's text, and the keys its
+    sort needs (a natural sort key is added by the first sort on its column, see :func:`select`).
+
+    Built column by column: each column's reader takes every record in one pass."""
     import numpy as np
     import pandas as pd
 
-    from ..model.units import human_bytes, shape_text
-    from ..render.table import note_cell, size_cell, size_key
-
-    rows = range(len(records))
-    shapes = record_column(records, "shape")
-    try:
-        shape_texts = {shape: shape_text(shape) for shape in set(shapes)}
-        shape_column = list(map(shape_texts.__getitem__, shapes))
-    except TypeError:  # an unhashable dimension: each row's own text
-        shape_column = [shape_text(shape) for shape in shapes]
-    aliases, devices = record_column(records, "alias_of"), record_column(records, "device")
-    # A size cell and its sort key follow from the storage's size, except on the few rows
-    # that share memory or are meta tensors: each distinct size is spelled once.
-    storage_bytes = record_column(records, "storage_bytes")
-    texts = {size: human_bytes(size) for size in set(storage_bytes)}
-    size_column = list(map(texts.__getitem__, storage_bytes))
-    # The sort keys are the sizes themselves where all are known (the list read above is this
-    # function's own, so its few unusual rows are set in place).
-    size_key_column = [size or 0 for size in storage_bytes] if None in storage_bytes else storage_bytes
-    unusual = set(compress(rows, map(operator.is_not, aliases, repeat(None))))
-    if "meta" in set(devices):
-        unusual.update(compress(rows, map(operator.eq, devices, repeat("meta"))))
-    for i in unusual:
-        size_column[i], size_key_column[i] = size_cell(records[i]), size_key(records[i])
-    # A note only for the few unusual rows: shared memory, a note, a gradient, another class.
-    note_column = [""] * len(records)
-    unusual.update(_noted_rows(records))
-    for i in unusual:
-        note_column[i] = note_cell(records[i])
+    data = {"index": np.arange(len(records))}
+    for column in tensor_columns.TENSOR_COLUMNS:
+        data[column.name] = _objects(column.texts(records))
+        if column.sort == "number" and column.keys is not None:
+            data[sort_column(column)] = np.array(column.keys(records), dtype=np.int64)
     # Columns handed over as arrays: pandas takes them as they are instead of converting lists.
-    return pd.DataFrame({
-        "index": np.arange(len(records)), "name": _objects(record_column(records, "name")),
-        "kind": _objects(record_column(records, "kind")), "device": _objects(devices),
-        "dtype": _objects(_spelled(record_column(records, "dtype"))),
-        "shape_text": _objects(shape_column), "size": _objects(size_column),
-        "size_key": np.array(size_key_column, dtype=np.int64), "note": _objects(note_column),
-    }, copy=False)
-
-
-def _noted_rows(records: Sequence[TensorRecord]) -> Iterable[int]:
-    """Rows with something to note beyond their size: a note, a gradient, a class other than
-    Tensor and Parameter. A table answers from the codes of its shared fields."""
-    if isinstance(records, RecordTable):
-        return itertools.chain(
-            records.indexes_where("note", records.values_of("note") - {None}),
-            records.indexes_where("requires_grad", (True,)),
-            records.indexes_where("type_name", records.values_of("type_name") - PLAIN_TYPE_NAMES))
-    rows = range(len(records))
-    type_names = record_column(records, "type_name")
-    return itertools.chain(
-        compress(rows, record_column(records, "note")), compress(rows, record_column(records, "requires_grad")),
-        compress(rows, map(operator.not_, map(PLAIN_TYPE_NAMES.__contains__, type_names))))
-
-
-def _spelled(dtypes: list[str | None]) -> list[str]:
-    """Each dtype's name, ``?`` where unknown."""
-    return [dtype or "?" for dtype in dtypes] if None in dtypes else dtypes
+    return pd.DataFrame(data, copy=False)
 
 
 def select(frame: pd.DataFrame, state: GridState) -> pd.DataFrame:
     """The rows the state keeps, in its order (all pages)."""
-    column = dict(COLUMNS).get(state.sort, "size_key")
-    if column not in frame:
+    chosen = next((c for c in tensor_columns.TENSOR_COLUMNS if c.name == state.sort), None)
+    column = sort_column(chosen) if chosen is not None else "size_key"
+    if column not in frame and chosen is not None:
         # A natural sort key is made the first time the table is sorted by its column, and kept
-        # with the frame for the next sorts: every name is distinct, so its key costs a pass over
-        # all of them; few distinct devices and shapes are each keyed once.
-        if column == "name_key":
-            frame[column] = natural_keys(frame["name"].tolist())
+        # with the frame for the next sorts: a column of distinct texts (names) is keyed in one
+        # pass over all of them; one of few distinct texts (devices, shapes), each text once.
+        texts = frame[chosen.name]
+        if chosen.width == "name":
+            frame[column] = natural_keys(texts.tolist())
         else:
-            texts = frame["device" if column == "device_key" else "shape_text"]
             frame[column] = texts.map({text: natural_key(text) for text in texts.unique()})
     rows = frame
     if state.device:

@@ -389,3 +389,19 @@ def record_column(records: Sequence[TensorRecord], field: str) -> list[Any]:
     if isinstance(records, RecordTable):
         return records.column(field)
     return list(map(itemgetter(TensorRecord._fields.index(field)), records))
+
+
+def size_keys(records: Sequence[TensorRecord]) -> list[int]:
+    """The bytes each record is ordered by: what its memory holds (0 for an alias), or for a
+    meta tensor what it would need. Read from the columns (no record made): the storage
+    sizes, then the few aliases and meta tensors set apart."""
+    sizes = record_column(records, "storage_bytes")
+    if None in sizes:
+        sizes = [size or 0 for size in sizes]
+    devices = record_column(records, "device")
+    if "meta" in set(devices):
+        for i in compress(range(len(devices)), map("meta".__eq__, devices)):
+            sizes[i] = records[i].nbytes or 0
+    for i in compress(range(len(sizes)), map(operator.is_not, record_column(records, "alias_of"), repeat(None))):
+        sizes[i] = 0
+    return sizes

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import heapq
-import operator
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from .display import Displayed
 from .fixes import Finding
-from .record_table import RecordTable, record_column
+from . import tensor_columns
+from .record_table import RecordTable, record_column, size_keys
 from .records import (
     KINDS,
     DeviceTotal,
@@ -322,28 +322,16 @@ def is_under(name: str, prefix: str) -> bool:
     return name == prefix or (name.startswith(prefix) and len(name) > len(prefix) and name[len(prefix)] in ".[")
 
 
-def size_keys(records: Sequence[TensorRecord]) -> list[int]:
-    """The bytes each record is ordered by: what its memory holds (0 for an alias), or for a
-    meta tensor what it would need. Read from the columns (no record made): the storage
-    sizes, then the few aliases and meta tensors set apart."""
-    sizes = record_column(records, "storage_bytes")
-    if None in sizes:
-        sizes = [size or 0 for size in sizes]
-    devices = record_column(records, "device")
-    if "meta" in set(devices):
-        for i in compress(range(len(devices)), map("meta".__eq__, devices)):
-            sizes[i] = records[i].nbytes or 0
-    for i in compress(range(len(sizes)), map(operator.is_not, record_column(records, "alias_of"), repeat(None))):
-        sizes[i] = 0
-    return sizes
-
-
 def records_frame(records: Sequence[TensorRecord]) -> pd.DataFrame:
+    """The records as a DataFrame: a record's own fields, in order (sizes as nullable integers),
+    then the text of each declared column that shows no field of its own."""
     import pandas as pd
 
-    # FRAME_COLUMNS, then hidden and is_leaf: a record's own fields, in order.
     columns = TensorRecord._fields
     frame = pd.DataFrame({name: record_column(records, name) for name in columns}, columns=columns)
     for column in ("nbytes", "storage_bytes", "storage_id"):
         frame[column] = frame[column].astype("Int64")
+    for column in tensor_columns.TENSOR_COLUMNS:
+        if column.field is None and column.name not in frame:
+            frame[column.name] = column.texts(records)
     return frame

@@ -10,8 +10,9 @@ from __future__ import annotations
 from html import escape
 
 from ..model.check_report import CheckReport, DeviceError, Mismatch, Operand
-from .check_report_text import WORST_LINES, operand_kind, summary_line, transfer_text
-from .html import CELL, TABLE, WRAP, fix_html, text_table
+from . import check_report_text
+from .check_report_text import WORST_LINES, operand_kind, summary_line
+from .html import CELL, TABLE, WRAP, column_table, fix_html, name_html
 
 _NOWRAP = CELL + ";white-space:nowrap"
 _NAME = WRAP + ";min-width:8em"
@@ -25,7 +26,7 @@ def _operand_row(o: Operand) -> str:
     name = o.name or "(unnamed)"
     return (
         "<tr>"
-        f'<td style="{_NAME}" title="{escape(name, quote=True)}">{_code(name)}</td>'
+        f'<td style="{_NAME}" title="{escape(name, quote=True)}"><code>{name_html(name)}</code></td>'
         f'<td style="{_NOWRAP}">{escape(o.device)}</td>'
         f'<td style="{_NOWRAP}">{escape(operand_kind(o))}</td>'
         f'<td style="{_NOWRAP}">{escape(o.source)}</td>'
@@ -95,14 +96,7 @@ def render_check(report: CheckReport) -> str:
         out.append("</ul>")
     shown = report.costliest(WORST_LINES)  # in the order the code reads
     if shown:
-        rows = []
-        for s in shown:
-            syncs = ", ".join(f"{k}×{n}" for k, n in s.syncs) or "-"
-            inside = f" (in {', '.join(s.inside)})" if s.inside else ""
-            rows.append((s.where.label, transfer_text(s.h2d_count, s.h2d_bytes), transfer_text(s.d2h_count, s.d2h_bytes),
-                         transfer_text(s.d2d_count, s.d2d_bytes), syncs + inside, s.where.text))
-        out.append(text_table(("where", "host→device", "device→host", "device→device", "syncs", "code"), rows,
-                              numeric={1, 2, 3}, code=5))
+        out.append(column_table(check_report_text.LINE_COLUMNS, shown))
         hidden = len(report.lines) - len(shown)
         if hidden:
             out.append(f"<p style=\"margin:2px 0\">… {hidden} more lines (<code>.frame</code> has all)</p>")

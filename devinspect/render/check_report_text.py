@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ..model.check_report import CheckReport, DeviceError, Mismatch, Operand
+from ..model.check_report import CheckReport, DeviceError, LineStats, Mismatch, Operand
+from ..model.columns import Column, each
 from ..model.units import human_bytes, shape_text
-from .table import SEVERITY_MARK
+from .table import SEVERITY_MARK, aligned_lines
 from .text import fix_block, render_findings
 
 WORST_LINES = 10
@@ -63,6 +64,24 @@ def transfer_text(count: int, nbytes: int) -> str:
     return f"{count}× {human_bytes(nbytes)}" if count else "-"
 
 
+def syncs_text(s: LineStats) -> str:
+    """``item×3, cpu×1 (in torch)``: the host syncs of a line by kind, and the libraries that made them."""
+    inside = f" (in {', '.join(s.inside)})" if s.inside else ""
+    return (", ".join(f"{k}×{n}" for k, n in s.syncs) or "-") + inside
+
+
+#: ``%%devcheck``'s columns, one row per line that copied or synced.
+LINE_COLUMNS: tuple[Column[LineStats], ...] = (
+    Column("where", each(lambda s: s.where.label), chars=12),
+    Column("host→device", each(lambda s: transfer_text(s.h2d_count, s.h2d_bytes)), width="number", chars=10),
+    Column("device→host", each(lambda s: transfer_text(s.d2h_count, s.d2h_bytes)), width="number", chars=10),
+    Column("device→device", each(lambda s: transfer_text(s.d2d_count, s.d2d_bytes)), width="number", chars=10,
+           folds=True),
+    Column("syncs", each(syncs_text), width="words", chars=8),
+    Column("code", each(lambda s: s.where.text), width="code"),
+)
+
+
 def summary_line(report: CheckReport) -> str:
     """``3 host→device (1.2 MiB), 0 device→host (0 B), 0 device→device, 12 host syncs in 0.210 s``."""
     totals = report.totals
@@ -93,14 +112,7 @@ def render_check(report: CheckReport) -> str:
     worst = report.costliest(WORST_LINES)  # a line is recorded only once it copied or synced
     if worst:
         lines.append("")
-        rows = [("where", "h2d", "d2h", "d2d", "syncs", "code")]
-        for s in worst:
-            syncs = ", ".join(f"{k}×{n}" for k, n in s.syncs) or "-"
-            rows.append((s.where.label, transfer_text(s.h2d_count, s.h2d_bytes), transfer_text(s.d2h_count, s.d2h_bytes),
-                         transfer_text(s.d2d_count, s.d2d_bytes), syncs, s.where.text[:60]))
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        for r in rows:
-            lines.append("  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5])
+        lines.extend(aligned_lines(LINE_COLUMNS, worst))
         if len(report.lines) > len(worst):
             lines.append(f"… {len(report.lines) - len(worst)} more lines (.frame has all)")
     if report.error and report.mismatch is None and report.device_error is None:

@@ -1,10 +1,15 @@
-"""Choosing which records a rendered table shows, shared by text and HTML."""
+"""What a rendered table shows, shared by text and HTML: which records, and its columns aligned as text."""
 
 from __future__ import annotations
 
-from ..model.records import KINDS, PLAIN_TYPE_NAMES, TensorRecord
+from typing import Sequence
+
+from ..model.columns import Column
+from ..model.records import KINDS, TensorRecord
 from ..model.scan_result import DEFAULT_MAX_ROWS, SORTS, ScanView, size_keys  # noqa: F401 - named here too
+from ..model.tensor_columns import note_cell, size_cell, size_key  # noqa: F401 - named here too
 from ..model.units import human_bytes
+
 _KIND_RANK = {k: i for i, k in enumerate(KINDS)}
 
 
@@ -32,30 +37,44 @@ def visible_rows(result: ScanView) -> tuple[list[TensorRecord], int]:
     return records[:limit], len(records) - limit
 
 
-def size_key(r: TensorRecord) -> int:
-    """Bytes to order by: what a tensor holds, or for a meta tensor what it would need."""
-    return size_keys((r,))[0]
-
-
-def size_cell(r: TensorRecord) -> str:
-    if r.alias_of is not None:
-        return "shared"
-    if r.device == "meta" and r.nbytes is not None:
-        return f"needs {human_bytes(r.nbytes)}"  # holds nothing yet: the size it would take
-    return human_bytes(r.storage_bytes)
-
-
-def note_cell(r: TensorRecord) -> str:
-    parts = []
-    if r.alias_of is not None:
-        parts.append(f"same memory as {r.alias_of}")
-    if r.note:
-        parts.append(r.note)
-    if r.type_name not in PLAIN_TYPE_NAMES:
-        parts.append(r.type_name)
-    if r.requires_grad and r.kind == "tensor":
-        parts.append("requires_grad")
-    return "; ".join(parts)
-
-
 SEVERITY_MARK = {"error": "✖", "warning": "⚠", "hint": "ℹ"}
+
+
+#: A name longer than this is cut in the middle in plain text (the HTML and the frame keep it whole).
+MAX_NAME = 72
+
+
+def clip_middle(text: str, width: int) -> str:
+    """``text`` within ``width``, cut in the middle: a long name's end tells rows apart
+    (``opt.state[…lora_A.default.weight]["exp_avg"]`` and ``…["exp_avg_sq"]``)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) * 2 // 5
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def aligned_lines(columns: Sequence[Column], rows: Sequence) -> list[str]:
+    """The header and one line per row, each column as wide as its widest text, numbers to the
+    right (their header too), names cut in the middle past :data:`MAX_NAME`."""
+    texts = [column.texts(rows) for column in columns]
+    texts = [[clip_middle(text, MAX_NAME) for text in cells] if column.width == "name" else cells
+             for column, cells in zip(columns, texts)]
+    widths = [max(len(column.name), *map(len, cells)) for column, cells in zip(columns, texts)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(text.rjust(width) if column.right else text.ljust(width)
+                         for column, text, width in zip(columns, cells, widths)).rstrip()
+
+    return [line([column.name for column in columns])] + [line(cells) for cells in zip(*texts)]
+
+
+def closing_notes(result: ScanView, more: int) -> list[str]:
+    """What follows the table, in words, written once for text and HTML: how many rows are not
+    shown, and what the output history holds that is not listed."""
+    out = []
+    if more:
+        out.append(f"… {more:,} more not shown (largest first; .frame has all, %config DevInspect.max_rows)")
+    if result.history_bytes and not result.options.get("include_hidden"):
+        out.append(f"Output history / last traceback hold {human_bytes(result.history_bytes)} of accelerator "
+                   "memory not listed above (%devices --hidden lists it).")
+    return out

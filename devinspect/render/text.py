@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from ..model import tensor_columns
 from ..model.fixes import Finding, Fix
 from ..model.scan_result import ScanView
-from ..model.units import human_bytes, shape_text
-from .table import SEVERITY_MARK, note_cell, size_cell, visible_rows
-
-_MAX_NAME = 72
+from ..model.units import human_bytes
+from .table import SEVERITY_MARK, aligned_lines, closing_notes, visible_rows
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -54,15 +53,6 @@ def render_findings(findings: tuple[Finding, ...] | list[Finding]) -> list[str]:
     return lines
 
 
-def _clip(text: str, width: int) -> str:
-    """``text`` within ``width``, cut in the middle: a long name's end tells rows apart
-    (``opt.state[…lora_A.default.weight]["exp_avg"]`` and ``…["exp_avg_sq"]``)."""
-    if len(text) <= width:
-        return text
-    head = (width - 1) * 2 // 5
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
-
-
 def render_scan(result: ScanView) -> str:
     lines = [f"devinspect: {summary_line(result)}"]
     findings = result.findings
@@ -76,31 +66,9 @@ def render_scan(result: ScanView) -> str:
         return "\n".join(lines)
     rows, more = visible_rows(result)
     if rows:
-        header = ("name", "kind", "device", "dtype", "shape", "size", "note")
-        table = [
-            (
-                _clip(r.name, _MAX_NAME),
-                r.kind,
-                r.device,
-                r.dtype or "?",
-                shape_text(r.shape),
-                size_cell(r),
-                note_cell(r),
-            )
-            for r in rows
-        ]
-        widths = [max(len(header[i]), *(len(row[i]) for row in table)) for i in range(len(header) - 1)]
         lines.append("")
-        fmt = "  ".join(f"{{:<{w}}}" if i != 5 else f"{{:>{w}}}" for i, w in enumerate(widths)) + "  {}"
-        lines.append(fmt.format(*header).rstrip())
-        lines.extend(fmt.format(*row).rstrip() for row in table)
+        lines.extend(aligned_lines(tensor_columns.TENSOR_COLUMNS, rows))
     elif not findings:
         lines.append("No tensors found.")
-    if more:
-        lines.append(f"… {more:,} more not shown (largest first; .frame has all, %config DevInspect.max_rows)")
-    if result.history_bytes and not result.options.get("include_hidden"):
-        lines.append(
-            f"Output history / last traceback hold {human_bytes(result.history_bytes)} of accelerator memory "
-            "not listed above (%devices --hidden lists it)."
-        )
+    lines.extend(closing_notes(result, more))
     return "\n".join(lines)

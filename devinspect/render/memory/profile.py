@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from html import escape
 
+from ...model.columns import Column, each
 from ...model.memory_profile import LineMemory, LineMemoryProfile
 from ...model.units import human_bytes, signed_bytes
-from ..html import text_table
-
-HEADERS = ("line", "runs", "allocated before → after", "change", "peak in line", "reserved before → after",
-           "made here, still alive", "code")
-_NUMERIC = {1, 2, 3, 4, 5}  # numbers right-aligned (before → after too)
+from ..html import column_table
+from ..table import aligned_lines
 
 
 def _span(before: int | None, after: int | None) -> str:
@@ -29,12 +27,26 @@ def nested_label(m: LineMemory) -> str:
     return m.label if not m.depth else f"{'  ' * (m.depth - 1)}↳ {m.label}"
 
 
-def rows(profile: LineMemoryProfile) -> list[tuple[str, ...]]:
-    return [(nested_label(m), str(m.runs) if m.runs is not None else "—",
-             _span(m.allocated_before, m.allocated_after) if m.runs is not None else "—", signed_bytes(m.change),
-             human_bytes(m.peak) if m.peak is not None else "—",
-             _span(m.reserved_before, m.reserved_after) if m.runs is not None else "—",
-             _alive(m), m.text) for m in profile.lines]
+def _ran(read):
+    """A column's reader for a line that ran line by line; ``—`` for a function's line known from
+    its allocations alone."""
+    return each(lambda m: read(m) if m.runs is not None else "—")
+
+
+#: ``%%gpumem``'s columns, one row per line of the cell (and of the functions it ran).
+LINE_COLUMNS: tuple[Column[LineMemory], ...] = (
+    Column("line", each(nested_label), chars=7),
+    Column("runs", _ran(lambda m: str(m.runs)), width="number", chars=4),
+    Column("allocated before → after", _ran(lambda m: _span(m.allocated_before, m.allocated_after)),
+           width="number", chars=10),
+    Column("change", each(lambda m: signed_bytes(m.change)), width="number", chars=9),
+    Column("peak in line", each(lambda m: human_bytes(m.peak) if m.peak is not None else "—"), width="number",
+           chars=9),
+    Column("reserved before → after", _ran(lambda m: _span(m.reserved_before, m.reserved_after)),
+           width="number", chars=10, folds=True),
+    Column("made here, still alive", each(_alive), width="words", chars=14),
+    Column("code", each(lambda m: m.text), width="code"),
+)
 
 
 def title(profile: LineMemoryProfile) -> str:
@@ -84,14 +96,9 @@ def notes(profile: LineMemoryProfile) -> list[str]:
 
 
 def render_text(profile: LineMemoryProfile) -> str:
-    table = rows(profile)
     lines = [title(profile)]
-    if table:
-        widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(HEADERS)]
-        lines.append("  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip())
-        for r in table:
-            lines.append("  ".join(v.rjust(w) if i in _NUMERIC else v.ljust(w)
-                                   for i, (v, w) in enumerate(zip(r, widths))).rstrip())
+    if profile.lines:
+        lines.extend(aligned_lines(LINE_COLUMNS, profile.lines))
     lines.extend(peak_lines(profile))
     lines.extend(notes(profile))
     return "\n".join(lines)
@@ -99,9 +106,8 @@ def render_text(profile: LineMemoryProfile) -> str:
 
 def render_html(profile: LineMemoryProfile) -> str:
     out = [f'<div class="devinspect devinspect-gpumem-lines"><p><b>{escape(title(profile))}</b></p>']
-    table = rows(profile)
-    if table:
-        out.append(text_table(HEADERS, table, numeric=_NUMERIC, code=7, wrapped={6}))
+    if profile.lines:
+        out.append(column_table(LINE_COLUMNS, profile.lines))
     out.extend(f"<p>{escape(line)}</p>" for line in peak_lines(profile) + notes(profile))
     out.append("</div>")
     return "".join(out)
