@@ -6,14 +6,19 @@ with ``replace=True``, as ``%load`` uses). Apply fix on an edit of the failed ce
 therefore records the edit here; the IPython layer runs the edited text in place of the
 cell's text when that cell runs again (:mod:`devinspect.ipython.edited_cells`), and
 forgets the edit once a run of it succeeded, or when the cell runs with other text.
+
+Where a notebook front end can change the editor itself (devinspect's JupyterLab extension),
+an edit sink registered here is offered each recorded edit too (:class:`EditSink`): it shows
+the edit in the editor at once, and takes it back if the action it belongs to is undone.
 """
 
 from __future__ import annotations
 
 import linecache
 from dataclasses import dataclass
+from typing import Any, Iterable, Protocol
 
-from ..model.fixes import SourceEdit
+from ..model.fixes import EditCell, SourceEdit, Steps
 from .result import ActionResult
 from .undo import UndoLog
 
@@ -25,6 +30,47 @@ class PendingEdit:
     original: str
     edited: str
     cell: int | None
+
+
+class EditSink(Protocol):
+    """Something that shows an edit of a cell where the user reads the cell (a notebook's editor)."""
+
+    def offer(self, edit: PendingEdit) -> bool:
+        """Show ``edit`` once the action that made it has finished; True when a front end will."""
+
+    def withdraw(self, edit: PendingEdit) -> None:
+        """Do not show ``edit`` after all: the action that made it was undone."""
+
+
+_sinks: list[EditSink] = []
+
+
+def add_edit_sink(sink: EditSink) -> None:
+    if sink not in _sinks:
+        _sinks.append(sink)
+
+
+def remove_edit_sink(sink: EditSink) -> None:
+    if sink in _sinks:
+        _sinks.remove(sink)
+
+
+def _offered(edit: PendingEdit) -> bool:
+    shown = False
+    for sink in list(_sinks):
+        try:
+            shown = sink.offer(edit) or shown
+        except Exception:  # noqa: BLE001 - a front end that cannot show it leaves the edit pending, as without one
+            pass
+    return shown
+
+
+def _withdrawn(edit: PendingEdit) -> None:
+    for sink in list(_sinks):
+        try:
+            sink.withdraw(edit)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 #: Pending edits, by the cell's text as it failed (stripped of trailing whitespace) and its run.
@@ -58,17 +104,47 @@ def edit_cell(edit: SourceEdit, undo: UndoLog | None = None) -> ActionResult:
                                    "(nothing was changed)")
     key = (original, edit.where.cell)
     previous = _pending.get(key)
-    _pending[key] = PendingEdit(original, edited, edit.where.cell)
+    pending = _pending[key] = PendingEdit(original, edited, edit.where.cell)
+    shown = _offered(pending)
     if undo is not None:
         def forget_this() -> None:
+            _withdrawn(pending)
             if previous is None:
                 _pending.pop(key, None)
             else:
                 _pending[key] = previous
 
         undo.add(f"the edit of Cell In[{edit.where.cell}] (pending)", forget_this)
-    return ActionResult(True, f"Cell In[{edit.where.cell}], line {edit.where.line} becomes: {edit.new.strip()} — "
-                              "it runs so when the cell runs again (Re-run cell)")
+    then = ("the notebook's editor shows it now: run the cell" if shown else
+            "it runs so when the cell runs again (Re-run cell)")
+    return ActionResult(True, f"Cell In[{edit.where.cell}], line {edit.where.line} becomes: {edit.new.strip()} — {then}")
+
+
+def edits_of(action: Any) -> tuple[SourceEdit, ...]:
+    """The edits of cells an action records itself (an ``EditCell``, alone or among ``Steps``)."""
+    if isinstance(action, EditCell):
+        return (action.edit,)
+    if isinstance(action, Steps):
+        return tuple(edit for step in action.actions for edit in edits_of(step))
+    return ()
+
+
+def show_in_editors(edits: Iterable[SourceEdit]) -> list[int]:
+    """Offer the edits of notebook cells that a fix prints besides what its action does (the
+    class cell a ``register_buffer`` fix names) to the edit sinks, one edit per cell; the
+    numbers of the cells a front end will change in its editor. Nothing is recorded: without a
+    front end such an edit stays printed advice, as it was."""
+    by_cell: dict[tuple[str, int], list[SourceEdit]] = {}
+    for edit in edits:
+        if edit.where.cell is not None:
+            by_cell.setdefault((edit.where.file, edit.where.cell), []).append(edit)
+    shown = []
+    for (file, cell), group in by_cell.items():
+        original = "".join(linecache.getlines(file)).rstrip()
+        edited = apply_lines(original, group) if original else None
+        if edited is not None and edited != original and _offered(PendingEdit(original, edited, cell)):
+            shown.append(cell)
+    return shown
 
 
 def pending_edits() -> list[PendingEdit]:
