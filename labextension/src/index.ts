@@ -55,6 +55,10 @@ class MemoryStatus extends Widget {
     } else {
       this.node.textContent = `${device.device} ${bytes(device.allocated)} / ${bytes(device.reserved)}`;
     }
+    // The exact numbers, for whoever reads the page rather than the text.
+    this.node.dataset.device = device?.device ?? '';
+    this.node.dataset.allocated = String(device?.allocated ?? '');
+    this.node.dataset.reserved = String(device?.reserved ?? '');
     this.node.classList.toggle('jp-devinspect-open-finding', !!link?.hasFindings);
     this.node.hidden = this.node.textContent === '';
   }

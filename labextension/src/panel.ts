@@ -152,9 +152,9 @@ export class DevicesPanel extends Widget {
         'tr',
         { 'data-device': d.device },
         h('th', { scope: 'row' }, d.device),
-        h('td', { 'data-field': 'allocated' }, bytes(d.allocated)),
-        h('td', { 'data-field': 'reserved' }, bytes(d.reserved)),
-        h('td', { 'data-field': 'peak' }, bytes(d.peak))
+        h('td', { 'data-field': 'allocated', 'data-bytes': String(d.allocated) }, bytes(d.allocated)),
+        h('td', { 'data-field': 'reserved', 'data-bytes': String(d.reserved) }, bytes(d.reserved)),
+        h('td', { 'data-field': 'peak', 'data-bytes': String(d.peak) }, bytes(d.peak))
       )
     );
     this._devices.append(
@@ -167,7 +167,7 @@ export class DevicesPanel extends Widget {
     );
     for (const d of memory.devices) {
       const points = memory.history.map(entry => entry.allocated[d.device] ?? 0);
-      if (points.length > 1) {
+      if (points.length > 1 && points.some(p => p > 0)) {
         this._devices.append(sparkline(d.device, points));
       }
     }
@@ -213,23 +213,22 @@ export class DevicesPanel extends Widget {
     if (!scan) {
       return;
     }
+    // Two lines a tensor (name and bytes; device, dtype and shape): readable at the panel's default width.
     const rows = scan.tensors.map(t =>
       h(
-        'tr',
-        {},
-        h('td', { class: 'jp-devinspect-name' }, h('code', {}, t.name)),
-        h('td', {}, t.device),
-        h('td', {}, `${t.dtype ?? ''}${t.shape ? '[' + t.shape.join(',') + ']' : ''}`),
-        h('td', { class: 'jp-devinspect-bytes' }, bytes(t.bytes))
+        'li',
+        { class: 'jp-devinspect-tensor' },
+        h(
+          'div',
+          { class: 'jp-devinspect-tensor-head' },
+          h('code', { class: 'jp-devinspect-name' }, t.name),
+          h('span', { class: 'jp-devinspect-bytes', 'data-bytes': String(t.bytes) }, bytes(t.bytes))
+        ),
+        h('div', { class: 'jp-devinspect-tensor-meta' }, `${t.device} · ${t.dtype ?? ''}${t.shape ? '[' + t.shape.join(', ') + ']' : ''} · ${t.kind}`)
       )
     );
     this._tensors.append(
-      h(
-        'table',
-        { class: 'jp-devinspect-table' },
-        h('thead', {}, h('tr', {}, h('th', {}, 'name'), h('th', {}, 'device'), h('th', {}, 'dtype[shape]'), h('th', {}, 'bytes'))),
-        h('tbody', {}, ...rows)
-      ),
+      h('ul', { class: 'jp-devinspect-tensor-list' }, ...rows),
       h(
         'p',
         { class: 'jp-devinspect-quiet' },
