@@ -170,6 +170,12 @@ def test_the_panel_the_status_bar_and_apply_fix_in_jupyterlab(lab):
             wait_idle(page)
             panel.locator("button", has_text="Load devinspect").click()
             panel.locator("h3", has_text="Devices").wait_for(timeout=30_000)
+            # Clicking the status bar item opens the panel.
+            run_cell(page, 1)
+            page.evaluate("() => window.jupyterapp.shell.collapseRight()")
+            panel.wait_for(state="hidden", timeout=10_000)
+            page.click(STATUS)
+            panel.wait_for(state="visible", timeout=10_000)
             page.screenshot(path=str(shots / f"lab-extension-{theme}.png"))
         except Exception:
             page.screenshot(path=str(shots / f"lab-extension-failure-{theme}.png"), full_page=True)

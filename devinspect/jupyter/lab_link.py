@@ -136,7 +136,7 @@ class LabLink:
             opened.send({"type": "memory", "devices": device_memory(), "history": list(self.history),
                          "stale": True, "count": None})
         elif kind == "scan":
-            self._send_scan(opened, str(data.get("filter") or ""))
+            self.send_scan(opened, str(data.get("filter") or ""))
         elif kind == "apply":
             self._apply(opened, data.get("index"))
         elif kind == "edited":
@@ -145,7 +145,7 @@ class LabLink:
                 if edit.cell is not None and self.kernel.cell_id_of(edit.cell) in done:
                     cell_edits.forget(edit)  # the editor holds it now; its undo must stay an undo
 
-    def _send_scan(self, opened: Any, text_filter: str) -> None:
+    def send_scan(self, opened: Any, text_filter: str) -> None:
         started = time.perf_counter()
         try:
             result = self.kernel.scan()

@@ -145,6 +145,18 @@ export class KernelLink {
     }
   }
 
+  /** Ask for the walk once the kernel has stayed idle a moment: cells queued by Run All go first. */
+  private _scanWhenIdle(): void {
+    window.clearTimeout(this._scanTimer);
+    this._scanTimer = window.setTimeout(() => {
+      if (this.kernel.status === 'idle') {
+        this.requestScan();
+      } else if (this.state === 'live') {
+        this._scanWhenIdle();
+      }
+    }, 200);
+  }
+
   /** Whether a finding is open (the status bar turns amber). */
   get hasFindings(): boolean {
     return this.state === 'live' && !!this.scan && this.scan.findings.length > 0;
@@ -188,7 +200,7 @@ export class KernelLink {
       case 'memory':
         this.memory = data as IMemoryMessage;
         if (data.stale && (this.wanted || this._scanCheap)) {
-          this.requestScan();
+          this._scanWhenIdle();
         }
         break;
       case 'scan':
@@ -242,6 +254,7 @@ export class KernelLink {
   private _scanInFlight = false;
   private _scanAgain = false;
   private _scanCheap = true;
+  private _scanTimer = 0;
   private _onEdit: EditHandler;
   private _changed = new Signal<this, void>(this);
 }
