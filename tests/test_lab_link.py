@@ -132,3 +132,15 @@ def test_unloading_closes_the_comm_and_the_kernel_keeps_working(lab):
     assert not lab.run("1 + 1").failed
     lab.run("%load_ext devinspect")
     assert len([c for c, m in lab.comms.items() if m and m[0].get("type") == "loaded"]) == 2
+
+
+def test_the_devinspect_kernel_answers_the_front_end_that_comes_later():
+    frontend = Frontend(kernel_name="python3-devinspect")
+    try:
+        comm = frontend.open_comm("devinspect", {"type": "hello"})
+        frontend.run(SETUP + "\nx = torch.ones(64, device=device)")
+        assert comm not in frontend.closed_comms
+        (sim0,) = [d for d in messages(frontend, comm, "memory")[-1]["devices"] if d["device"] == "sim:0"]
+        assert sim0["allocated"] >= 256
+    finally:
+        frontend.close()
