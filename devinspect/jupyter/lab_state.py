@@ -2,7 +2,7 @@
 
 Two readings of different cost. :func:`device_memory` reads the allocator counters of every
 accelerator device (microseconds; never initialises a device, never imports torch); it runs
-after every cell. :func:`namespace_changes` tells, just as cheaply, whether a cell may have
+after every cell. :class:`NamespaceWatch` tells, just as cheaply, whether a cell may have
 changed what a scan would find: a name bound to another object, a name gone or new, or a
 name the cell's text mentions (``model.to(dev)`` rebinds nothing). Only then does the panel
 ask for :func:`scan_state` (findings and the largest tensors), which walks the namespace.
