@@ -8,7 +8,7 @@ cell's text when that cell runs again (:mod:`devinspect.ipython.edited_cells`), 
 forgets the edit once a run of it succeeded, or when the cell runs with other text.
 
 Where a notebook front end can change the editor itself (devinspect's JupyterLab extension),
-an edit sink registered here is offered each recorded edit too (:class:`EditSink`): it shows
+an edit sink (:mod:`devinspect.runtime.edit_sinks`) is offered each recorded edit too: it shows
 the edit in the editor at once, and takes it back if the action it belongs to is undone.
 """
 
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import linecache
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable
 
 from ..model.fixes import EditCell, SourceEdit, Steps
+from ..runtime import edit_sinks
 from .result import ActionResult
 from .undo import UndoLog
 
@@ -30,47 +31,6 @@ class PendingEdit:
     original: str
     edited: str
     cell: int | None
-
-
-class EditSink(Protocol):
-    """Something that shows an edit of a cell where the user reads the cell (a notebook's editor)."""
-
-    def offer(self, edit: PendingEdit) -> bool:
-        """Show ``edit`` once the action that made it has finished; True when a front end will."""
-
-    def withdraw(self, edit: PendingEdit) -> None:
-        """Do not show ``edit`` after all: the action that made it was undone."""
-
-
-_sinks: list[EditSink] = []
-
-
-def add_edit_sink(sink: EditSink) -> None:
-    if sink not in _sinks:
-        _sinks.append(sink)
-
-
-def remove_edit_sink(sink: EditSink) -> None:
-    if sink in _sinks:
-        _sinks.remove(sink)
-
-
-def _offered(edit: PendingEdit) -> bool:
-    shown = False
-    for sink in list(_sinks):
-        try:
-            shown = sink.offer(edit) or shown
-        except Exception:  # noqa: BLE001 - a front end that cannot show it leaves the edit pending, as without one
-            pass
-    return shown
-
-
-def _withdrawn(edit: PendingEdit) -> None:
-    for sink in list(_sinks):
-        try:
-            sink.withdraw(edit)
-        except Exception:  # noqa: BLE001
-            pass
 
 
 #: Pending edits, by the cell's text as it failed (stripped of trailing whitespace) and its run.
@@ -105,10 +65,10 @@ def edit_cell(edit: SourceEdit, undo: UndoLog | None = None) -> ActionResult:
     key = (original, edit.where.cell)
     previous = _pending.get(key)
     pending = _pending[key] = PendingEdit(original, edited, edit.where.cell)
-    shown = _offered(pending)
+    shown = edit_sinks.offered(pending)
     if undo is not None:
         def forget_this() -> None:
-            _withdrawn(pending)
+            edit_sinks.withdrawn(pending)
             if previous is None:
                 _pending.pop(key, None)
             else:
@@ -142,7 +102,7 @@ def show_in_editors(edits: Iterable[SourceEdit]) -> list[int]:
     for (file, cell), group in by_cell.items():
         original = "".join(linecache.getlines(file)).rstrip()
         edited = apply_lines(original, group) if original else None
-        if edited is not None and edited != original and _offered(PendingEdit(original, edited, cell)):
+        if edited is not None and edited != original and edit_sinks.offered(PendingEdit(original, edited, cell)):
             shown.append(cell)
     return shown
 

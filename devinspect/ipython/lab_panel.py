@@ -37,9 +37,13 @@ class LabPanel:
             pass
 
 
-def lab_link(shell: Any, settings: DevInspect, edited_cells: EditedCells) -> LabPanel:
-    from ..collect.namespace.names import shell_names
+def shell_names(shell: Any) -> list[str]:
+    from ..collect.namespace.names import shell_names as names  # imported when first needed (it imports torch)
 
+    return names(shell)
+
+
+def lab_link(shell: Any, settings: DevInspect, edited_cells: EditedCells) -> LabPanel:
     def scan() -> Any:
         from ..diagnose.findings import scan as scan_namespace
 

@@ -27,11 +27,14 @@ import itertools
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any, Callable, MutableMapping
 
-from ..actions import cells as cell_edits
+from ..runtime import edit_sinks
 from ..version import __version__
 from .lab_state import NamespaceWatch, device_memory, scan_state
+
+if TYPE_CHECKING:
+    from ..actions.cells import PendingEdit
 
 TARGET = "devinspect"
 #: Cells whose allocated bytes the panel's history shows.
@@ -64,7 +67,7 @@ class LabLink:
         self.watch = NamespaceWatch()
         self.stale = True
         self._findings: tuple[Any, ...] = ()
-        self._queued: list[cell_edits.PendingEdit] = []
+        self._queued: list[PendingEdit] = []
         self._serial = itertools.count(1)
         self._manager: Any = None
 
@@ -82,10 +85,10 @@ class LabLink:
         except Exception:  # noqa: BLE001 - a shell without a kernel (terminal IPython) has no front end
             return
         self._track(opened)
-        cell_edits.add_edit_sink(self)
+        edit_sinks.add(self)
 
     def uninstall(self) -> None:
-        cell_edits.remove_edit_sink(self)
+        edit_sinks.remove(self)
         if self._manager is not None:
             try:
                 self._manager.unregister_target(TARGET, self._opened_by_front_end)
@@ -140,6 +143,8 @@ class LabLink:
         elif kind == "apply":
             self._apply(opened, data.get("index"))
         elif kind == "edited":
+            from ..actions import cells as cell_edits  # an edit was made: actions are loaded already
+
             done = set(data.get("cells") or ())
             for edit in cell_edits.pending_edits():
                 if edit.cell is not None and self.kernel.cell_id_of(edit.cell) in done:
@@ -180,7 +185,7 @@ class LabLink:
 
     # -- the edit sink (devinspect.actions.cells) -----------------------------------------------
 
-    def offer(self, edit: cell_edits.PendingEdit) -> bool:
+    def offer(self, edit: PendingEdit) -> bool:
         if not self.comms or edit.cell is None or self.kernel.cell_id_of(edit.cell) is None:
             return False
         if not self._queued:
@@ -188,7 +193,7 @@ class LabLink:
         self._queued.append(edit)
         return True
 
-    def withdraw(self, edit: cell_edits.PendingEdit) -> None:
+    def withdraw(self, edit: PendingEdit) -> None:
         self._queued = [e for e in self._queued if e is not edit]
 
     def _flush(self) -> None:
