@@ -60,6 +60,9 @@ class Frontend:
         self.client.wait_for_ready(timeout=TIMEOUT)
         #: comm id -> the widget's state as the front end knows it (None once closed)
         self.widgets: dict[str, dict | None] = {}
+        #: comms of another target (devinspect's panel): comm id -> the messages it carried, in order
+        self.comms: dict[str, list[dict]] = {}
+        self.closed_comms: set[str] = set()
 
     def close(self) -> None:
         self.client.stop_channels()
@@ -103,6 +106,12 @@ class Frontend:
                 data = content["data"]
                 if data.get("method") in ("update", "echo_update") and self.widgets[content["comm_id"]] is not None:
                     self.widgets[content["comm_id"]].update(data.get("state", {}))
+            elif kind == "comm_open":
+                self.comms[content["comm_id"]] = [content["data"]]
+            elif kind == "comm_msg" and content["comm_id"] in self.comms:
+                self.comms[content["comm_id"]].append(content["data"])
+            elif kind == "comm_close" and content["comm_id"] in self.comms:
+                self.closed_comms.add(content["comm_id"])
             elif kind == "comm_close":
                 self.widgets[content["comm_id"]] = None
             if msg["parent_header"].get("msg_id") != msg_id:
@@ -165,6 +174,19 @@ class Frontend:
         """A choice in a dropdown, as the front end sends it (the option's index)."""
         index = list(self.widgets[comm_id]["_options_labels"]).index(label)
         self._send_comm(comm_id, {"method": "update", "state": {"index": index}, "buffer_paths": []})
+
+    def open_comm(self, target: str, data: dict) -> str:
+        """Open a comm to ``target`` in the kernel, as a front end extension does; its id."""
+        comm_id = uuid.uuid4().hex
+        self.comms[comm_id] = []
+        msg = self.client.session.msg("comm_open", {"comm_id": comm_id, "target_name": target, "data": data})
+        self.client.shell_channel.send(msg)
+        self._drain(msg["header"]["msg_id"], None)
+        return comm_id
+
+    def send_comm(self, comm_id: str, data: dict) -> None:
+        """A message on a comm from the front end (not a widget's)."""
+        self._send_comm(comm_id, data)
 
     def _send_comm(self, comm_id: str, data: dict) -> None:
         msg = self.client.session.msg("comm_msg", {"comm_id": comm_id, "data": data})

@@ -6,14 +6,20 @@ with ``replace=True``, as ``%load`` uses). Apply fix on an edit of the failed ce
 therefore records the edit here; the IPython layer runs the edited text in place of the
 cell's text when that cell runs again (:mod:`devinspect.ipython.edited_cells`), and
 forgets the edit once a run of it succeeded, or when the cell runs with other text.
+
+Where a notebook front end can change the editor itself (devinspect's JupyterLab extension),
+an edit sink (:mod:`devinspect.runtime.edit_sinks`) is offered each recorded edit too: it shows
+the edit in the editor at once, and takes it back if the action it belongs to is undone.
 """
 
 from __future__ import annotations
 
 import linecache
 from dataclasses import dataclass
+from typing import Any, Iterable
 
-from ..model.fixes import SourceEdit
+from ..model.fixes import EditCell, SourceEdit, Steps
+from ..runtime import edit_sinks
 from .result import ActionResult
 from .undo import UndoLog
 
@@ -58,17 +64,47 @@ def edit_cell(edit: SourceEdit, undo: UndoLog | None = None) -> ActionResult:
                                    "(nothing was changed)")
     key = (original, edit.where.cell)
     previous = _pending.get(key)
-    _pending[key] = PendingEdit(original, edited, edit.where.cell)
+    pending = _pending[key] = PendingEdit(original, edited, edit.where.cell)
+    shown = edit_sinks.offered(pending)
     if undo is not None:
         def forget_this() -> None:
+            edit_sinks.withdrawn(pending)
             if previous is None:
                 _pending.pop(key, None)
             else:
                 _pending[key] = previous
 
         undo.add(f"the edit of Cell In[{edit.where.cell}] (pending)", forget_this)
-    return ActionResult(True, f"Cell In[{edit.where.cell}], line {edit.where.line} becomes: {edit.new.strip()} — "
-                              "it runs so when the cell runs again (Re-run cell)")
+    then = ("the notebook's editor shows it now: run the cell" if shown else
+            "it runs so when the cell runs again (Re-run cell)")
+    return ActionResult(True, f"Cell In[{edit.where.cell}], line {edit.where.line} becomes: {edit.new.strip()} — {then}")
+
+
+def edits_of(action: Any) -> tuple[SourceEdit, ...]:
+    """The edits of cells an action records itself (an ``EditCell``, alone or among ``Steps``)."""
+    if isinstance(action, EditCell):
+        return (action.edit,)
+    if isinstance(action, Steps):
+        return tuple(edit for step in action.actions for edit in edits_of(step))
+    return ()
+
+
+def show_in_editors(edits: Iterable[SourceEdit]) -> list[int]:
+    """Offer the edits of notebook cells that a fix prints besides what its action does (the
+    class cell a ``register_buffer`` fix names) to the edit sinks, one edit per cell; the
+    numbers of the cells a front end will change in its editor. Nothing is recorded: without a
+    front end such an edit stays printed advice, as it was."""
+    by_cell: dict[tuple[str, int], list[SourceEdit]] = {}
+    for edit in edits:
+        if edit.where.cell is not None:
+            by_cell.setdefault((edit.where.file, edit.where.cell), []).append(edit)
+    shown = []
+    for (file, cell), group in by_cell.items():
+        original = "".join(linecache.getlines(file)).rstrip()
+        edited = apply_lines(original, group) if original else None
+        if edited is not None and edited != original and edit_sinks.offered(PendingEdit(original, edited, cell)):
+            shown.append(cell)
+    return shown
 
 
 def pending_edits() -> list[PendingEdit]:

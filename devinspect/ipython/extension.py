@@ -18,6 +18,7 @@ from .devcheck_magics import DevcheckMagics
 from .devices_magics import DevicesMagics
 from .edited_cells import EditedCells
 from .gpumem_magics import GpumemMagics
+from .lab_panel import lab_link
 from .traceback_pointer import TracebackPointer
 
 
@@ -45,6 +46,7 @@ class Loaded:
         self.pointer = TracebackPointer(shell, self.devcheck.before_traceback)
         self.edited_cells = EditedCells(shell)
         self.cell_widgets = CellWidgets(shell)
+        self.lab = lab_link(shell, self.settings, self.edited_cells)
 
     @property
     def devcheck(self) -> DevcheckMagics:
@@ -76,6 +78,7 @@ def load(shell: Any) -> None:
     here.edited_cells.install()
     here.cell_widgets.install()
     _loaded[id(shell)] = here
+    here.lab.install()
 
 
 def unload(shell: Any) -> None:
@@ -83,6 +86,7 @@ def unload(shell: Any) -> None:
     here = _loaded.pop(id(shell), None)
     if here is None:
         return
+    here.lab.uninstall()
     here.pointer.uninstall()
     here.edited_cells.uninstall()
     here.cell_widgets.uninstall()

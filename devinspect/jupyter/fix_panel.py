@@ -49,14 +49,14 @@ class FixButton:
         except Exception as exc:  # noqa: BLE001 - shown in the panel, never a traceback
             return actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
 
-    def _show(self, result: Any) -> None:
-        self.status.value = ("✔ " if result.ok else "✖ ") + escape(result.message)
+    def _show(self, result: Any, also: str = "") -> None:
+        self.status.value = ("✔ " if result.ok else "✖ ") + escape(result.message + also)
 
     def apply(self) -> Any:
         self.button.disabled = True
         self.follow_up.layout.display = "none"
         result = self._run(self.fix.action)
-        self._show(result)
+        self._show(result, shown_in_editors(self.fix, result))
         if result.ok:  # done: the button stays disabled (its fix would do nothing, or harm, again)
             if self.after is not None:
                 self.after(result)
@@ -77,6 +77,21 @@ class FixButton:
             return self.apply()
         finally:
             self.follow_up.disabled = False
+
+
+def shown_in_editors(fix: Fix, result: Any) -> str:
+    """After an action succeeded, the fix's edits of other cells go to the notebook's editors
+    where a front end shows them (devinspect's JupyterLab extension); what to add to the message."""
+    from ..actions import cells
+
+    if not result.ok:
+        return ""
+    done = cells.edits_of(fix.action)
+    shown = cells.show_in_editors(e for e in fix.edits if e not in done)
+    if not shown:
+        return ""
+    named = ", ".join(f"Cell In[{n}]" for n in shown)
+    return f"; {named} changed in the notebook's editor: run it again, and the cells after it that use what it makes"
 
 
 def fix_panel(fix: Fix, namespace: MutableMapping[str, Any], rerun: Callable[[], Any] | None = None,
