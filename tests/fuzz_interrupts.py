@@ -70,7 +70,7 @@ def namespace(sim: torch.device) -> dict[str, Any]:
     opt.step()
     model[:2].to(sim)
     head = torch.nn.Linear(2, 2)
-    loss = head(torch.ones(1, 2)).sum()
+    loss = head(torch.ones(1, 2, requires_grad=True)).sum()
     w = torch.ones(2, requires_grad=True)
     w.grad = torch.full((2,), 0.5)
     out = torch.arange(4.0, device=sim)
@@ -151,6 +151,8 @@ class _Interrupter:
 
     def __init__(self, at: int):
         self.at, self.lines, self.fired = at, 0, False
+        #: Whether the action held the signal when it came (a handler other than Python's own).
+        self.held = False
 
     def __call__(self, frame: Any, event: str, arg: Any) -> Any:
         code = frame.f_code
@@ -161,6 +163,7 @@ class _Interrupter:
             if self.lines == self.at and not self.fired:
                 self.fired = True
                 handler = signal.getsignal(signal.SIGINT)
+                self.held = handler is not signal.default_int_handler
                 if callable(handler):
                     handler(signal.SIGINT, frame)
                 else:
@@ -168,8 +171,8 @@ class _Interrupter:
         return self
 
 
-def run(ns: dict[str, Any], act: Callable[[dict[str, Any]], Any], at: int) -> tuple[Any, BaseException | None, int]:
-    """(the action's result, the KeyboardInterrupt it raised, the lines it ran)."""
+def run(ns: dict[str, Any], act: Callable[[dict[str, Any]], Any], at: int) -> tuple[Any, BaseException | None, Any]:
+    """(the action's result, the KeyboardInterrupt it raised, the interrupter: lines run, held)."""
     hook = _Interrupter(at)
     sys.settrace(hook)
     try:
@@ -178,7 +181,7 @@ def run(ns: dict[str, Any], act: Callable[[dict[str, Any]], Any], at: int) -> tu
         result, raised = None, exc
     finally:
         sys.settrace(None)
-    return result, raised, hook.lines
+    return result, raised, hook
 
 
 def grad_mode_lost() -> bool:
@@ -191,13 +194,21 @@ def grad_mode_lost() -> bool:
 
 
 def said(result: Any, raised: BaseException | None) -> str:
-    if raised is not None:
-        return " ".join(getattr(raised, "__notes__", ()))
-    return getattr(result, "message", "")
+    """The result's message, or the notes on the interrupt and the exceptions it interrupted."""
+    if raised is None:
+        return getattr(result, "message", "")
+    notes, seen = [], set()
+    while raised is not None and id(raised) not in seen:
+        seen.add(id(raised))
+        notes += [str(n) for n in getattr(raised, "__notes__", ())]
+        raised = raised.__context__
+    return " ".join(notes)
 
 
 def judge(label: str, before: dict, complete: dict, ids_before: dict, ns: dict, result: Any,
-          raised: BaseException | None, counts: InterruptCounts) -> None:
+          raised: BaseException | None, held: bool, counts: InterruptCounts) -> None:
+    """Count what the run left; ``held``: the action held the interrupt when it came (one that came
+    with Python's own handler in place, once an action is complete, is the caller's)."""
     now = values(ns)
     text = said(result, raised)
     what = f"{label}: {text or '(said nothing)'}"[:300]
@@ -215,7 +226,7 @@ def judge(label: str, before: dict, complete: dict, ids_before: dict, ns: dict, 
         if "stay changed" in text or (raised is not None and "finished" in text):
             counts.untruthful.append(what)
     elif finished and not unchanged:
-        if raised is not None and "finished" not in text:
+        if raised is not None and held and "finished" not in text:
             counts.untruthful.append(what)  # done, yet the interrupt does not say so
         if "nothing was changed" in text:
             counts.untruthful.append(what)
@@ -226,21 +237,21 @@ def interrupt_every_line(kind: str, act: Callable[[dict[str, Any]], Any], sim: t
     """``kind`` run once per counted line with the interrupt at that line, each on a fresh namespace."""
     counts = InterruptCounts()
     clean = namespace(sim)
-    first, _, lines = run(clean, act, 0)
+    lines = run(clean, act, 0)[2].lines
     complete = values(clean)
     for at in range(1, lines + 2, stride):
         ns = namespace(sim)
         before, ids_before = values(ns), identities(ns)
-        result, raised, _ = run(ns, act, at)
+        result, raised, hook = run(ns, act, at)
         counts.runs += 1
         label = f"{kind} interrupted at line {at}/{lines}"
         if grad_mode_lost():
             counts.lost.append(f"{label}: autograd left switched off")
         if at <= lines:
             counts.interrupted += 1
-            if raised is None:
+            if raised is None and hook.fired:
                 counts.swallowed.append(f"{label}: {said(result, None)}"[:300])
-        judge(label, before, complete, ids_before, ns, result, raised, counts)
+        judge(label, before, complete, ids_before, ns, result, raised, hook.held, counts)
     return counts
 
 

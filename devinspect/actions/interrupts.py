@@ -99,6 +99,15 @@ def _noted(exc: BaseException, func: Callable[..., Any], result: Any) -> BaseExc
     return exc
 
 
+def _release(previous: Any) -> bool:
+    """Put back the handler the action replaced; whether a signal was noted and not yet taken.
+    From the first line here, an interrupt raises as it would without devinspect: the action
+    is over."""
+    _holding.depth, _holding.owner, _holding.previous = 0, None, None
+    signal.signal(signal.SIGINT, previous)
+    return _holding.pending
+
+
 def atomic(func: F) -> F:
     """Run the action ``func`` with SIGINT held (outermost call only): an interrupt is taken at
     its step boundaries, or raised once it is complete, with a note saying which."""
@@ -107,23 +116,24 @@ def atomic(func: F) -> F:
     def held(*args: Any, **kwargs: Any) -> Any:
         if _mine():
             return func(*args, **kwargs)
-        result = None
+        _holding.pending = False  # before the handler is in: a signal noted from here on is taken
         try:
             previous = signal.signal(signal.SIGINT, _note)
         except ValueError:  # not the main thread: no signal arrives here
             return func(*args, **kwargs)
-        _holding.depth, _holding.owner, _holding.previous, _holding.pending = 1, _thread.get_ident(), previous, False
+        _holding.depth, _holding.owner, _holding.previous = 1, _thread.get_ident(), previous
         try:
-            try:
-                result = func(*args, **kwargs)
-            except BaseException as exc:
-                raise _noted(exc, func, None) if isinstance(exc, KeyboardInterrupt) else exc
-            late = _interrupt(previous) if _holding.pending else None
-            if late is not None:
-                raise _noted(late, func, result) if isinstance(late, KeyboardInterrupt) else late
-            return result
-        finally:
-            _holding.depth, _holding.owner, _holding.pending = 0, None, False
-            signal.signal(signal.SIGINT, previous)
+            result = func(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            _noted(exc, func, None)
+            _release(previous)  # a second interrupt noted while undoing is this one
+            raise
+        except BaseException:
+            _release(previous)
+            raise
+        late = _interrupt(previous) if _release(previous) else None
+        if late is not None:
+            raise _noted(late, func, result) if isinstance(late, KeyboardInterrupt) else late
+        return result
 
     return held  # type: ignore[return-value]
