@@ -146,7 +146,7 @@ def action_kinds() -> dict[str, Callable[[dict[str, Any]], Any]]:
     }
 
 
-class _Interrupter:
+class Interrupter:
     """Calls the installed SIGINT handler at the ``at``-th counted line (0: never); counts lines."""
 
     def __init__(self, at: int):
@@ -173,7 +173,7 @@ class _Interrupter:
 
 def run(ns: dict[str, Any], act: Callable[[dict[str, Any]], Any], at: int) -> tuple[Any, BaseException | None, Any]:
     """(the action's result, the KeyboardInterrupt it raised, the interrupter: lines run, held)."""
-    hook = _Interrupter(at)
+    hook = Interrupter(at)
     sys.settrace(hook)
     try:
         result, raised = act(ns), None

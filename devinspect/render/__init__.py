@@ -7,8 +7,8 @@ without the data importing this code.
 
 from __future__ import annotations
 
-from ..actions.result import ActionResult
 from ..model import display
+from ..model.action_result import ActionResult
 from ..model.check_report import CheckReport, DeviceError, Mismatch
 from ..model.explanation import Explanation
 from ..model.holders import Holders
