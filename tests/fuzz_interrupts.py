@@ -255,5 +255,17 @@ def interrupt_every_line(kind: str, act: Callable[[dict[str, Any]], Any], sim: t
     return counts
 
 
-def interrupt_every_action(sim: torch.device, stride: int = 1) -> dict[str, InterruptCounts]:
-    return {kind: interrupt_every_line(kind, act, sim, stride) for kind, act in action_kinds().items()}
+#: Kinds that walk every live object (``gc.get_objects``) on each run: a coarser stride keeps a quick run quick.
+WALKS_EVERYTHING = {"release history"}
+
+
+def interrupt_every_action(sim: torch.device, stride: int = 1, walking_stride: int | None = None,
+                           kinds: tuple[str, ...] | None = None) -> dict[str, InterruptCounts]:
+    """Each kind (``kinds``: all) interrupted at every ``stride``-th line (``walking_stride`` for
+    :data:`WALKS_EVERYTHING`), by kind."""
+    out = {}
+    for kind, act in action_kinds().items():
+        if kinds is None or kind in kinds:
+            every = walking_stride or stride if kind in WALKS_EVERYTHING else stride
+            out[kind] = interrupt_every_line(kind, act, sim, every)
+    return out
