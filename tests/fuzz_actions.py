@@ -154,6 +154,9 @@ def fuzz_fix(seed: int, sim: torch.device) -> ActionCounts:
             fault.at = -1  # the fingerprint below reads through the same stores
             fault.sticky = False
     changed = fingerprint(ns) != before
+    if not torch.is_grad_enabled():  # a ``no_grad`` block left without its exit
+        torch.set_grad_enabled(True)
+        counts.half_done.append(f"{[type(s).__name__ for s in steps]} with a {kind} fault: autograd left off")
     if raised is not None:
         counts.interrupted += 1
         text = said(None, raised)
