@@ -59,7 +59,7 @@ class InterruptCounts:
 
 
 def namespace(sim: torch.device) -> dict[str, Any]:
-    """A small training session: a model split over the host and ``sim`` with a plain tensor
+    """A small training run: a model split over the host and ``sim`` with a plain tensor
     attribute, its optimizer after a step, a separate head whose loss graph is still alive, an
     input, a batch list and an output-history entry on the device."""
     torch.manual_seed(0)
