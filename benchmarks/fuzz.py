@@ -7,16 +7,21 @@
   kept alive once the namespace is dropped. Targets: 0, 0, 0.
 * Fixes: ``--fixes`` seeds, each a fix of two to four steps (moves, container and optimizer
   state moves, buffer registrations) on a small training namespace with one fault injected
-  (a refused assignment, a failed swap, an out-of-memory copy; sometimes the undo fails too)
-  (``tests/fuzz_actions.py``). Counted: fixes that raised into the session, failed fixes that
+  (a refused assignment, a failed swap, an out-of-memory copy, a KeyboardInterrupt at a drawn
+  line; sometimes the undo fails too) (``tests/fuzz_actions.py``). Counted: fixes that raised into the session, failed fixes that
   left something changed without naming it (half done), and messages that say "nothing was
   changed" when something was (or the reverse). Targets: 0, 0, 0.
+* Interrupts: every action kind (moves of a module, a part, a tensor, a leaf and a list; a buffer
+  registration; optimizer state; releasing graphs and history; empty_cache; fixes of several
+  steps) interrupted at every ``--interrupt-stride``-th line it runs, each on a fresh namespace
+  (``tests/fuzz_interrupts.py``). Counted: actions left half done, values lost, untruthful
+  messages, interrupts swallowed. Targets: 0, 0, 0, 0.
 * Programs: ``--programs`` generated cells (``tests/test_invisible.py``'s statements: moves,
   odd tensors, fast-path modules, top-level await, every kind of failure), each run plain and
   under ``%%devcheck`` from the same start. Counted: programs whose outcome differs (error,
   output, value, tensors left, the next plain cell). Target: 0.
 
-Run: ``python benchmarks/fuzz.py [--namespaces 10000] [--fixes 2000] [--programs 3000] [--device meta|sim:0]``
+Run: ``python benchmarks/fuzz.py [--namespaces 10000] [--fixes 2000] [--interrupt-stride 1] [--programs 3000] [--device meta|sim:0]``
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ def fixes(count: int) -> int:
     import devinspect.testing
 
     counts = fuzz_fixes(count, devinspect.testing.enable())
-    print(f"fixes: {counts.fixes} ({counts.failed} failed on their fault)")
+    print(f"fixes: {counts.fixes} ({counts.failed} failed on their fault, {counts.interrupted} interrupted)")
     print(f"  devinspect tracebacks: {len(counts.tracebacks)}")
     print(f"  half done:             {len(counts.half_done)}")
     print(f"  untruthful messages:   {len(counts.untruthful)}")
@@ -65,6 +70,29 @@ def fixes(count: int) -> int:
         for text, n in collections.Counter(items).most_common(10):
             print(f"    {label}: {n} × {text}")
     return len(counts.tracebacks) + len(counts.half_done) + len(counts.untruthful)
+
+
+def interrupts(stride: int) -> int:
+    """Every action kind interrupted at every ``stride``-th line it runs (``tests/fuzz_interrupts.py``)."""
+    from fuzz_interrupts import InterruptCounts, interrupt_every_action
+
+    import devinspect.testing
+
+    total = InterruptCounts()
+    for kind, counts in interrupt_every_action(devinspect.testing.enable(), stride).items():
+        print(f"  {kind:28s} {counts.runs:5d} runs: half done {len(counts.half_done)}, lost {len(counts.lost)}, "
+              f"untruthful {len(counts.untruthful)}, swallowed {len(counts.swallowed)}")
+        total.add(counts)
+    print(f"interrupts: {total.runs} runs ({total.interrupted} interrupted inside the action)")
+    print(f"  half done:            {len(total.half_done)}")
+    print(f"  values lost:          {len(total.lost)}")
+    print(f"  untruthful messages:  {len(total.untruthful)}")
+    print(f"  interrupts swallowed: {len(total.swallowed)}")
+    for label, items in (("half done", total.half_done), ("lost", total.lost), ("untruthful", total.untruthful),
+                         ("swallowed", total.swallowed)):
+        for text in items[:10]:
+            print(f"    {label}: {text}")
+    return total.bad()
 
 
 def programs(count: int) -> int:
@@ -101,6 +129,8 @@ def main() -> int:
     parser.add_argument("--namespaces", type=int, default=10_000)
     parser.add_argument("--fixes", type=int, default=2_000)
     parser.add_argument("--programs", type=int, default=3_000)
+    parser.add_argument("--interrupt-stride", type=int, default=1,
+                        help="interrupt every action kind at every N-th line it runs (0: not at all)")
     parser.add_argument("--device", default="meta", help="device of the failing call's tensor (meta or sim:0)")
     args = parser.parse_args()
     if args.device.startswith("sim"):
@@ -109,6 +139,7 @@ def main() -> int:
         devinspect.testing.enable()
     bad = namespaces(args.namespaces, args.device) if args.namespaces else 0
     bad += fixes(args.fixes) if args.fixes else 0
+    bad += interrupts(args.interrupt_stride) if args.interrupt_stride else 0
     bad += programs(args.programs) if args.programs else 0
     return 1 if bad else 0
 

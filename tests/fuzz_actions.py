@@ -5,8 +5,10 @@ plain tensor attribute, its optimizer after a step, an input, a batch list), a f
 four steps drawn from the moves, container moves, optimizer-state moves and buffer
 registrations the diagnosis makes, and one fault at a drawn call: the namespace refusing an
 assignment, ``torch.utils.swap_tensors`` failing, a copy running out of memory, an
-optimizer's state or a module's buffers refusing a store. The fault fires once, so an undo
-after it works; with ``undo_fails`` it keeps firing, so undoing fails too.
+optimizer's state or a module's buffers refusing a store, or a KeyboardInterrupt (SIGINT's
+handler called at a drawn line of the fix, as CPython calls it between two bytecodes:
+``fuzz_interrupts``). The fault fires once, so an undo after it works; with ``undo_fails`` it
+keeps firing, so undoing fails too.
 
 Counted: fixes that raised into the caller (``tracebacks``); failed fixes that left something
 changed without naming it (``half_done``); failed fixes that say "nothing was changed" while
@@ -16,6 +18,7 @@ something was, or name what stays changed while nothing was (``untruthful``).
 from __future__ import annotations
 
 import random
+import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +31,7 @@ import torch
 class ActionCounts:
     fixes: int = 0
     failed: int = 0
+    interrupted: int = 0
     tracebacks: list[str] = field(default_factory=list)
     half_done: list[str] = field(default_factory=list)
     untruthful: list[str] = field(default_factory=list)
@@ -35,6 +39,7 @@ class ActionCounts:
     def add(self, other: ActionCounts) -> None:
         self.fixes += other.fixes
         self.failed += other.failed
+        self.interrupted += other.interrupted
         self.tracebacks += other.tracebacks
         self.half_done += other.half_done
         self.untruthful += other.untruthful
@@ -94,6 +99,8 @@ def _steps(rng: random.Random) -> tuple[Any, ...]:
 
 def fuzz_fix(seed: int, sim: torch.device) -> ActionCounts:
     """One fix of several steps with one fault, applied through ``apply_fix`` and checked."""
+    from fuzz_interrupts import Interrupter, said
+
     from devinspect.actions import apply_fix
     from devinspect.model.fixes import Steps
 
@@ -101,10 +108,14 @@ def fuzz_fix(seed: int, sim: torch.device) -> ActionCounts:
     counts = ActionCounts(fixes=1)
     ns = _Refusing(_namespace(sim))
     steps = _steps(rng)
-    kind = rng.choice(["namespace", "swap", "copy", "state", "buffers"])
+    kind = rng.choice(["namespace", "swap", "copy", "state", "buffers", "interrupt"])
     fault = _Fault(rng.randint(1, 6), sticky=rng.random() < 0.3)
+    interrupter = Interrupter(rng.randint(1, 500)) if kind == "interrupt" else None
+    raised: BaseException | None = None
     with ExitStack() as stack:
-        if kind == "namespace":
+        if kind == "interrupt":
+            pass
+        elif kind == "namespace":
             ns.fault = fault
         elif kind == "state":
             opt = ns["opt"]
@@ -129,18 +140,39 @@ def fuzz_fix(seed: int, sim: torch.device) -> ActionCounts:
             stack.enter_context(mock.patch.object(*target, flaky))
         before = fingerprint(ns)
         try:
+            if interrupter is not None:
+                sys.settrace(interrupter)
             result = apply_fix(ns, Steps(steps))
+        except KeyboardInterrupt as exc:  # raised again by the fix, once it undid what it did (or finished)
+            raised, result = exc, None
         except Exception as exc:  # noqa: BLE001 - what is counted
             counts.tracebacks.append(f"{steps} with a {kind} fault: {type(exc).__name__}: {exc}"[:300])
             return counts
         finally:
+            sys.settrace(None)
             ns.fault = None
             fault.at = -1  # the fingerprint below reads through the same stores
             fault.sticky = False
+    changed = fingerprint(ns) != before
+    if not torch.is_grad_enabled():  # a ``no_grad`` block left without its exit
+        torch.set_grad_enabled(True)
+        counts.half_done.append(f"{[type(s).__name__ for s in steps]} with a {kind} fault: autograd left off")
+    if raised is not None:
+        counts.interrupted += 1
+        text = said(None, raised)
+        what = f"{[type(s).__name__ for s in steps]} interrupted: {text or '(said nothing)'}"[:300]
+        if "finished" in text:  # complete, then interrupted: it says what it did
+            return counts
+        counts.failed += 1
+        left = "stay changed" in text
+        if changed and not left:
+            counts.half_done.append(what)
+        if (changed and "nothing was changed" in text) or (left and not changed) or (changed and not text):
+            counts.untruthful.append(what)
+        return counts
     if result.ok:
         return counts
     counts.failed += 1
-    changed = fingerprint(ns) != before
     what = f"{[type(s).__name__ for s in steps]} with a {kind} fault: {result.message}"[:300]
     if changed and not result.left:
         counts.half_done.append(what)

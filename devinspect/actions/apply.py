@@ -22,13 +22,16 @@ from ..model.fixes import (
     SourceEdit,
     Steps,
 )
+from .binding import MadeFor, rebound
 from .cells import edit_cell
+from .interrupts import atomic, checkpoint
 from .memory_release import empty_cache, release_history
 from .move import move, release_graphs
 from .result import ActionResult, NamePath, find_named, held_bytes, human, parse_device, reason
-from .undo import UndoLog, detail_of, failure
+from .undo import UndoLog, detail_of, escaped, failure
 
 
+@atomic
 def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, device: str | None,
                     undo: UndoLog | None = None) -> ActionResult:
     """Turn the plain tensor attribute ``name.attr`` into a non-persistent buffer on ``device``.
@@ -77,6 +80,7 @@ def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, d
         module.__dict__[attr] = plain
         return ActionResult(False, f"could not register {name}.{attr}: {reason(exc)} (nothing was changed)")
     where = f" on {target}" if target is not None else ""
+    nbytes = held_bytes(moved) if moved is not plain else held_bytes(plain)
     if undo is not None:
         def unregister() -> None:
             del module._buffers[attr]
@@ -84,9 +88,10 @@ def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, d
 
         undo.add(f"{name}.{attr} (a buffer{where})", unregister)
     return ActionResult(True, f'{name}.register_buffer("{attr}", …, persistent=False){where}: .to() moves it from now on '
-                              f"({human(held_bytes(plain))})", held_bytes(plain))
+                              f"({human(nbytes)})", nbytes)
 
 
+@atomic
 def move_optimizer_state(namespace: MutableMapping[str, Any], name: str, undo: UndoLog | None = None) -> ActionResult:
     """Move each state tensor of the optimizer to its own parameter's device (not Adam's CPU step):
     every one or none (a state store that refuses one gets back those set before it)."""
@@ -105,26 +110,32 @@ def move_optimizer_state(namespace: MutableMapping[str, Any], name: str, undo: U
                 if (isinstance(value, torch.Tensor) and value.device != p.device
                         and not fixes.stays_on_host(tuple(value.shape), str(value.device))):
                     with torch.no_grad():
-                        planned.append((state, key, value, value.to(p.device)))
-                    moved += held_bytes(value)
+                        new = value.to(p.device)
+                    planned.append((state, key, value, new))
+                    moved += held_bytes(new)
+                    checkpoint()
     except Exception as exc:  # noqa: BLE001 - nothing has been replaced yet
         return ActionResult(False, f"could not move the state of {name}: {reason(exc)} (nothing was changed)")
     if not planned:
         return ActionResult(False, f"the state of {name} is already with its parameters", idle=True)
     log = UndoLog()
-    for state, key, old, new in planned:
-        try:
-            state[key] = new
-        except Exception as exc:  # noqa: BLE001 - the copies made so far are dropped with this frame
-            return failure(f"could not move the state of {name}: {reason(exc)}", log.rollback())
-        log.add(f"{name}.state[…][{key!r}] (on {new.device})",
-                lambda state=state, key=key, old=old: state.__setitem__(key, old))
+    params = {id(p): f"param {i}" for i, p in enumerate(p for g in opt.param_groups for p in g["params"])}
+    owners = {id(s): params.get(id(p), "…") for p, s in opt.state.items()}
+    with log.undone_on_error():
+        for state, key, old, new in planned:
+            try:
+                state[key] = new
+            except Exception as exc:  # noqa: BLE001 - the copies made so far are dropped with this frame
+                return failure(f"could not move the state of {name}: {reason(exc)}", log.rollback())
+            log.add(f"{name}.state[{owners.get(id(state), '…')}][{key!r}] (on {new.device})",
+                    lambda state=state, key=key, old=old: state.__setitem__(key, old))
     if undo is not None:
         undo.extend(log)
     return ActionResult(True, f"moved {len(planned)} state tensors of {name}, each to its parameter's device "
                               f"({human(moved)})", moved)
 
 
+@atomic
 def rebuild_optimizer(namespace: MutableMapping[str, Any], name: str, module_name: str, class_path: str,
                       kwargs: Iterable[tuple[str, str]] = (), schedulers: Iterable[Any] = (),
                       undo: UndoLog | None = None) -> ActionResult:
@@ -150,14 +161,15 @@ def rebuild_optimizer(namespace: MutableMapping[str, Any], name: str, module_nam
     except Exception as exc:  # noqa: BLE001 - nothing has been rebound yet
         return ActionResult(False, f"could not create {name} again: {reason(exc)} (nothing was changed)")
     log = UndoLog()
-    for n, value in made:
-        path = NamePath(n)
-        try:
-            old = path.get(namespace)
-            path.set(namespace, value)
-        except Exception as exc:  # noqa: BLE001 - put back what was rebound
-            return failure(f"could not assign {n}: {reason(exc)}", log.rollback())
-        log.add(f"{n} (made again)", lambda path=path, old=old: path.set(namespace, old))
+    with log.undone_on_error():
+        for n, value in made:
+            path = NamePath(n)
+            try:
+                old = path.get(namespace)
+                path.set(namespace, value)
+            except Exception as exc:  # noqa: BLE001 - put back what was rebound
+                return failure(f"could not assign {n}: {reason(exc)}", log.rollback())
+            log.add(f"{n} (made again)", lambda path=path, old=old: path.set(namespace, old))
     if undo is not None:
         undo.extend(log)
     count = sum(1 for _ in module.parameters())
@@ -186,6 +198,7 @@ def _scheduler(namespace: MutableMapping[str, Any], sched: Any, optimizer: Any) 
     return cls(optimizer, **values)
 
 
+@atomic
 def move_container(namespace: MutableMapping[str, Any], name: str, device: str,
                    undo: UndoLog | None = None) -> ActionResult:
     """Move the tensors of the list, tuple or dict ``name`` to ``device``: a new container of the
@@ -212,6 +225,7 @@ def move_container(namespace: MutableMapping[str, Any], name: str, device: str,
                 with torch.no_grad():
                     value = value.to(target)
                 nbytes += held_bytes(value)
+                checkpoint()
         return value
 
     try:
@@ -233,13 +247,21 @@ def move_container(namespace: MutableMapping[str, Any], name: str, device: str,
                               f"({human(nbytes)})", nbytes)
 
 
+@atomic
 def apply_fix(namespace: MutableMapping[str, Any], action: Any, *, displayhook: Any = None,
-              hidden: MutableMapping[str, Any] | None = None, undo: UndoLog | None = None) -> ActionResult:
+              hidden: MutableMapping[str, Any] | None = None, undo: UndoLog | None = None,
+              made_for: MadeFor | None = None) -> ActionResult:
     """Carry out a fix's typed action (:class:`~devinspect.model.fixes.Move`, ``RegisterBuffer`` …).
 
     Anything else (a malformed or unknown action) returns ``ok=False`` and changes nothing.
-    With ``undo``, an action that succeeds logs there how to put back what it changed.
+    With ``undo``, an action that succeeds logs there how to put back what it changed. With
+    ``made_for`` (:func:`~devinspect.actions.binding.made_for`, taken when the fix was made), a
+    fix whose names now refer to other objects (the cell ran again) is refused.
     """
+    if made_for is not None:
+        stale = rebound(namespace, made_for)
+        if stale is not None:
+            return ActionResult(False, stale + " (nothing was changed)")
     try:
         if isinstance(action, Move) and isinstance(action.name, str) and isinstance(action.device, str):
             return move(namespace, action.name, action.device, undo)
@@ -263,9 +285,9 @@ def apply_fix(namespace: MutableMapping[str, Any], action: Any, *, displayhook: 
         if isinstance(action, Steps) and action.actions:
             return _steps(namespace, action.actions, displayhook, hidden, undo)
     except Exception as exc:  # noqa: BLE001 - an action never raises into the user's session
-        # Every action catches what it knows how to undo; an error that still gets here may have
-        # come half way, and the message does not claim otherwise.
-        return failure(f"the fix failed: {reason(exc)}", ("whatever the step did before the error",))
+        # Every action catches what it knows how to undo; an error that still gets here was undone
+        # by the steps it passed through, which say what stays (unknown where none could).
+        return escaped(f"the fix failed: {reason(exc)}", exc)
     return ActionResult(False, f"not a fix devinspect can apply: {action!r}")
 
 
@@ -276,16 +298,43 @@ def _steps(namespace: MutableMapping[str, Any], steps: tuple[Any, ...], displayh
     log = UndoLog()
     done: list[str] = []
     changed = total = 0
-    for step in steps:
-        result = apply_fix(namespace, step, displayhook=displayhook, hidden=hidden, undo=log)
-        if not result.ok and not result.idle:  # a step an earlier one made needless is no failure
-            if not changed:
-                return result
-            return failure(detail_of(result), [*result.left, *log.rollback()], undone=changed,
-                           follow_up=result.follow_up)
-        done.append(result.message)
-        changed += result.ok
-        total += result.nbytes
+    with log.undone_on_error():
+        for step in steps:
+            checkpoint()
+            result = apply_fix(namespace, step, displayhook=displayhook, hidden=hidden, undo=log)
+            if not result.ok and not result.idle:  # a step an earlier one made needless is no failure
+                if not changed:
+                    return result
+                return failure(detail_of(result), [*result.left, *log.rollback()], undone=changed,
+                               follow_up=result.follow_up)
+            done.append(result.message)
+            changed += result.ok
+            total += result.nbytes
     if undo is not None:
         undo.extend(log)
     return ActionResult(bool(changed), "; ".join(done), total, idle=not changed)
+
+
+@atomic
+def apply_after_release(namespace: MutableMapping[str, Any], release: Any, action: Any, *,
+                        displayhook: Any = None, hidden: MutableMapping[str, Any] | None = None,
+                        made_for: MadeFor | None = None) -> ActionResult:
+    """Release the autograd graphs ``release`` names, then apply ``action`` (the "Release graphs,
+    then apply" choice a refused move offers). The release cannot be part of the action's undo: a
+    graph kept for an undo still holds the tensors PyTorch refuses to swap. So when the action then
+    fails, the release stays, and the result says what it did beside why the action failed."""
+    if made_for is not None:
+        stale = rebound(namespace, made_for)
+        if stale is not None:
+            return ActionResult(False, stale + " (nothing was changed)")
+    released = apply_fix(namespace, release, displayhook=displayhook, hidden=hidden)
+    if not released.ok and not released.idle:
+        return released
+    applied = apply_fix(namespace, action, displayhook=displayhook, hidden=hidden)
+    if applied.ok:
+        return ActionResult(True, f"{released.message}; then {applied.message}", applied.nbytes)
+    if released.idle:
+        return applied
+    return ActionResult(False, f"{released.message}, and that stays (the values are kept, their graphs are gone); "
+                               f"then {applied.message}", 0, applied.follow_up, detail=detail_of(applied),
+                        left=(released.message.removeprefix("released autograd graphs: "), *applied.left))

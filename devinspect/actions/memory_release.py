@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping, MutableMapping
 import torch
 
 from ..runtime.tracebacks import error_holders
+from .interrupts import atomic, checkpoint
 from .result import ActionResult
 
 
@@ -39,6 +40,7 @@ def change_text(label: str, before: int | None, after: int | None) -> str:
     return f"{label} {human_bytes(before)} → {human_bytes(after)}"
 
 
+@atomic
 def empty_cache() -> ActionResult:
     """Return the allocator's cached, unused segments to the driver (``torch.cuda.empty_cache()``).
 
@@ -68,10 +70,12 @@ def empty_cache() -> ActionResult:
             released += d.reserved_bytes - now.reserved_bytes
             if now.reserved_bytes != d.reserved_bytes or len(before) == 1:
                 changes.append(change_text(f"{d.device} reserved", d.reserved_bytes, now.reserved_bytes))
-    return ActionResult(True, f"empty_cache() released {human_bytes(released)} (expected {human_bytes(expected)}): "
-                        + "; ".join(changes), released)
+    said = f" ({'; '.join(changes)})" if changes else ""
+    return ActionResult(True, f"empty_cache() released {human_bytes(released)} (expected {human_bytes(expected)})"
+                        + said, released)
 
 
+@atomic
 def reset_peak_stats() -> ActionResult:
     """Reset the allocator's peak counters (and, on Linux, this process's peak resident memory)."""
     from ..collect.machine.memory_readings import accelerator_call, read_process, reset_process_peak
@@ -109,6 +113,7 @@ def _live_tensor_bytes() -> dict[str, int]:
     return {t.device: t.storage_bytes for t in scan({}, all_objects=True).devices}
 
 
+@atomic
 def collect_garbage() -> ActionResult:
     """Run ``gc.collect()`` and report the tensor memory it freed, per device."""
     from ..model.units import human_bytes
@@ -132,6 +137,7 @@ _OUT_KEY = re.compile(r"^(?:Out|_oh)\[(\d+)\]")
 _NUMBERED = re.compile(r"^_(\d+)$")
 
 
+@atomic
 def release_history(
     namespace: MutableMapping[str, Any],
     displayhook: Any = None,
@@ -166,6 +172,7 @@ def release_history(
             if (r.hidden or error_of(r.name)) and wanted(r.device) and r.root not in assigned]
     if not held:
         return ActionResult(False, "nothing to release: no history entry or traceback holds such tensors", idle=True)
+    checkpoint()  # the last point where an interrupt finds nothing changed: what follows cannot be undone
     out_keys: set[int] = set()
     unders: set[str] = set()
     errors: set[str] = set()
@@ -253,6 +260,7 @@ def _clear_history(namespace: MutableMapping[str, Any], displayhook: Any, hidden
     return cleared
 
 
+@atomic
 def release_traceback() -> ActionResult:
     """Release the last error: its traceback's frames (and their tensors) and every reference to it."""
     if getattr(sys, "last_traceback", None) is None and getattr(sys, "last_value", None) is None:

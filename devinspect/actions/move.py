@@ -14,11 +14,14 @@ from ..collect.objects.script_modules import script_object
 from ..collect.objects.static_getters import instance_dict, type_is_one_of
 from ..diagnose import fixes
 from ..model.fixes import ReleaseGraphs
+from .interrupts import atomic, checkpoint
 from .memory_release import clear_last_error
+from .reach import unreached
 from .result import ActionResult, CannotMove, NamePath, find_named, held_bytes, human, parse_device, reason
 from .undo import UndoLog, detail_of, failure
 
 
+@atomic
 def move(namespace: MutableMapping[str, Any], name: str, device: str, undo: UndoLog | None = None) -> ActionResult:
     """Move the tensor or module called ``name`` to ``device``: completely, or not at all.
 
@@ -38,12 +41,10 @@ def move(namespace: MutableMapping[str, Any], name: str, device: str, undo: Undo
     if failed is not None:
         return failed
     mover = Mover(namespace, target)
-    if isinstance(value, torch.nn.Module):
-        result = mover.module(name, value)
-    elif isinstance(value, torch.Tensor):
-        result = mover.tensor(name, value)
-    else:
+    if not isinstance(value, (torch.nn.Module, torch.Tensor)):
         return ActionResult(False, f"{name} is a {type(value).__name__}, not a tensor or module")
+    with mover.undo.undone_on_error():
+        result = mover.module(name, value) if isinstance(value, torch.nn.Module) else mover.tensor(name, value)
     if result.ok and undo is not None:
         undo.extend(mover.undo)
     return result
@@ -88,7 +89,7 @@ class Mover:
             for sub, attr in recomputed:
                 current = sub.__dict__.get(attr)
                 if isinstance(current, torch.Tensor) and current.grad_fn is not None:
-                    self.undo.add(f"{type(sub).__name__}.{attr} (detached)",
+                    self.undo.add(f"the attribute {attr} of {type(sub).__name__} (detached from its graph)",
                                   lambda sub=sub, attr=attr, current=current: sub.__dict__.__setitem__(attr, current))
                     sub.__dict__[attr] = current.detach()
             held = self._held([(n, p) for n, p in params.values()])
@@ -99,7 +100,7 @@ class Mover:
             planned_params = [(n, p, self._copy(n, p), self._copy(f"{n}.grad", p.grad) if p.grad is not None else None)
                               for n, p in params.values()]
             planned_buffers = [(sub, key, n, self._copy(n, b)) for sub, key, n, b in buffers]
-            planned_state = self._plan_optimizer_state({id(p) for _, p in params.values()})
+            planned_state = self._plan_optimizer_state({id(p): n for n, p in params.values()})
             # What moves, not what was looked at: parts already on the target stay as they are.
             moving = (sum(new is not p for _, p, new, _ in planned_params),
                       sum(new is not b for (*_, new), (*_, b) in zip(planned_buffers, buffers)),
@@ -140,6 +141,9 @@ class Mover:
         if problem is not None:
             return problem
         if not keep_identity:
+            why = unreached(self.namespace, name)
+            if why is not None:
+                return failure(f"could not move {name}: {why}")
             try:
                 new = self._copy(name, t)
             except CannotMove as exc:
@@ -150,6 +154,13 @@ class Mover:
             except Exception as exc:  # noqa: BLE001 - the variable still holds the old tensor
                 return failure(f"could not assign {name}: {reason(exc)}")
             self.undo.add(f"{name} (on {new.device})", lambda: path.set(self.namespace, t))
+            try:
+                reached = path.get(self.namespace) is new
+            except Exception:  # noqa: BLE001 - a name that no longer reads back is no move
+                reached = False
+            if not reached:
+                return self._undone(f"could not move {name}", "after the assignment the name still reads the old "
+                                    "tensor (what holds it keeps its own reference), so the move would do nothing")
             return ActionResult(True, f"{name} = {name}.to({str(self.target)!r}) ({human(self.moved_bytes)})",
                                 self.moved_bytes)
         if not self._all_in_place([t]):
@@ -165,7 +176,7 @@ class Mover:
         try:
             new = self._copy(name, t)
             new_grad = self._copy(f"{name}.grad", t.grad) if t.grad is not None else None
-            planned_state = self._plan_optimizer_state({id(t)})
+            planned_state = self._plan_optimizer_state({id(t): name})
         except CannotMove as exc:
             return failure(f"could not move {name} to {self.target}: {exc}")
         try:
@@ -244,7 +255,10 @@ class Mover:
         except Exception as exc:  # noqa: BLE001 - an OOM, an unsupported dtype: nothing changed yet
             raise CannotMove(f"{name}: {reason(exc)}") from None
         if new is not t:
-            self.moved_bytes += held_bytes(t)
+            # What the copy allocated: an expanded view is copied whole, a (1000, 3) expand of a (3,)
+            # tensor as 12,000 bytes, though the view held 12.
+            self.moved_bytes += held_bytes(new)
+        checkpoint()
         return new
 
     def _commit_parameter(self, name: str, p: torch.Tensor, new: torch.Tensor, new_grad: torch.Tensor | None) -> None:
@@ -260,7 +274,7 @@ class Mover:
                     old_grad.data = old_grad_data
                     p.grad = old_grad
 
-            self.undo.add(f"{name} (on {new.device})", undo)
+            self.undo.add(f"{name}{' and its gradient' if old_grad is not None else ''} (on {new.device})", undo)
             p.data = new
             if old_grad is not None and new_grad is not None:
                 old_grad.data = new_grad  # the gradient object stays the same too
@@ -278,17 +292,23 @@ class Mover:
             raise
 
         def undo_swap(p=p, replacement=replacement, grad=grad) -> None:
+            moved_grad = p.grad
             p.grad = None
-            torch.utils.swap_tensors(p, replacement)
+            try:
+                torch.utils.swap_tensors(p, replacement)
+            except BaseException:
+                p.grad = moved_grad  # it stays moved with its gradient, as the label says
+                raise
             if grad is not None:
                 p.grad = grad
 
-        self.undo.add(f"{name} (on {new.device})", undo_swap)
         if new_grad is not None:
             p.grad = new_grad
+        self.undo.add(f"{name}{' and its gradient' if grad is not None else ''} (on {new.device})", undo_swap)
 
-    def _plan_optimizer_state(self, param_ids: set[int]) -> list[tuple[dict, Any, torch.Tensor, torch.Tensor]]:
-        """State of the namespace's optimizers for the moved parameters, copied to the target."""
+    def _plan_optimizer_state(self, param_ids: dict[int, str]) -> list[tuple[dict, Any, torch.Tensor, torch.Tensor, str]]:
+        """State of the namespace's optimizers for the moved parameters (by id, to their names),
+        copied to the target, each with the name it is shown by."""
         planned = []
         for opt_name, opt in _optimizers(self.namespace):
             for p, state in opt.state.items():
@@ -297,13 +317,14 @@ class Mover:
                 for key, v in state.items():
                     if isinstance(v, torch.Tensor) and v.device != self.target and \
                             not fixes.stays_on_host(tuple(v.shape), str(v.device)):
-                        planned.append((state, key, v, self._copy(f"{opt_name}.state[…][{key!r}]", v)))
+                        label = f"{opt_name}.state[{param_ids[id(p)]}][{key!r}]"
+                        planned.append((state, key, v, self._copy(label, v), label))
         return planned
 
-    def _commit_state(self, planned: list[tuple[dict, Any, torch.Tensor, torch.Tensor]]) -> int:
-        for state, key, old, new in planned:
+    def _commit_state(self, planned: list[tuple[dict, Any, torch.Tensor, torch.Tensor, str]]) -> int:
+        for state, key, old, new, label in planned:
             state[key] = new
-            self.undo.add(f"optimizer state {key!r} (on {new.device})",
+            self.undo.add(f"{label} (on {new.device})",
                           lambda state=state, key=key, old=old: state.__setitem__(key, old))
         return len(planned)
 
@@ -421,6 +442,7 @@ def _frame_holds_tensors(frame: Any) -> bool:
     return False
 
 
+@atomic
 def release_graphs(namespace: MutableMapping[str, Any], names: Iterable[str], traceback_too: bool,
                    undo: UndoLog | None = None) -> ActionResult:
     """Detach the tensors ``names`` (values kept, graphs dropped) and clear the last traceback's
@@ -428,20 +450,21 @@ def release_graphs(namespace: MutableMapping[str, Any], names: Iterable[str], tr
     With ``undo``, the detaches are logged there, and the cleared traceback as a change that stays."""
     done = []
     log = UndoLog()
-    for name in names:
-        value, not_found = find_named(namespace, name)
-        if not_found is None and isinstance(value, torch.Tensor) and value.grad_fn is not None:
-            path = NamePath(name)
-            try:
-                path.set(namespace, value.detach())
-            except Exception as exc:  # noqa: BLE001
-                return failure(f"could not detach {name}: {reason(exc)}", log.rollback())
-            log.add(f"{name} (detached)", lambda path=path, value=value: path.set(namespace, value))
-            done.append(f"{name} = {name}.detach()")
-    if traceback_too and getattr(sys, "last_traceback", None) is not None:
-        clear_last_error()
-        log.add_final("the last error's traceback (released)")
-        done.append("cleared the last error's traceback (%debug no longer sees it)")
+    with log.undone_on_error():
+        for name in names:
+            value, not_found = find_named(namespace, name)
+            if not_found is None and isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                path = NamePath(name)
+                try:
+                    path.set(namespace, value.detach())
+                except Exception as exc:  # noqa: BLE001
+                    return failure(f"could not detach {name}: {reason(exc)}", log.rollback())
+                done.append(f"{name} = {name}.detach()")
+                log.add(f"{name} (detached)", lambda path=path, value=value: path.set(namespace, value))
+        if traceback_too and getattr(sys, "last_traceback", None) is not None:
+            clear_last_error()
+            done.append("cleared the last error's traceback (%debug no longer sees it)")
+            log.add_final("the last error's traceback (released)")
     if not done:
         return ActionResult(False, "nothing to release: no variable or traceback holds such a graph", idle=True)
     if undo is not None:

@@ -3,32 +3,11 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 from typing import Any, MutableMapping
 
 import torch
 
-
-@dataclass(frozen=True)
-class ActionResult:
-    """What an action did. ``ok`` is False when nothing was changed; ``message`` says why.
-
-    ``nbytes`` is the memory the action moved, released or freed. ``follow_up`` is
-    an action that would let this one succeed (release the autograd graphs that hold
-    parameters PyTorch refuses to swap), for a button to offer. A failure that could not
-    be wholly undone lists in ``left`` what stays changed (``message`` says so too);
-    ``detail`` is what failed and why, without those closing words. ``idle`` marks an
-    action that found nothing to do (the state already with its parameters): nothing
-    changed, and as a step of a larger fix it is no failure.
-    """
-
-    ok: bool
-    message: str
-    nbytes: int = 0
-    follow_up: Any = None
-    detail: str | None = None
-    left: tuple[str, ...] = ()
-    idle: bool = False
+from ..model.action_result import ActionResult
 
 
 class NamePath:
@@ -82,12 +61,21 @@ class NamePath:
         of the user's code (each step through a builtin container's own item read, an instance's
         ``__dict__`` or a module's parameters, buffers and submodules); :data:`UNKNOWN` where a
         step would need more, and for a plain variable."""
+        if not self.steps:
+            return UNKNOWN
+        return self._read_statically(namespace, self.steps[:-1])
+
+    def read_statically(self, namespace: MutableMapping[str, Any]) -> Any:
+        """The object the name refers to, read as :meth:`holder_read_statically` reads its holder."""
+        return self._read_statically(namespace, self.steps)
+
+    def _read_statically(self, namespace: MutableMapping[str, Any], steps: list[tuple[str, Any]]) -> Any:
         from ..collect.objects.static_getters import instance_dict, mro
 
-        if not self.steps or type(namespace) is not dict or self.root not in namespace:
+        if not issubclass(type(namespace), dict) or not dict.__contains__(namespace, self.root):
             return UNKNOWN
         value = dict.__getitem__(namespace, self.root)
-        for kind, key in self.steps[:-1]:
+        for kind, key in steps:
             classes = mro(type(value))
             if kind == "item":
                 base = next((c for c in (tuple, list, dict) if c in classes), None)

@@ -3,8 +3,10 @@ change (or a later step of a several-step fix) fails, and the one message a fail
 
 from __future__ import annotations
 
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
+from .interrupts import changes_kept, checkpoint
 from .result import ActionResult
 
 NOTHING_CHANGED = " (nothing was changed)"
@@ -21,8 +23,13 @@ class UndoLog:
     def __bool__(self) -> bool:
         return bool(self._entries)
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def add(self, label: str, restore: Callable[[], None]) -> None:
+        """Log a change; the point after it is a step boundary, where a held interrupt is taken."""
         self._entries.append((label, restore))
+        checkpoint()
 
     def add_final(self, label: str) -> None:
         """A change that stays even when the steps around it are undone."""
@@ -43,10 +50,22 @@ class UndoLog:
                 continue
             try:
                 restore()
-            except Exception:  # noqa: BLE001 - undo the rest; say which change stayed
+            except BaseException:  # noqa: BLE001 - undo the rest; say which change stayed
                 stuck.append(label)
         stuck.reverse()
         return stuck
+
+    @contextmanager
+    def undone_on_error(self) -> Iterator[None]:
+        """Whatever escapes the block (an interrupt taken at a step boundary, an error no step
+        handled) first undoes every change logged here; the exception records what stayed."""
+        try:
+            yield
+        except BaseException as exc:
+            count = len(self._entries)
+            stuck = self.rollback()
+            changes_kept(exc, stuck, count - len(stuck))
+            raise
 
 
 def failure(detail: str, left: list[str] | tuple[str, ...] = (), *, undone: int = 0,
@@ -63,6 +82,14 @@ def failure(detail: str, left: list[str] | tuple[str, ...] = (), *, undone: int 
         message = (f"{detail}; not all of it could be undone, so these stay changed: {', '.join(left)} "
                    "(everything else is as before)")
     return ActionResult(False, message, 0, follow_up, detail=detail, left=tuple(left))
+
+
+def escaped(detail: str, exc: BaseException) -> ActionResult:
+    """The result for an error that escaped an action's steps: what its undo left, as recorded on
+    the exception by :meth:`UndoLog.undone_on_error` (unknown where nothing recorded it)."""
+    if hasattr(exc, "devinspect_undone"):
+        return failure(detail, getattr(exc, "devinspect_left", ()), undone=exc.devinspect_undone)
+    return failure(detail, ("whatever the step did before the error",))
 
 
 def detail_of(result: ActionResult) -> str:

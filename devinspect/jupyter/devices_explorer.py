@@ -228,6 +228,12 @@ class DevicesExplorer:
         self.next.on_click(lambda _b: self.set(page=self.state.page + 1))
         self.position = w.Label()
         pager = w.HBox([self.prev, self.position, self.next], layout=w.Layout(align_items="center"))
+        # Offered beside the row whose move was refused because an autograd graph holds its tensors.
+        self.release_button = w.Button(description="Release graphs, then move", icon="unlink",
+                                       tooltip="detach the variables whose graphs hold these tensors (their values "
+                                               "are kept), then move", layout=w.Layout(width="auto"))
+        self.release_button.on_click(lambda _b: self._release_then_move())
+        self._release_offer: tuple[str, str, Any] | None = None
         self.body = w.VBox(self.rows)
         self.table = w.VBox([controls, header, self.body, pager])
 
@@ -270,7 +276,9 @@ class DevicesExplorer:
             widget.layout.display = None
             record = records[int(row["index"])]
             self._page_records.append(record)
-            cells, move, result = widget.children
+            cells, move, result = widget.children[:3]
+            offered = self._release_offer is not None and self._release_offer[0] == record.name
+            widget.children = (cells, move, result) + ((self.release_button,) if offered else ())
             cells.value = ('<div class="devinspect-row">'
                            + "".join(_cell(c, row[c.name], _row_title(row) if c.width == "name" else None)
                                      for c in grid_columns()) + "</div>")
@@ -314,6 +322,11 @@ class DevicesExplorer:
                 parent = parent_of(name) or name
                 return None, [], (f"held in a {type_name(type(holder))}, which cannot change: move {parent} whole "
                                   "(Move to on its row, or its finding's fix)")
+            from ..actions import unreached
+
+            why = unreached(self.namespace, name)
+            if why is not None:  # the move would not reach the reference the code uses
+                return None, [], f"not moved by name: {why}"
         return name, [d for d in self.devices if d != record.device], f"move {name} to another device"
 
     def _holder(self, name: str) -> Any:
@@ -339,6 +352,24 @@ class DevicesExplorer:
             result = actions.move(self.namespace, name, device)
         except Exception as exc:  # noqa: BLE001 - shown beside the row
             result = actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
+        self._show_move(name, device, result)
+
+    def _release_then_move(self) -> None:
+        """The choice a refused move names: release the graphs that hold its tensors, then move."""
+        from .. import actions
+        from ..model.fixes import Move
+
+        if self._release_offer is None:
+            return
+        name, device, release = self._release_offer
+        try:
+            result = actions.apply_after_release(self.namespace, release, Move(name, device))
+        except Exception as exc:  # noqa: BLE001 - shown beside the row
+            result = actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
+        self._show_move(name, device, result)
+
+    def _show_move(self, name: str, device: str, result: Any) -> None:
+        self._release_offer = (name, device, result.follow_up) if not result.ok and result.follow_up else None
         self._results = {name: (result.ok, result.message)}  # the last move's result, beside its row
         if result.ok:
             self.refresh()
@@ -379,7 +410,7 @@ class DevicesExplorer:
         """Close rows that new ones replaced, with everything in them but the shared layouts:
         ipywidgets keeps every widget it made until it is closed, so rows drawn again after each
         action would pile up in the kernel."""
-        close_all(rows, keep=self._tree_layouts.values())
+        close_all(rows, keep=[*self._tree_layouts.values(), self.release_button])
 
     def _more_row(self, parent: str, depth: int, hidden: int) -> Any:
         w = self._w
@@ -424,7 +455,8 @@ class DevicesExplorer:
                                    "Apply fix registers it as a buffer)") if movable else "cannot be moved by name")
         move.target = node.path
         move.observe(lambda c, move=move: self._move_row(move, c), "value")
-        row = w.HBox([toggle, label, move], layout=layouts["row"])
+        offered = self._release_offer is not None and self._release_offer[0] == node.path
+        row = w.HBox([toggle, label, move] + ([self.release_button] if offered else []), layout=layouts["row"])
         row.node = node
         return row
 

@@ -32,19 +32,25 @@ class FixButton:
         self.box = widgets.HBox([self.button, self.follow_up, self.status],
                                 layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
         self._pending: Any = None
+        from .. import actions
+
+        # The objects the fix was made for, by identity: applied after the cell ran again, it refuses.
+        self.made_for = actions.made_for(namespace, fix.action) if fix.action is not None else None
         if fix.action is None:
             self.button.disabled = True
             self.button.tooltip = "This fix is an edit to your code: make it there, then run again."
         self.button.on_click(lambda _b: self.apply())
         self.follow_up.on_click(lambda _b: self.release_then_apply())
 
-    def _run(self, action: Any) -> Any:
+    def _run(self, action: Any, released_first: Any = None) -> Any:
         from .. import actions
 
-        kwargs = {}
+        kwargs = {"made_for": self.made_for}
         if self.shell is not None:
-            kwargs = {"displayhook": self.shell.displayhook, "hidden": self.shell.user_ns_hidden}
+            kwargs.update(displayhook=self.shell.displayhook, hidden=self.shell.user_ns_hidden)
         try:
+            if released_first is not None:
+                return actions.apply_after_release(self.namespace, released_first, action, **kwargs)
             return actions.apply_fix(self.namespace, action, **kwargs)
         except Exception as exc:  # noqa: BLE001 - shown in the panel, never a traceback
             return actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
@@ -52,10 +58,10 @@ class FixButton:
     def _show(self, result: Any, also: str = "") -> None:
         self.status.value = ("✔ " if result.ok else "✖ ") + escape(result.message + also)
 
-    def apply(self) -> Any:
+    def apply(self, released_first: Any = None) -> Any:
         self.button.disabled = True
         self.follow_up.layout.display = "none"
-        result = self._run(self.fix.action)
+        result = self._run(self.fix.action, released_first)
         self._show(result, shown_in_editors(self.fix, result))
         if result.ok:  # done: the button stays disabled (its fix would do nothing, or harm, again)
             if self.after is not None:
@@ -70,11 +76,8 @@ class FixButton:
     def release_then_apply(self) -> Any:
         self.follow_up.disabled = True
         try:
-            released = self._run(self._pending)
-            if not released.ok:
-                self._show(released)
-                return released
-            return self.apply()
+            # One action: what the release did is said whether or not the fix then applies.
+            return self.apply(released_first=self._pending)
         finally:
             self.follow_up.disabled = False
 

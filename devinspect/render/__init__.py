@@ -8,6 +8,7 @@ without the data importing this code.
 from __future__ import annotations
 
 from ..model import display
+from ..model.action_result import ActionResult
 from ..model.check_report import CheckReport, DeviceError, Mismatch
 from ..model.explanation import Explanation
 from ..model.holders import Holders
@@ -16,6 +17,7 @@ from ..model.device_memory import MemoryHistory, MemorySnapshot
 from ..model.ranks import RankReport
 from ..model.scan_result import ScanView
 from . import (
+    action_result,
     check_report_html,
     check_report_text,
     explanation_html,
@@ -41,3 +43,4 @@ display.register(Holders, text=holders.render_text, html=holders.render_html)
 display.register(LineMemoryProfile, text=profile.render_text, html=profile.render_html,
                  figure=plot.lines_figure)
 display.register(RankReport, text=ranks_text.report_text, html=ranks_html.report_html)
+display.register(ActionResult, text=action_result.render_text, html=action_result.render_html)
