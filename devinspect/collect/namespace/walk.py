@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ...model.name_column import IndexNames
+from ...model.record_table import IndexNames
 from ...model.record_table import RecordTable, spans_touched
 from ...model.records import LoaderSummary, ModuleSummary, OptimizerSummary, TensorRecord, Truncation, Unregistered
 from ...runtime import tensor_getters
