@@ -8,7 +8,12 @@ from conftest import run
 
 import devinspect
 from devinspect.diagnose.findings import find
-from devinspect.model.records import ModuleSummary, SourceLine, TableHolder, TensorRecord
+from devinspect.model.records import (
+    ModuleSummary,
+    SourceLine,
+    TableHolder,
+    TensorRecord,
+)
 from devinspect.model.scan_result import ScanResult
 
 

@@ -84,7 +84,7 @@ def test_the_chain_joins_the_inner_traceback_to_the_outer_one():
 
 def test_an_error_raised_from_a_device_error_in_a_library_class_is_explained_at_the_users_line(wraplib):
     ip = wraplib
-    result, text, _, _ = run(ip, "score = scorer.update(preds)")
+    result, _, _, _ = run(ip, "score = scorer.update(preds)")
     assert result.error_in_exec is not None and type(result.error_in_exec).__name__ == "MetricError"
     mismatch = devinspect.explain(result.error_in_exec, namespace=ip.user_ns).mismatch
     assert mismatch is not None and set(mismatch.devices) == {"cpu", "sim:0"}
