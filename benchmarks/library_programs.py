@@ -12,10 +12,10 @@ they run at, and the cells that train a step and predict.
 What these programs bring that the others lack:
 
 * **errors a library wraps or re-raises** — torchmetrics' ``Metric.update`` re-raises a device
-  error in its own words, pyro's trace re-raises with the sample sites' shapes, linear_operator
-  and gpytorch wrap theirs;
+  error in its own words (``raise ... from err``), pyro's trace re-raises errors met in a model
+  with the sample sites' shapes added;
 * **placements inside conditional branches** — monai's sliding-window inference (``sw_device``
-  and ``device``), x-transformers' optional position encodings, kornia's dtype branches;
+  and ``device``), x-transformers' optional position encodings;
 * **values with several uses** — a graph's ``edge_index`` read by a subgraph helper and then by
   the model, a diffusion schedule's ``timesteps`` read by the sampler and the UNet;
 * **modules with their own ``_apply``** — torchmetrics' ``Metric`` moves its states itself;
