@@ -3,7 +3,9 @@
 Real, device-correct programs (transformers' modeling code for architectures the generated
 corpus lacks, read from the installed package; with ``--examples PATH``, PyTorch's own examples
 from a checkout of the pytorch/examples repository; with ``--vision``, torchvision's and timm's
-models) run at a tiny size on the simulated device.
+models; with ``--libraries``, x-transformers, rotary-embedding-torch, kornia, roma, torchmetrics,
+diffusers, torch_geometric, pyro, gpytorch, nflows, zuko, torchdiffeq and monai, with a model split
+over two devices and a hand-written sampler: ``benchmarks/library_programs.py``) run at a tiny size on the simulated device.
 Each mutant deletes one placement (a ``device=`` argument, a ``.to(device)``, a ``.cuda()``, a
 ``register_buffer``): a real bug at a real site whose right fix is known. Each mutant runs
 through the four entry points (``tests/mutation_runner.py``): the printed fix is applied exactly as
@@ -19,7 +21,7 @@ targets:
   ``%devices`` then, with a fix;
 * every unmutated program runs with no error or warning finding.
 
-Run: ``python benchmarks/mutation_corpus.py [--examples PATH] [--vision] [--only NAME,...] [--json out.json]``
+Run: ``python benchmarks/mutation_corpus.py [--examples PATH] [--vision] [--libraries] [--only NAME,...] [--json out.json]``
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def main() -> int:
     parser.add_argument("--no-transformers", action="store_true", help="leave out the transformers programs")
     parser.add_argument("--vision", action="store_true",
                         help="add torchvision's and timm's models (both must be built for the installed torch)")
+    parser.add_argument("--libraries", action="store_true",
+                        help="add the other libraries' programs (benchmarks/library_programs.py; each needs its package)")
     parser.add_argument("--entries", default="plain,devcheck,devices,button")
     parser.add_argument("--device", choices=("sim", "cuda"), default="sim")
     parser.add_argument("--json", metavar="PATH", help="write every outcome as JSON")
@@ -92,6 +96,10 @@ def main() -> int:
         from vision_programs import vision_programs
 
         programs += vision_programs()
+    if args.libraries:
+        from library_programs import library_programs
+
+        programs += library_programs()
     if args.only:
         wanted = set(args.only.split(","))
         programs = [p for p in programs if p.name in wanted]

@@ -766,3 +766,8 @@ CASES: list[Case] = [
         tags=("history",),
     ),
 ]
+
+# Cases kept beside this file, by topic.
+from fix_cases_objects import OBJECT_CASES  # noqa: E402
+
+CASES += [Case(**fields) for fields in OBJECT_CASES]

@@ -298,7 +298,7 @@ class ScenarioRun:
             self.outcome.invented = True
             raise Failed("statement", f"blames an unrelated tensor: {sorted(blamed)}")
         if not self.outcome.stated:
-            said = sorted(getattr(mismatch, "devices", (mismatch.kind,)))
+            said = sorted(getattr(mismatch, "devices", None) or (getattr(mismatch, "kind", ""),))
             raise Failed("statement", f"said {said} at {sorted(lines)}; "
                                       f"expected {sorted(expected)} at {self.s.line!r}")
 

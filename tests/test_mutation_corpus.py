@@ -138,6 +138,37 @@ def test_a_deleted_device_placement_of_a_real_program_is_fixed_where_it_was(ip, 
     _ORIGINALS[1].update(corpus.originals)
 
 
+#: (program of ``benchmarks/library_programs.py``, words of the deleted placement's line, kind): a
+#: target made on the host in a cell, and a factory in the user's copy of roma's utilities that lost
+#: its ``device=`` (roma is a small pure-Python package).
+LIBRARY_SUBSET = (
+    ("roma_rotations", "target = mappings.rotvec_to_rotmat", "device="),
+    ("roma_rotations", "x0 = torch.rand(size", "device="),
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program_name,words,kind", LIBRARY_SUBSET, ids=lambda v: str(v))
+def test_a_deleted_placement_in_another_librarys_code_is_fixed(ip, sim, program_name, words, kind):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from library_programs import library_programs
+
+    program = next((p for p in library_programs() if p.name == program_name), None)
+    assert program is not None, f"{program_name} needs a package the test extra installs"
+    (mutant,) = [m for m in mutants(program) if m.kind == kind and words in m.placement.text]
+    outcome = Corpus(ip).run(mutant)
+    assert outcome.probe == "effect", f"{mutant.name}: {outcome.probe} {outcome.error}"
+    for entry, o in outcome.entries.items():
+        assert o.verdict == "pass", f"{mutant.name} [{entry}] [{o.stage}] {o.reason}\nfix:\n{o.fix_text}"
+        assert outcome.cause_removed[entry], f"{mutant.name} [{entry}]: the program fails again\n{o.fix_text}"
+        assert not o.lost and not o.invented
+    if outcome.at_rest:
+        assert outcome.at_rest_found, f"{mutant.name}: %devices did not find {outcome.at_rest[:3]} before the cell"
+
+
 def test_a_copied_package_imports_its_own_copies(tmp_path, monkeypatch):
     """``absolute_imports`` with ``local``: an import of a module the user copied too imports the copy
     (``from . import _utils as det_utils`` -> ``import det_utils as det_utils``), others the package."""

@@ -25,6 +25,7 @@ from ..model.scan_result import ScanResult, is_under
 from . import fixes
 from .overlaps import outermost, said_once
 from .session_findings import could_not_inspect, history_holds, truncated_walk, unpinned_loaders
+from .object_findings import host_tables_of_plain_objects
 from .causes import creation_sites, made_in_code
 from .causes.dropped_moves import dropped_moves_standing, standing_targets
 
@@ -359,8 +360,12 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
             elsewhere = target is not None and any(r.device != target for r in records)
             direct = first.name == u.name
             where = f" It is on {first.device} while {module.name} is on {target}." if elsewhere else ""
+            # Moved wherever its class reads it (self.pos.to(x.device)): no op meets it where it is.
+            followed = elsewhere and u.moved_where_read and not u.container
+            if followed:
+                where += f" {u.class_name} moves it to its inputs' device wherever it reads it."
             # State its own methods make as it runs (a mask, a recurrent state) follows their inputs: a hint.
-            running = not elsewhere and (u.made_while_running or u.moved_as_used)
+            running = (not elsewhere and (u.made_while_running or u.moved_as_used)) or followed
             where = where or (f" {u.class_name} makes it as it runs, on its inputs' device." if u.made_while_running
                               else f" {u.class_name} moves what it makes from it to its inputs' device." if running
                               else "")
@@ -384,7 +389,7 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
                 )
             yield Finding(
                 code="unregistered-tensor-attribute",
-                severity="error" if elsewhere else "hint" if running else "warning",
+                severity="error" if elsewhere and not followed else "hint" if running else "warning",
                 subject=u.name,
                 message=(f"{u.name} is a {u.container} of tensors in a plain attribute: .to() and state_dict() skip "
                          f"them.{where}" if u.container else
@@ -654,6 +659,7 @@ RULES: tuple[Rule, ...] = (
     modules_left_on_the_host,
     partly_materialised_modules,
     unregistered_tensor_attributes,
+    host_tables_of_plain_objects,
     optimizer_state_elsewhere,
     stale_optimizers,
     inputs_elsewhere,

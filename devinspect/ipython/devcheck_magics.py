@@ -175,8 +175,12 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         torch = sys.modules.get("torch")
         # Device errors raise RuntimeError (a mismatch, pinning, a worker, a generator) or TypeError
         # (a device tensor read as a NumPy array); anything else returns here at once.
-        if torch is None or not self.settings.explain_errors or self.failed.was_reported(error) \
-                or not isinstance(error, (RuntimeError, TypeError, torch.OutOfMemoryError)):
+        if torch is None or not self.settings.explain_errors or self.failed.was_reported(error):
+            return None
+        from ..diagnose.errors.explainer import chained_errors
+
+        # (or a library's own error raised from one of them: its chain holds the error the call raised)
+        if not any(isinstance(e, (RuntimeError, TypeError, torch.OutOfMemoryError)) for e, _ in chained_errors(error)):
             return None
         try:
             explanation = self._explanation(error, torch)

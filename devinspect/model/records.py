@@ -149,6 +149,20 @@ class ModuleSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class TableHolder:
+    """An object of the user's own class that is not a module (a sampler, a scheduler, a cache)
+    holding tensors in its attributes, as its class's source says they are made and used."""
+
+    name: str
+    class_name: str
+    #: Attributes its own methods move to a device or make again as they run: kept where they are on purpose.
+    self_placed: tuple[str, ...] = ()
+    #: ``(attribute, the line that makes it, the line as it reads with the device its class gives
+    #: the other tables)``: the edit that makes it where its siblings are.
+    made_at: tuple[tuple[str, "SourceLine", str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Unregistered:
     """A tensor kept as a plain attribute of a module (``self.pe = pe``), not a buffer.
 
@@ -175,6 +189,9 @@ class Unregistered:
     #: True when the class's methods read it and move what they make from it to a device they are
     #: given: host copies kept on purpose.
     moved_as_used: bool = False
+    #: True when every read of it in the class's methods moves it to a device first
+    #: (``self.pos.to(x.device)``): its own forward moves it on every pass.
+    moved_where_read: bool = False
 
 
 @dataclass(frozen=True, slots=True)

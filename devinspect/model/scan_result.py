@@ -22,6 +22,7 @@ from .records import (
     ModuleSummary,
     OptimizerSummary,
     SchedulerSummary,
+    TableHolder,
     TensorRecord,
     Truncation,
 )
@@ -63,6 +64,8 @@ class ScanResult:
     dropped_moves: tuple[DroppedMove, ...] = ()
     #: ``(path, class name)`` of every module and submodule the namespace reaches by name.
     module_types: tuple[tuple[str, str], ...] = ()
+    #: Objects of the user's own classes (not modules) holding tensors: a sampler's tables.
+    holders: tuple[TableHolder, ...] = ()
     #: The rules that say what looks wrong (:func:`devinspect.find`), given by whoever
     #: builds the result; a result built without them has no findings.
     rules: Callable[[ScanResult], Iterable[Finding]] | None = field(default=None, repr=False, compare=False)

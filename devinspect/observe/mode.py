@@ -593,10 +593,15 @@ class DeviceCheckMode(TorchFunctionMode):
     def _explained_after(self, error: BaseException) -> Mismatch | None:
         """A mismatch no op of this mode saw fail (torch.compile meets it while tracing, on fake
         tensors): explained from the error and its traceback, as a plain cell's is."""
-        from ..diagnose.errors.explainer import explain_mismatch
+        from ..diagnose.errors.explainer import chained_errors, explain_mismatch
 
         try:
-            return explain_mismatch(error, self.namespace)
+            # A library may have re-raised it (its own class, its own words): the chain leads to the call.
+            for inner, entries in reversed(chained_errors(error)):
+                found = explain_mismatch(inner, self.namespace, entries)
+                if found is not None:
+                    return found
+            return None
         except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
             self.internal_errors += 1
             return None
@@ -633,8 +638,11 @@ class DeviceCheckMode(TorchFunctionMode):
                 findings.append(sync_in_loop(s))
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
         from ..diagnose.errors.device_errors import explain_device_error
+        from ..diagnose.errors.explainer import chained_errors
 
-        device_error = explain_device_error(error, self.namespace) if error is not None else None
+        device_error = next((found for inner, entries in reversed(chained_errors(error))
+                             if (found := explain_device_error(inner, self.namespace, entries)) is not None),
+                            None) if error is not None else None
         self.mismatch = None if device_error is not None else self.mismatch  # its message names devices too
         unnamed = self.mismatch is None or not any(o.name for o in self.mismatch.operands) or \
             self._named_elsewhere_now()

@@ -9,7 +9,7 @@ import torch
 
 from ...model.records import ModuleSummary, Unregistered
 from ..objects.class_source import (assigned_while_running, attribute_assignment, class_source_lines, library_of,
-                                    moved_as_used)
+                                    moved_as_used, moved_where_read)
 from .placement import OFFLOADED_NOTE, ON_HOST_NOTE, moves_inputs, off_map, placement_of
 from ..objects.static_getters import instance_dict, mro, plain_class_dict, static_class_attr, type_name
 
@@ -87,8 +87,9 @@ def unregistered_attribute(mt: type, full: str, owner: str, attr: str, vt: type)
     class_default = any(attr in plain_class_dict(k) for k in mro(mt) if k is not _Module and k is not object)
     try:
         running, moved = assigned_while_running(mt, attr), moved_as_used(mt, attr)
+        each_read = moved_where_read(mt, attr)
     except Exception:  # noqa: BLE001 - a source we cannot read says nothing
-        running = moved = False
+        running = moved = each_read = False
     where = None
     try:
         found = attribute_assignment(mt, attr)
@@ -104,7 +105,7 @@ def unregistered_attribute(mt: type, full: str, owner: str, attr: str, vt: type)
             pass
     container = next((k.__name__ for k in (dict, tuple, list, set) if issubclass(vt, k)), None)
     return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at, container,
-                        running, moved)
+                        running, moved, each_read)
 
 
 #: The method name by which a model class offers to initialise all of its tensors again (as

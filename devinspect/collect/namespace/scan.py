@@ -95,12 +95,14 @@ def scan(
         # What the user's cells pass to their models and functions: the rules read inputs from it.
         from ..code.dropped_moves import dropped_records
         from ..code.user_code import function_calls, model_calls, moved_in_cells
+        from ..objects.table_holders import table_holders
 
         top = {m.name for m in walker.modules if "." not in m.name and "[" not in m.name}
         result = dataclasses.replace(result, calls=tuple(model_calls(namespace, top)) if top else (),
                                      function_calls=tuple(function_calls(namespace, top)),
                                      moved_in_cells=tuple(moved_in_cells()),
-                                     dropped_moves=tuple(dropped_records(namespace)))
+                                     dropped_moves=tuple(dropped_records(namespace)),
+                                     holders=tuple(table_holders(user)))
     return result
 
 

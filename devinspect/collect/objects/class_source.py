@@ -130,6 +130,110 @@ def moved_as_used(cls: type, attr: str) -> bool:
     return reads and moves
 
 
+#: Methods that give their receiver on another tensor's device: ``t.type_as(x)``, ``t.to(x)``.
+_FOLLOWING = frozenset({"type_as", "to"})
+
+
+def moved_where_read(cls: type, attr: str) -> bool:
+    """Whether every read of ``self.<attr>`` in the methods of ``cls`` (``__init__`` aside) moves it
+    to a device first: ``self.pos.to(x.device, dtype=x.dtype)``, ``self.pos.to(x)``,
+    ``self.pos.type_as(x)``. A host copy its own forward moves on every pass is never met on the
+    host by an op: that it stays behind on ``.to()`` is by design, not an error."""
+    reads, moved = _moved_reads(cls, attr)
+    return reads > 0 and moved == reads
+
+
+def moves_itself(cls: type, attr: str) -> bool:
+    """Whether a method of ``cls`` (``__init__`` aside) moves ``self.<attr>`` itself to a device."""
+    return _moved_reads(cls, attr)[1] > 0
+
+
+def _moved_reads(cls: type, attr: str) -> tuple[int, int]:
+    """(reads of ``self.<attr>`` in the methods of ``cls`` but ``__init__``, those that move it to a device)."""
+    reads = moved = 0
+    for klass in mro(cls):
+        if klass is _Module or klass is object:
+            break
+        for name, value in dict.items(plain_class_dict(klass)):
+            if name == "__init__" or type(value) is not types.FunctionType:
+                continue
+            tree = _method_tree(FUNCTION_CODE(value))
+            for node in ast.walk(tree) if tree is not None else ():
+                if (isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, ast.Load)
+                        and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                    reads += 1
+                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                      and node.func.attr in _FOLLOWING and _is_self_attribute(node.func.value, attr)
+                      and _gives_a_device(node)):
+                    moved += 1
+    return reads, moved
+
+
+def _is_self_attribute(node: ast.AST, attr: str) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name)
+            and node.value.id == "self")
+
+
+def _gives_a_device(call: ast.Call) -> bool:
+    """Whether a ``.to()``/``.type_as()`` call is handed a device or a tensor (not a dtype alone)."""
+    if call.func.attr == "type_as":
+        return bool(call.args)
+    if any(k.arg == "device" for k in call.keywords):
+        return True
+    first = call.args[0] if call.args else None
+    # .to(torch.float16) converts the dtype only; .to(x.device), .to(device), .to(x) move it
+    return first is not None and not (isinstance(first, ast.Attribute) and isinstance(first.value, ast.Name)
+                                      and first.value.id == "torch") and not isinstance(first, ast.Constant)
+
+
+def made_with_device(cls: type, attr: str) -> tuple[Any, str] | None:
+    """(the line of the user's class that makes ``self.<attr>``, that line with ``.to(<device>)``
+    added) where the same method gives other tensors a device (``betas.to(device)``,
+    ``device=device``) and this line gives none: the edit that makes it where its siblings are.
+    None when the line is not a one-line assignment or the method names no device. Source only."""
+    found = attribute_assignment(cls, attr)
+    if found is None:
+        return None
+    klass, line = found
+    for value in dict.values(plain_class_dict(klass)):
+        if type(value) is not types.FunctionType:
+            continue
+        code = FUNCTION_CODE(value)
+        tree = _method_tree(code)
+        if tree is None or code.co_filename != line.file:
+            continue
+        start = code.co_firstlineno - 1
+        assignment = next((n for n in ast.walk(tree) if isinstance(n, ast.Assign) and start + n.lineno == line.line
+                           and n.lineno == n.end_lineno and len(n.targets) == 1
+                           and _is_self_attribute(n.targets[0], attr)), None)
+        if assignment is None:
+            continue
+        device = next((d for n in ast.walk(tree) if isinstance(n, ast.Call) and (d := _device_given(n)) is not None), None)
+        text = line.text.strip()
+        old_value = ast.unparse(assignment.value)
+        if device is None or _device_given_anywhere(assignment.value) or not text.endswith(old_value):
+            return None
+        plain = isinstance(assignment.value, (ast.Call, ast.Name, ast.Attribute, ast.Subscript))
+        moved = f"{old_value}.to({device})" if plain else f"({old_value}).to({device})"
+        return line, text[: len(text) - len(old_value)] + moved
+    return None
+
+
+def _device_given(call: ast.Call) -> str | None:
+    """The device expression a call hands over (``.to(device)``, ``device=self.device``), as written."""
+    given = next((k.value for k in call.keywords if k.arg == "device"), None)
+    if given is None and isinstance(call.func, ast.Attribute) and call.func.attr == "to" and call.args:
+        given = call.args[0]
+    if given is None or isinstance(given, ast.Constant):
+        return None
+    text = ast.unparse(given)
+    return text if "device" in text.lower() else None
+
+
+def _device_given_anywhere(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and _device_given(n) is not None for n in ast.walk(node))
+
+
 def _method_tree(code: types.CodeType) -> ast.Module | None:
     """The source of the function of ``code``, parsed on its own (None when not at hand)."""
     lines = linecache.getlines(code.co_filename)

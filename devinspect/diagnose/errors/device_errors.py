@@ -53,12 +53,14 @@ from .meta_data import meta_data
 _T = torch.Tensor
 
 
-def explain_device_error(exc: BaseException | None, namespace: Mapping[str, Any]) -> DeviceError | None:
-    """The device error behind ``exc`` when it is one of the kinds this module knows, else None."""
+def explain_device_error(exc: BaseException | None, namespace: Mapping[str, Any],
+                         entries: list[Entry] | None = None) -> DeviceError | None:
+    """The device error behind ``exc`` when it is one of the kinds this module knows, else None.
+    ``entries``: its frames, when they are more than its own traceback's (a re-raised error)."""
     if exc is None or not isinstance(exc, (TypeError, RuntimeError)) or isinstance(exc, torch.OutOfMemoryError):
         return None
     try:
-        entries = list(traceback_entries(exc.__traceback__))
+        entries = list(traceback_entries(exc.__traceback__)) if entries is None else entries
         failed = Failed(exc, entries, namespace)
     except Exception:  # noqa: BLE001 - an error whose frames cannot be read is not claimed
         return None

@@ -12,6 +12,12 @@ devices too.
 
 **Out of memory** (``torch.OutOfMemoryError``) is explained by
 :mod:`devinspect.diagnose.errors.out_of_memory`.
+
+**Errors a library wraps or re-raises** (torchmetrics' "Encountered different devices …", pyro's
+trace adding the sample sites' shapes, a library's own exception class) keep the error they
+replace as their ``__cause__`` or ``__context__``: the chain is followed to the error the failing
+call raised, and its traceback joined to the outer one, so the user's line stays the cell's
+(:func:`chained_errors`). The outer error's own message is never read for it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,15 @@ import torch
 from ...collect.code import locations
 from ...runtime import tensor_getters
 from ...collect.code.compiled_call import compiled_call
-from ...collect.code.failing_call import Temporary, Traced, failing_call, first_line, says_mismatch, traceback_entries
+from ...collect.code.failing_call import (
+    Entry,
+    Temporary,
+    Traced,
+    failing_call,
+    first_line,
+    says_mismatch,
+    traceback_entries,
+)
 from ...collect.objects.static_getters import type_is_one_of
 from ...model.check_report import Mismatch
 from ...model.explanation import Explanation
@@ -67,12 +81,14 @@ def explanation_of(exc: BaseException, namespace: Mapping[str, Any], *, exclude:
 
         with tensor_getters.reading():
             return Explanation(error, out_of_memory=out_of_memory(exc, namespace, exclude=exclude))
-    device_error = explain_device_error(exc, namespace)
-    if device_error is not None:
-        return Explanation(error, device_error=device_error)
-    mismatch = explain_mismatch(exc, namespace)
-    if mismatch is not None:
-        return Explanation(error, mismatch=mismatch)
+    # The error the failing call raised first, then each library error raised from it, outwards.
+    for inner, entries in reversed(chained_errors(exc)):
+        device_error = explain_device_error(inner, namespace, entries)
+        if device_error is not None:
+            return Explanation(error, device_error=device_error)
+        mismatch = explain_mismatch(inner, namespace, entries)
+        if mismatch is not None:
+            return Explanation(error, mismatch=mismatch)
     if says_mismatch(exc):
         # The message says so, but the inputs could not be read (made and dropped on the failing line,
         # or the names that held them now hold others): said, never guessed.
@@ -82,11 +98,44 @@ def explanation_of(exc: BaseException, namespace: Mapping[str, Any], *, exclude:
     return Explanation(error, note="not a device error or an out-of-memory error: devinspect has nothing to add")
 
 
-def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any]) -> Mismatch | None:
-    """The device mismatch behind ``exc``, or None when its failing call's inputs share one device."""
+#: How many errors of a chain (``__cause__``/``__context__``) are followed.
+_CHAIN_LIMIT = 8
+
+
+def chained_errors(exc: BaseException) -> list[tuple[BaseException, list[Entry]]]:
+    """``exc`` and the errors it was raised from or while handling (its ``__cause__``, else its
+    ``__context__``), outermost first, each with the frames from the outermost of ``exc``'s
+    traceback down to where it was raised: an inner error's traceback starts at the frame that
+    caught it, which the outer traceback reaches too; the outer frames before that one lead to it.
+    Read through ``BaseException``'s own descriptors (a user class's properties never run)."""
+    out: list[tuple[BaseException, list[Entry]]] = []
+    seen: set[int] = set()
+    outer: list[Entry] = []
+    current: Any = exc
+    while issubclass(type(current), BaseException) and id(current) not in seen and len(out) < _CHAIN_LIMIT:
+        seen.add(id(current))
+        own = list(traceback_entries(_TRACEBACK(current)))
+        start = next((i for i, e in enumerate(outer) if own and e.frame is own[0].frame), len(outer))
+        entries = outer[:start] + own
+        out.append((current, entries))
+        outer = entries
+        current = _CAUSE(current) or _CONTEXT(current)
+    return out
+
+
+_TRACEBACK = BaseException.__dict__["__traceback__"].__get__
+_CAUSE = BaseException.__dict__["__cause__"].__get__
+_CONTEXT = BaseException.__dict__["__context__"].__get__
+
+
+def explain_mismatch(exc: BaseException, namespace: Mapping[str, Any],
+                     entries: list[Entry] | None = None) -> Mismatch | None:
+    """The device mismatch behind ``exc``, or None when its failing call's inputs share one device.
+    ``entries``: its frames, when they are more than its own traceback's (an error a library
+    re-raised: :func:`chained_errors`)."""
     if not isinstance(exc, _MISMATCH_TYPES) or isinstance(exc, torch.OutOfMemoryError):
         return None
-    entries = list(traceback_entries(exc.__traceback__))
+    entries = list(traceback_entries(exc.__traceback__)) if entries is None else entries
     if not entries:
         return None
     with tensor_getters.reading():
