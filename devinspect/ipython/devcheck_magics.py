@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import line_cell_magic, magics_class
+from IPython.core.magic import line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .cell_runner import AwaitedCells, CheckedCell
@@ -42,6 +42,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
     @argument("--strict", action="store_true", help="Raise DeviceCheckError when something was found (for tests).")
     @argument("--last", action="store_true",
               help="As a line magic (%%devcheck --last): explain the last error, a device mismatch or out of memory.")
+    @no_var_expand  # a name, a path or code is taken as typed: {…} and $x never run
     @line_cell_magic
     def devcheck(self, line: str, cell: str | None = None) -> Any:
         """Run the cell once under a device check: name the variables behind a device

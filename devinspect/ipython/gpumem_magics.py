@@ -7,7 +7,7 @@ import weakref
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import line_cell_magic, magics_class
+from IPython.core.magic import line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .cell_runner import AwaitedCells
@@ -53,6 +53,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
     @argument("-f", "--function", action="append", default=[], metavar="NAME",
               help="As a cell magic: also profile the lines of this function, method or module's forward "
                    "(repeatable).")
+    @no_var_expand  # a name, a path or code is taken as typed: {…} and $x never run
     @line_cell_magic
     def gpumem(self, line: str = "", cell: str | None = None) -> Any:
         """Accelerator memory per device: allocated, reserved and the driver's view, reconciled.
