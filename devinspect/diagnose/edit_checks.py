@@ -52,7 +52,12 @@ def _compile_problem(text: str) -> str | None:
     """Why ``text`` would not compile (a keyword given twice is caught by the compiler, not the parser)."""
     text = textwrap.dedent(text).strip("\n")
     last = None
-    for source in (text, text + " pass", text + "\n    pass"):
+    # As written, or as a header with its body; inside a function and a loop, where a line of
+    # one may return, yield, await, break or continue.
+    alone = (text, text + " pass", text + "\n    pass")
+    inside = tuple(f"{kind} _edited():\n while True:\n{textwrap.indent(source, '  ')}"
+                   for kind in ("def", "async def") for source in alone)
+    for source in alone + inside:
         try:
             compile(source, "<edit>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
             return None
@@ -85,14 +90,18 @@ def _keeps_device(call: ast.Call, device_expr: str | None) -> bool:
     return not call.args[1:] or all(isinstance(a, ast.Attribute) and a.attr in _DTYPES for a in call.args[1:2])
 
 
-def _undone_later(node: ast.AST, parents: dict[int, ast.AST], device_expr: str | None) -> str | None:
-    """What later on the line moves the value ``node`` makes (``.to(other)``, ``.cpu()``), if anything."""
+def _undone_later(node: ast.AST, parents: dict[int, ast.AST], device_expr: str | None,
+                  added: frozenset[int] = frozenset()) -> str | None:
+    """What later on the line moves the value ``node`` makes (``.to(other)``, ``.cpu()``), if anything;
+    a move the edit itself adds (``added``, by node id) is where the value is meant to go."""
     while True:
         parent = parents.get(id(node))
         if not (isinstance(parent, ast.Attribute) and parent.value is node):
             return None
         call = parents.get(id(parent))
         if not (isinstance(call, ast.Call) and call.func is parent):
+            return None
+        if id(call) in added:
             return None
         if parent.attr in _MOVERS and not (parent.attr == "to" and _keeps_device(call, device_expr)) \
                 and not (parent.attr == "type" and not call.args and not call.keywords):
@@ -164,7 +173,7 @@ def why_not(edit: SourceEdit) -> str | None:
                 return f"the call takes **{spread}, which may already give device= (a second one raises)"
             if any(k.arg == "out" for k in call.keywords):
                 return "the call writes into out=, whose device decides where its result is"
-        undone = _undone_later(call, parents, device_expr)
+        undone = _undone_later(call, parents, device_expr, frozenset(id(c) for c, how, _ in given if how == ".to()"))
         if undone is not None:
             return undone
     return None
@@ -218,7 +227,43 @@ def _action_without(action: object, dropped: dict[SourceEdit, SourceEdit | None]
 
 def with_edits_that_run(fix: Fix | None) -> Fix | None:
     """``fix`` with only edits that run: each checked, replaced by a move after its line where it
-    would not, or dropped with the reason in the fix's note (the button makes only what is shown)."""
+    would not, or dropped with the reason in the fix's note; then its Apply fix makes every edit
+    it shows in a notebook cell (:func:`with_cell_edits_applied`)."""
+    return with_cell_edits_applied(_checked_edits(fix))
+
+
+def carried_edits(action: object) -> list[SourceEdit]:
+    """The source edits ``action`` makes itself (its cell edits, in order)."""
+    if type(action) is EditCell:
+        return [action.edit]
+    if type(action) is Steps:
+        return [e for step in action.actions for e in carried_edits(step)]
+    return []
+
+
+def with_cell_edits_applied(fix: Fix | None) -> Fix | None:
+    """``fix`` whose action makes, besides what it did, each edit it shows of a notebook cell, in
+    the cell that holds the line (the cell runs edited when it runs again): so that running the
+    cells again does not bring the problem back. A fix whose code is to be run by hand is left as
+    it is; an edit of a file is shown, for the user to make."""
+    if fix is None or not fix.edits or (fix.action is None and fix.code is not None):
+        return fix
+    carried = carried_edits(fix.action)
+    cells = [e for e in fix.edits if e.where.cell is not None and e not in carried]
+    if not cells:
+        return fix
+    steps = list(fix.action.actions) if type(fix.action) is Steps else [fix.action] if fix.action is not None else []
+    steps += [EditCell(edit) for edit in cells]
+    return dataclasses.replace(fix, action=steps[0] if len(steps) == 1 else Steps(tuple(steps)))
+
+
+def edits_by_hand(fix: Fix) -> list[SourceEdit]:
+    """The edits ``fix`` shows that its action does not make (a file's lines): the user makes them."""
+    carried = carried_edits(fix.action)
+    return [e for e in fix.edits if e not in carried]
+
+
+def _checked_edits(fix: Fix | None) -> Fix | None:
     if fix is None or not fix.edits:
         return fix
     results = [(edit, checked(edit)) for edit in fix.edits]
@@ -230,7 +275,8 @@ def with_edits_that_run(fix: Fix | None) -> Fix | None:
         if c.reason is None:
             continue
         if c.edit is not None:
-            notes.append(f"{edit.where.where} is moved after it runs: {c.reason}.")
+            notes.append(f"The edit of {edit.where.where} moves its value on a line after it, not on the line: "
+                         f"{c.reason}.")
         else:
             notes.append(f"No edit of {edit.where.where}: {c.reason}; make it on the right device where it is made.")
     edits = tuple(c.edit for _, c in results if c.edit is not None)

@@ -14,6 +14,14 @@ from typing import Any, Callable, Iterable, MutableMapping
 from ..model.fixes import EmptyCache, Finding, Fix, ReleaseHistory
 
 
+def result_html(ok: bool, message: str, by_hand: Iterable[Any] = ()) -> str:
+    """An action's outcome, ✔ or ✖ and its message; then each edit the user has to make by hand."""
+    html = ("✔ " if ok else "✖ ") + escape(message)
+    hand = [f"<div>Not made (not a notebook cell): edit {escape(e.where.where)} to <code>{escape(e.new)}</code></div>"
+            for e in by_hand]
+    return html + "".join(hand)
+
+
 class FixButton:
     """An Apply fix button and its status line; offers a follow-up (release graphs) when the
     action says one would let it succeed."""
@@ -50,7 +58,14 @@ class FixButton:
             return actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
 
     def _show(self, result: Any) -> None:
-        self.status.value = ("✔ " if result.ok else "✖ ") + escape(result.message)
+        self.status.value = result_html(result.ok, result.message, self.by_hand if result.ok else ())
+
+    @property
+    def by_hand(self) -> list[Any]:
+        """The edits this fix shows that Apply fix cannot make (a file's lines, not a cell's)."""
+        from ..diagnose.edit_checks import edits_by_hand
+
+        return edits_by_hand(self.fix)
 
     def apply(self) -> Any:
         self.button.disabled = True
