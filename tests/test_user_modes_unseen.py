@@ -177,3 +177,19 @@ def test_a_wrapper_subclass_runs_none_of_its_code_for_the_explanation_of_a_misma
     assert type(checked.error_in_exec) is RuntimeError
     assert "devinspect" not in plain_calls and "devinspect" not in counter.calls
     assert counter.calls == plain_calls and plain_calls
+
+
+def test_apply_fix_in_the_explorer_and_its_refresh_are_unseen(kernel_ip, counting_modes, sim):
+    from devinspect.jupyter.devices_explorer import DevicesExplorer
+
+    ip = kernel_ip
+    _run(ip, counting_modes, "x = torch.ones(4, 3)")
+    _run(ip, counting_modes, "y = model(x)")
+    view = ip.run_line_magic("devices", "-o")
+    explorer = DevicesExplorer(view, lambda: ip.run_line_magic("devices", "-o"), ip.user_ns, ["cpu", str(sim)],
+                               shell=ip)
+    counting_modes.calls.clear()
+    row = next(r for r in explorer.findings.children if "passes x" in r.children[0].value and len(r.children) > 1)
+    row.children[1].children[0].click()
+    assert counting_modes.calls == []
+    assert "✔" in explorer.findings.children[0].children[0].value

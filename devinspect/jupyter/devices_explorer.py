@@ -134,7 +134,11 @@ class DevicesExplorer:
         self.show_tree()
 
     def refresh(self) -> None:
-        self.load(self.rescan())
+        from ..runtime.user_modes import beneath_user_modes
+
+        with beneath_user_modes():  # read again after a click: unseen by a mode the user left entered
+            view = self.rescan()
+        self.load(view)
 
     def act(self, result: Any) -> None:
         """After an action: its report in the status line, then everything read again."""
@@ -326,8 +330,11 @@ class DevicesExplorer:
         """Move ``name``; the result is shown beside its row (the view is read again when it moved)."""
         from .. import actions
 
+        from ..runtime.user_modes import beneath_user_modes
+
         try:
-            result = actions.move(self.namespace, name, device)
+            with beneath_user_modes():
+                result = actions.move(self.namespace, name, device)
         except Exception as exc:  # noqa: BLE001 - shown beside the row
             result = actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
         self._results = {name: (result.ok, result.message)}  # the last move's result, beside its row

@@ -48,12 +48,14 @@ class FixButton:
 
     def _run(self, action: Any) -> Any:
         from .. import actions
+        from ..runtime.user_modes import beneath_user_modes
 
         kwargs = {}
         if self.shell is not None:
             kwargs = {"displayhook": self.shell.displayhook, "hidden": self.shell.user_ns_hidden}
         try:
-            return actions.apply_fix(self.namespace, action, **kwargs)
+            with beneath_user_modes():  # a mode the user left entered sees none of the fix's own calls
+                return actions.apply_fix(self.namespace, action, **kwargs)
         except Exception as exc:  # noqa: BLE001 - shown in the panel, never a traceback
             return actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
 
