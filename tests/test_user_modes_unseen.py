@@ -183,13 +183,14 @@ def test_apply_fix_in_the_explorer_and_its_refresh_are_unseen(kernel_ip, countin
     from devinspect.jupyter.devices_explorer import DevicesExplorer
 
     ip = kernel_ip
-    _run(ip, counting_modes, "x = torch.ones(4, 3)")
-    _run(ip, counting_modes, "y = model(x)")
+    _run(ip, counting_modes, "x = torch.ones(3, 4)")
+    assert type(_run(ip, counting_modes, "y = model(x)").error_in_exec) is RuntimeError
     view = ip.run_line_magic("devices", "-o")
     explorer = DevicesExplorer(view, lambda: ip.run_line_magic("devices", "-o"), ip.user_ns, ["cpu", str(sim)],
                                shell=ip)
     counting_modes.calls.clear()
-    row = next(r for r in explorer.findings.children if "passes x" in r.children[0].value and len(r.children) > 1)
-    row.children[1].children[0].click()
+    rows = explorer.findings.children
+    at = next(i for i, r in enumerate(rows) if "x" in r.children[0].value and len(r.children) > 1)
+    rows[at].children[1].children[0].click()
     assert counting_modes.calls == []
-    assert "✔" in explorer.findings.children[0].children[0].value
+    assert "✔" in explorer.findings.children[at].children[0].value
