@@ -341,7 +341,22 @@ class ScenarioRun:
         if not button.status.value.startswith("✔"):
             raise Failed("button", button.status.value)
         self.check_kept(kept, fix.code or "", rebinds=released)
+        self.rerun_edited_cells(fix)
         self.rerun("after Apply fix")
+
+    def rerun_edited_cells(self, fix: Any) -> None:
+        """The earlier cells Apply fix edited run again, as the fix says to, from the first of them:
+        the notebook still sends their old text, and they run as edited."""
+        from devinspect.diagnose.edit_checks import carried_edits
+
+        edited = sorted(self.numbers[e.where.cell][0][1] for e in carried_edits(fix.action)
+                        if e.where.cell in self.numbers and self.numbers[e.where.cell][0][0] == "setup")
+        if edited:
+            try:
+                self.run_setup(edited[0])
+            except Skip as exc:
+                raise Failed("edited cells", str(exc)) from None
+            self.ip.rl_next_input = None
 
     def rerun(self, stage: str) -> None:
         for attempt in ("", ", a second time"):

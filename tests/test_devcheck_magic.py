@@ -6,7 +6,7 @@ import pytest
 from conftest import notebook, run, run_notebook
 from nbclient.exceptions import CellExecutionError
 
-from devinspect.model.fixes import Move
+from devinspect.model.fixes import EditCell, Move, Steps
 
 SETUP = """
 import torch
@@ -32,7 +32,10 @@ def test_mismatch_report_above_the_reraised_error(ip):
     assert out.count("Traceback (most recent call last)") == 1
     assert f"Cell In[{number}], line 2" in out and "devinspect/observe/" not in out and "devinspect/testing/" not in out
     rep = ip.user_ns["rep"]
-    assert rep.mismatch.fix.action == Move("x", "sim:0")
+    # The live tensor moves, and each cell line the fix shows is edited where it is (its cell runs edited next).
+    fix = rep.mismatch.fix
+    edits = tuple(EditCell(e) for e in fix.edits)
+    assert fix.action == (Steps((Move("x", "sim:0"), *edits)) if edits else Move("x", "sim:0"))
 
 
 def test_counts_per_cell_line_and_the_cell_value_still_shows(ip):

@@ -171,10 +171,13 @@ def test_a_module_with_many_children_shows_them_a_page_at_a_time():
 def test_apply_fix_next_to_a_finding_and_the_view_refreshes(explorer, ip):
     boxes = explorer.findings.children
     mixed = next(b for b in boxes if "has parameters/buffers on" in b.children[0].value)
+    row = boxes.index(mixed)
     apply = mixed.children[1].children[0]
     apply.click()
     assert {p.device.type for p in ip.user_ns["model"].parameters()} == {"sim"}
-    assert explorer.status.value.startswith("✔ moved model to sim:0")  # said where it stays, in bytes
+    # Said where the click was (the finding's row, now gone), not under the table; in bytes.
+    assert "✔ moved model to sim:0" in explorer.findings.children[row].children[0].value
+    assert explorer.status.value == ""
     assert all("has parameters/buffers on" not in b.children[0].value for b in explorer.findings.children)
     before = open_widgets()
     for _ in range(3):

@@ -31,6 +31,8 @@ class PendingEdit:
     original: str
     edited: str
     cell: int | None
+    #: Every edit made in ``edited``, each naming a line of ``original``.
+    edits: tuple[SourceEdit, ...] = ()
 
 
 #: Pending edits, by the cell's text as it failed (stripped of trailing whitespace) and its run.
@@ -58,13 +60,19 @@ def edit_cell(edit: SourceEdit, undo: UndoLog | None = None) -> ActionResult:
     original = "".join(linecache.getlines(edit.where.file)).rstrip()
     if not original:
         return ActionResult(False, f"the text of {edit.where.where} is no longer at hand (nothing was changed)")
-    edited = apply_lines(original, [edit])
+    key = (original, edit.where.cell)
+    previous = _pending.get(key)
+    # Several edits of one cell (a fix's lines in the same cell) all run: each names a line of the
+    # text as it is now, so they are made together on that text.
+    earlier = previous.edits if previous is not None else ()
+    if edit in earlier:
+        return ActionResult(False, f"Cell In[{edit.where.cell}], line {edit.where.line} is already recorded to become: "
+                                   f"{edit.new.strip()} (nothing was changed)", idle=True)
+    edited = apply_lines(original, [*earlier, edit])
     if edited is None:
         return ActionResult(False, f"line {edit.where.line} of Cell In[{edit.where.cell}] is not {edit.old!r} any more "
                                    "(nothing was changed)")
-    key = (original, edit.where.cell)
-    previous = _pending.get(key)
-    pending = _pending[key] = PendingEdit(original, edited, edit.where.cell)
+    pending = _pending[key] = PendingEdit(original, edited, edit.where.cell, (*earlier, edit))
     shown = edit_sinks.offered(pending)
     if undo is not None:
         def forget_this() -> None:
@@ -76,7 +84,7 @@ def edit_cell(edit: SourceEdit, undo: UndoLog | None = None) -> ActionResult:
 
         undo.add(f"the edit of Cell In[{edit.where.cell}] (pending)", forget_this)
     then = ("the notebook's editor shows it now: run the cell" if shown else
-            "it runs so when the cell runs again (Re-run cell)")
+            "it runs so when the cell runs again")
     return ActionResult(True, f"Cell In[{edit.where.cell}], line {edit.where.line} becomes: {edit.new.strip()} — {then}")
 
 

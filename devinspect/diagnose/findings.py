@@ -22,7 +22,7 @@ from ..model.fixes import SEVERITY_ORDER, Finding
 from ..model.record_table import record_column
 from ..model.records import ModuleSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, is_under
-from . import fixes
+from . import edit_checks, fixes
 from .overlaps import outermost, said_once
 from .session_findings import could_not_inspect, history_holds, truncated_walk, unpinned_loaders
 from .object_findings import host_tables_of_plain_objects
@@ -44,7 +44,8 @@ def find(result: ScanResult) -> list[Finding]:
     found: list[Finding] = []
     for rule in RULES:
         found.extend(rule(result))
-    found = said_once(result, found)
+    found = [dataclasses.replace(f, fix=edit_checks.with_edits_that_run(f.fix)) if f.fix is not None else f
+             for f in said_once(result, found)]
     found.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
     if result.options.get("torch_bound", True) is False:
         found = [dataclasses.replace(f, fix=fixes.importing_torch(f.fix, False)) for f in found]

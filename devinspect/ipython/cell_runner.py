@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable
 
 from ..runtime import tracebacks
+from ..runtime.user_modes import beneath_user_modes
 from .magic_support import is_result_type, running_cell_number
 
 
@@ -118,7 +119,11 @@ class CheckedCell:
     def _finish(self, error: BaseException | None) -> None:
         """Leave the check, then show the report (and, in Jupyter, the fix buttons)."""
         elapsed = time.perf_counter() - self.start
-        self.mode.__exit__(None, None, None)
+        self.mode.__exit__(None, None, None)  # first: it takes our own mode off the user's stack
+        self._report(error, elapsed)
+
+    @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
+    def _report(self, error: BaseException | None, elapsed: float) -> None:
         try:
             self.report = self.mode.report(error, elapsed, self._unseen())
             if error is not None and (self.report.mismatch or self.report.device_error) is not None \

@@ -7,9 +7,10 @@ import sys
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import line_cell_magic, magics_class
+from IPython.core.magic import line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ..runtime.user_modes import beneath_user_modes
 from .cell_runner import AwaitedCells, CheckedCell
 from .failed_cells import FailedCells
 from .magic_support import (
@@ -42,6 +43,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
     @argument("--strict", action="store_true", help="Raise DeviceCheckError when something was found (for tests).")
     @argument("--last", action="store_true",
               help="As a line magic (%%devcheck --last): explain the last error, a device mismatch or out of memory.")
+    @no_var_expand  # a name, a path or code is taken as typed: {…} and $x never run
     @line_cell_magic
     def devcheck(self, line: str, cell: str | None = None) -> Any:
         """Run the cell once under a device check: name the variables behind a device
@@ -95,6 +97,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         run = CheckedCell(self.shell, self._devcheck_args(line), line, cell, self.failed.report_explained)
         self._async_outcome = await run.run_async()
 
+    @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
     def _explain_last(self, args: Any) -> Any:
         """``%devcheck --last``: the explanation of the last error, as shown after a failed cell."""
         if not args.last:
@@ -124,6 +127,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         self._show_explanation(explanation, rerun=None)
         return explanation if args.output else None
 
+    @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
     def _explain_after_cell(self, result: Any = None) -> None:
         """After a failed cell: explain a device error or an out-of-memory error under its
         traceback. Any other outcome returns at once (no mode, no hook in the cell itself)."""
@@ -156,6 +160,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         self._running_cell = getattr(info, "raw_cell", None)
         self.failed.new_cell()
 
+    @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
     def before_traceback(self, error: BaseException) -> str | None:
         """Called as the shell draws ``error``'s traceback (a model call's is 60 lines of torch
         frames: the help must not hide under them). In a notebook the explanation, its fix and
@@ -170,6 +175,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         self._show_explanation(early, rerun=self._running_cell)
         return None
 
+    @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
     def pointer_line(self, error: BaseException) -> str | None:
         """One line for the top of the traceback, pointing at the explanation printed after it."""
         torch = sys.modules.get("torch")

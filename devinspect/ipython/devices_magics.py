@@ -6,9 +6,10 @@ import shlex
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import line_magic, magics_class
+from IPython.core.magic import line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ..runtime.user_modes import beneath_user_modes
 from ..model.records import KINDS
 from ..model.scan_result import SORTS
 from .magic_support import (
@@ -45,6 +46,8 @@ class DevicesMagics(DevInspectMagics):
     @argument("--ranks", action="store_true",
               help="Every rank of a distributed job side by side: through the ipyparallel client in the "
                    "namespace, or torch.distributed when this process is in an initialised group.")
+    @beneath_user_modes()  # no mode the user left entered sees devinspect's own reads
+    @no_var_expand  # a name, a path or code is taken as typed: {…} and $x never run
     @line_magic
     def devices(self, line: str = "") -> Any:
         """List every tensor in the session with its device, dtype, shape and bytes, and what looks wrong.

@@ -89,6 +89,9 @@ def unload(shell: Any) -> None:
     here.lab.uninstall()
     here.pointer.uninstall()
     here.edited_cells.uninstall()
+    cells = sys.modules.get("devinspect.actions.cells")
+    if cells is not None:
+        cells.forget_pending()  # an edit recorded while loaded never runs after an unload and reload
     here.cell_widgets.uninstall()
     for family in here.families:
         family.close()

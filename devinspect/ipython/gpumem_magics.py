@@ -7,9 +7,10 @@ import weakref
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic import line_cell_magic, magics_class
+from IPython.core.magic import line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from ..runtime.user_modes import beneath_user_modes
 from .cell_runner import AwaitedCells
 from .magic_support import (
     DevInspectMagics,
@@ -54,6 +55,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
     @argument("-f", "--function", action="append", default=[], metavar="NAME",
               help="As a cell magic: also profile the lines of this function, method or module's forward "
                    "(repeatable).")
+    @no_var_expand  # a name, a path or code is taken as typed: {…} and $x never run
     @line_cell_magic
     def gpumem(self, line: str = "", cell: str | None = None) -> Any:
         """Accelerator memory per device: allocated, reserved and the driver's view, reconciled.
@@ -94,6 +96,11 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
                 raise UsageError("%%gpumem: this cell awaits; run it as a cell (%%gpumem on its first line) "
                                  "so the kernel can run it on its event loop")
             return run.run()
+        return self._line(args)
+
+    @beneath_user_modes()  # no mode the user left entered sees devinspect's own reads
+    def _line(self, args: Any) -> Any:
+        """``%gpumem`` as a line magic (the cell's code, under ``%%gpumem``, runs as typed)."""
         if args.function:
             raise UsageError("%gpumem: -f names functions to profile with %%gpumem (a cell magic)")
         if args.ranks:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 from IPython.core.error import UsageError
 
+from ..runtime.user_modes import beneath_user_modes
 from ..observe.memory_recorder import LineKey, LineMemoryRecorder, named_allocations
 from ..observe.line_tracers import mark_statements, uses_markers
 from .cell_runner import CheckedCell
@@ -46,11 +47,20 @@ class ProfiledCell(CheckedCell):
         return LineMemoryRecorder(self.device, self.function_codes | frozenset(_cell_codes(self.codes)), self.marked)
 
     def _finish(self, error: BaseException | None) -> None:
+        try:
+            self.mode.__exit__(None, None, None)  # first: our own recorder leaves the user's stack
+        except Exception as exc:  # noqa: BLE001 - the profile must never replace the cell's outcome
+            print(f"devinspect: the memory profile could not be shown ({type(exc).__name__}: {exc})", file=sys.stderr)
+            self.report = None
+            return
+        self._build_profile(error)
+
+    @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
+    def _build_profile(self, error: BaseException | None) -> None:
         from ..collect.code.failing_call import first_line
         from ..diagnose.memory_profile_builder import build_profile
 
         try:
-            self.mode.__exit__(None, None, None)
             self.report = build_profile(
                 self.mode.recording, _source_text,
                 lambda wanted: named_allocations(self.shell.user_ns, self.device, self.exclude, wanted),

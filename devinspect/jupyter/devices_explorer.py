@@ -126,6 +126,9 @@ class DevicesExplorer:
         self.widget.add_class("devinspect-explorer")  # the container whose width folds columns (grid_style)
         #: The last Move result of each row (a tensor's or a module's name): (ok, message), shown beside it.
         self._results: dict[str, tuple[bool, str]] = {}
+        #: The last Apply fix of a finding: (the finding's code and subject, its row, its button's status
+        #: HTML), shown beside that finding's button, or in its row's place when the finding went.
+        self._fix_result: tuple[tuple[str, str], int, str] | None = None
         self._open: set[str] = set()
         #: Children shown of each open node in the module tree (``""``: the roots), when more than a page.
         self._shown: dict[str, int] = {}
@@ -158,7 +161,11 @@ class DevicesExplorer:
         self.show_tree()
 
     def refresh(self) -> None:
-        self.load(self.rescan())
+        from ..runtime.user_modes import beneath_user_modes
+
+        with beneath_user_modes():  # read again after a click: unseen by a mode the user left entered
+            view = self.rescan()
+        self.load(view)
 
     def act(self, result: Any) -> None:
         """After an action: its report in the status line, then everything read again."""
@@ -166,21 +173,35 @@ class DevicesExplorer:
         if result.ok:
             self.refresh()
 
+    def _fixed(self, finding: Any, row: int, button: FixButton) -> None:
+        """After Apply fix on a finding: its outcome stays where the click was, beside the button (or,
+        once the finding is gone, in its row's place), and everything is read again."""
+        self._fix_result = ((finding.code, finding.subject), row, button.status.value)
+        self.refresh()
+
     # -- findings ------------------------------------------------------------------
 
     def _show_findings(self) -> None:
         w = self._w
         rows = []
+        shown = self._fix_result
         for f in self.view.findings:
             text = (f'<div style="margin:2px 0">{SEVERITY_MARK.get(f.severity, "-")} <b>{escape(f.severity)}</b> '
                     f"{escape(f.message)}</div>")
             body = f'<div style="line-height:1.4">{text}{fix_html(f.fix) if f.fix else ""}</div>'
             parts = [w.HTML(body, layout=w.Layout(width="auto"))]  # 100% and its margins would not fit
             if f.fix is not None and f.fix.action is not None:
-                # The result goes to the explorer's status line: this row goes when the view is read again.
-                parts.append(FixButton(f.fix, self.namespace, shell=self.shell, after=self.act).box)
+                button = FixButton(f.fix, self.namespace, shell=self.shell)
+                button.after = lambda _result, f=f, row=len(rows), button=button: self._fixed(f, row, button)
+                if shown is not None and shown[0] == (f.code, f.subject):
+                    button.status.value, shown = shown[2], None  # still here: its last outcome beside it
+                parts.append(button.box)
             rows.append(w.VBox(parts, layout=w.Layout(border_bottom="1px solid var(--jp-border-color2, #ddd)",
                                                       padding="2px 0")))
+        if shown is not None:
+            # The finding it fixed is gone: what the click did stays in its row's place.
+            outcome = w.HTML(f'<div style="margin:2px 0" class="devinspect-fix-result">{shown[2]}</div>')
+            rows.insert(min(shown[1], len(rows)), w.VBox([outcome], layout=w.Layout(padding="2px 0")))
         if not rows and self.view.display.findings_only:
             rows = [w.HTML("<p>No findings.</p>")]
         old = self.findings.children
@@ -348,8 +369,11 @@ class DevicesExplorer:
         """Move ``name``; the result is shown beside its row (the view is read again when it moved)."""
         from .. import actions
 
+        from ..runtime.user_modes import beneath_user_modes
+
         try:
-            result = actions.move(self.namespace, name, device)
+            with beneath_user_modes():
+                result = actions.move(self.namespace, name, device)
         except Exception as exc:  # noqa: BLE001 - shown beside the row
             result = actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
         self._show_move(name, device, result)
@@ -371,6 +395,7 @@ class DevicesExplorer:
     def _show_move(self, name: str, device: str, result: Any) -> None:
         self._release_offer = (name, device, result.follow_up) if not result.ok and result.follow_up else None
         self._results = {name: (result.ok, result.message)}  # the last move's result, beside its row
+        self._fix_result = None  # one outcome shown at a time: where the last click was
         if result.ok:
             self.refresh()
         else:

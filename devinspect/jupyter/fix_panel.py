@@ -14,6 +14,14 @@ from typing import Any, Callable, Iterable, MutableMapping
 from ..model.fixes import EmptyCache, Finding, Fix, ReleaseHistory
 
 
+def result_html(ok: bool, message: str, by_hand: Iterable[Any] = ()) -> str:
+    """An action's outcome, ✔ or ✖ and its message; then each edit the user has to make by hand."""
+    html = ("✔ " if ok else "✖ ") + escape(message)
+    hand = [f"<div>Not made (not a notebook cell): edit {escape(e.where.where)} to <code>{escape(e.new)}</code></div>"
+            for e in by_hand]
+    return html + "".join(hand)
+
+
 class FixButton:
     """An Apply fix button and its status line; offers a follow-up (release graphs) when the
     action says one would let it succeed."""
@@ -44,19 +52,28 @@ class FixButton:
 
     def _run(self, action: Any, released_first: Any = None) -> Any:
         from .. import actions
+        from ..runtime.user_modes import beneath_user_modes
 
         kwargs = {"made_for": self.made_for}
         if self.shell is not None:
             kwargs.update(displayhook=self.shell.displayhook, hidden=self.shell.user_ns_hidden)
         try:
-            if released_first is not None:
-                return actions.apply_after_release(self.namespace, released_first, action, **kwargs)
-            return actions.apply_fix(self.namespace, action, **kwargs)
+            with beneath_user_modes():  # a mode the user left entered sees none of the fix's own calls
+                if released_first is not None:
+                    return actions.apply_after_release(self.namespace, released_first, action, **kwargs)
+                return actions.apply_fix(self.namespace, action, **kwargs)
         except Exception as exc:  # noqa: BLE001 - shown in the panel, never a traceback
             return actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
 
     def _show(self, result: Any, also: str = "") -> None:
-        self.status.value = ("✔ " if result.ok else "✖ ") + escape(result.message + also)
+        self.status.value = result_html(result.ok, result.message + also, self.by_hand if result.ok else ())
+
+    @property
+    def by_hand(self) -> list[Any]:
+        """The edits this fix shows that Apply fix cannot make (a file's lines, not a cell's)."""
+        from ..diagnose.edit_checks import edits_by_hand
+
+        return edits_by_hand(self.fix)
 
     def apply(self, released_first: Any = None) -> Any:
         self.button.disabled = True

@@ -48,6 +48,7 @@ from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding
 from ..model.records import SourceLine
 from ..runtime import tracebacks, warning_places
+from ..runtime.user_modes import beneath_user_modes
 from .fast_paths import FastPaths
 from .gradient_copies import GradientCopies
 
@@ -569,7 +570,7 @@ class DeviceCheckMode(TorchFunctionMode):
         if self.mismatch is not None or id(exc) in self._seen_errors:
             return
         try:
-            with torch._C.DisableTorchFunction():
+            with tensor_getters.reading():  # beneath the user's modes; no subclass code runs
                 tensors = list(tensor_inputs(args, kwargs))
                 devices = sorted({str(tensor_getters.device(t)) for t in tensors
                                   if not (tensor_getters.device(t).type == "cpu" and tensor_getters.dim(t) == 0)})
@@ -577,7 +578,7 @@ class DeviceCheckMode(TorchFunctionMode):
                 return
             self._seen_errors.add(id(exc))
             try:
-                with torch._C.DisableTorchFunction():
+                with tensor_getters.reading():
                     failure = Failure(self.namespace, sys._getframe(), self.is_cell_frame, self._source,
                                       self._created.get)
                     self.mismatch = diagnose(failure, op_name(func), tensors, devices, exc)
@@ -617,6 +618,7 @@ class DeviceCheckMode(TorchFunctionMode):
 
     # -- result ---------------------------------------------------------------------------
 
+    @beneath_user_modes()  # no mode the user left entered sees the diagnosis
     def report(self, error: BaseException | None = None, elapsed_s: float | None = None,
                unseen: tuple[str, ...] = ()) -> CheckReport:
         lines = []

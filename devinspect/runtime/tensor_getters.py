@@ -20,6 +20,8 @@ from typing import Any, Iterator
 
 import torch
 
+from .user_modes import beneath_user_modes
+
 _TB = torch._C.TensorBase
 
 device = _TB.__dict__["device"].__get__
@@ -174,6 +176,8 @@ def _pushed(mode: AsConstructed) -> Iterator[AsConstructed]:
 def reading() -> Iterator[AsConstructed]:
     """Torch-function dispatch off and :class:`AsConstructed` on top of the dispatch modes: no
     ``__torch_function__``, no mode of the user's and no subclass's ``__torch_dispatch__`` sees
-    a read made inside. The mode it yields counts the metadata it answered as constructed."""
-    with torch._C.DisableTorchFunction(), _pushed(AsConstructed()) as mode:
+    a read made inside. The user's modes are taken off their stacks for the while (not merely
+    passed over: a mode below ours would see what a subclass of devinspect's own redispatches).
+    The mode it yields counts the metadata it answered as constructed."""
+    with beneath_user_modes(), torch._C.DisableTorchFunction(), _pushed(AsConstructed()) as mode:
         yield mode

@@ -32,6 +32,7 @@ import torch
 
 from ...collect.code import locations
 from ...runtime import tensor_getters
+from .. import edit_checks
 from ...collect.code.failing_call import (
     FACTORIES,
     Entry,
@@ -71,7 +72,8 @@ def explain_device_error(exc: BaseException | None, namespace: Mapping[str, Any]
             except Exception:  # noqa: BLE001 - a kind that cannot be read is not claimed
                 found = None
             if found is not None:
-                return found
+                fix = getattr(found, "fix", None)
+                return dataclasses.replace(found, fix=edit_checks.with_edits_that_run(fix)) if fix is not None else found
     return None
 
 

@@ -40,7 +40,7 @@ from ...model.check_report import Mismatch, Operand
 from ...model.fixes import EditCell, Fix
 from ...model.records import SourceLine, device_is_accelerator
 from ..causes import device_names, made_in_code, maker_calls, creation_sites, value_flow
-from .. import fixes
+from .. import edit_checks, fixes
 from .container_fixes import MOVED_AT_MOST, ContainerFixes
 from ..causes.dropped_moves import dropped_move_fix
 
@@ -117,7 +117,7 @@ class _Diagnosis(ContainerFixes):
         self._named = named
         target = self._target(named)
         fix = self._fix(named, target) if target else None
-        fix = fixes.importing_torch(fix, binds_module(failure.namespace, "torch"))
+        fix = fixes.importing_torch(edit_checks.with_edits_that_run(fix), binds_module(failure.namespace, "torch"))
         fix = fixes.with_note(fix, fixes.PARTIAL_STEP_NOTE) if call_stack.optimizer_step_running(failure.stack) else fix
         user_frame = failure.line or (failure.source(self.inner) if self.inner is not None
                                       and self.inner is not self.cell else None)
