@@ -22,6 +22,7 @@ raises into the user's code: the callers catch.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from typing import Any
 
@@ -117,7 +118,11 @@ class _Diagnosis:
             shape = None
         created = self.failure.created(value)
         detail = creation_sites.creation_detail(created)
-        found = self.index.lookup(value)
+        # The names walked first (modules, tensors, optimizers), then a local of the user's function;
+        # the rest of the session (lists, dicts, objects) only for what neither names.
+        found = self.index.lookup(value, rest=False)
+        if found is None and not self._local_not_reached(value):
+            found = self.index.lookup(value)
         if found is not None and ".param_groups[" in found[0].name:
             # An optimizer's place is where the walk met it first; a name of the user's is better.
             better = next((n for n in self.index.other_names(found[0].name) if ".param_groups[" not in n), None)
@@ -148,6 +153,20 @@ class _Diagnosis:
         source = "created" if created else "unknown"
         return NamedOperand(Operand(None, source, device, dtype, shape,
                               detail or (f"made inside {inside}" if inside else "a temporary")), value, created=created)
+
+    def _local_not_reached(self, value: Any) -> bool:
+        """Whether ``value`` is a local of a user function and none of the session's names not walked
+        yet is read by the user's frames or the failing line (so none of them was handed it)."""
+        if not any(call_stack.local_name(f, value, {}) for f in self.user_frames
+                   if locations.frame_locals(f) is not f.f_globals):
+            return False
+        read = {name for f in self.user_frames for name in f.f_code.co_names}
+        if self.cell is not None:
+            try:
+                read |= {n.id for n in ast.walk(ast.parse(self.failure.source(self.cell).text)) if isinstance(n, ast.Name)}
+            except SyntaxError:
+                return False
+        return not (read & self.index.rest_roots())
 
     # -- the one device everything should be on -------------------------------------------------
     def _call(self, named: list[NamedOperand], target: str) -> FailedCall:
