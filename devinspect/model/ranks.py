@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .display import Displayed
-from .fixes import Finding, Severity
+from .fixes import Finding
 from .device_memory import nullable
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from ...model.causes import Cause
 from ...model.check_report import Mismatch, Operand
 from ...model.fixes import Fix
 from ...model.records import device_is_accelerator
-from ..causes import creation_sites
+from ..causes import factory_made
 from ..causes.cause_rules import WHEN_NO_FIX, causes
 from ..causes.context import CauseContext, FailedCall, Failure, NamedOperand
 from ..causes.fix_writing import library, model_of
@@ -117,7 +117,7 @@ class _Diagnosis:
         except Exception:  # noqa: BLE001 - a symbolic or unreadable shape
             shape = None
         created = self.failure.created(value)
-        detail = creation_sites.creation_detail(created)
+        detail = factory_made.creation_detail(created)
         # The names walked first (modules, tensors, optimizers), then a local of the user's function;
         # the rest of the session (lists, dicts, objects) only for what neither names.
         found = self.index.lookup(value, rest=False)
@@ -147,8 +147,8 @@ class _Diagnosis:
                               created=created)
         if created is None:
             # Made by library code: its source says how, when it is a factory call without device=.
-            created = creation_sites.library_factory(call_stack.frames_from(self.failure.stack), value)
-            detail = creation_sites.creation_detail(created)
+            created = factory_made.library_factory(call_stack.frames_from(self.failure.stack), value)
+            detail = factory_made.creation_detail(created)
         inside = library(self._call([], "?"))
         source = "created" if created else "unknown"
         return NamedOperand(Operand(None, source, device, dtype, shape,

@@ -15,7 +15,7 @@ from ....model.records import SourceLine, device_is_accelerator
 from ... import fixes
 from .. import creation_sites, device_names, value_flow
 from ..containers import comprehension_fix, passed_container
-from ..context import CauseContext, FailedCall, NamedOperand
+from ..context import CauseContext, FailedCall
 from ..fix_writing import edit_fix
 from .namespace_variable import of_record
 
