@@ -578,7 +578,7 @@ def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: 
     made = next((m.type_name for m in result.modules if m.name == name), None) if module else None
     origin = creation_sites.namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module, made=made) or \
         _unpacked_origin(result, name, target, device_expr)
-    if origin is None or not origin.edits or (factories_only and origin.kind != "factory"):
+    if origin is None or not origin.edits or (factories_only and origin.made_by != "factory"):
         return fix
     # What the same line made (x, adj = load()) or the user's same helper did (val_data = batchify(…)) fails next.
     alike = made_in_code.made_alike(name)
@@ -594,7 +594,8 @@ def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: 
 def _unpacked_origin(result: ScanResult, name: str, target: str, device_expr: str) -> Any:
     """``x, adj = load()``: a line after it moves each of the tensors it unpacks that sit elsewhere."""
     from ..collect.code.user_code import assignment_in_session
-    from .causes.creation_sites import Origin, unpacking_edit
+    from .causes.creation_sites import unpacking_edit
+    from ..model.causes import Cause
 
     statement = assignment_in_session(name, None, 1 << 30)
     node = statement.node if statement is not None else None
@@ -603,7 +604,7 @@ def _unpacked_origin(result: ScanResult, name: str, target: str, device_expr: st
     names = tuple(e.id for e in node.targets[0].elts if isinstance(e, ast.Name))
     host = {r.name for r in result.of_kind("tensor") if r.name in names and r.device != target and r.alias_of is None}
     edit = unpacking_edit(statement, [(n, f"{n}.to({device_expr})") for n in names if n in host])
-    return Origin(edit.where, "value", edit, False, together=names) if edit is not None else None
+    return Cause(edit.where, "value", edit, False, together=names) if edit is not None else None
 
 
 def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding]:

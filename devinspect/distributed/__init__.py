@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from ..diagnose.ranks.cross_rank import make_report
 from ..diagnose.ranks.rank_summary import TOP, summary
-from ..model.ranks import SKEW_MARGIN, CrossRankFinding, RankReport, RankSummary
+from ..model.ranks import SKEW_MARGIN, Finding, RankReport, RankSummary
 from .engines import from_view
 from .gather import DistributedError, gather
 
-__all__ = ["summary", "gather", "from_view", "RankReport", "RankSummary", "CrossRankFinding", "DistributedError",
+__all__ = ["summary", "gather", "from_view", "RankReport", "RankSummary", "Finding", "DistributedError",
            "make_report", "SKEW_MARGIN", "TOP"]
 

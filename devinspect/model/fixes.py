@@ -154,22 +154,34 @@ class Fix:
 Severity = Literal["error", "warning", "hint"]
 
 
+#: What a finding is about, one word each: over a scan (``%devices``), over a checked cell's copies
+#: and syncs (``%%devcheck``), and across the ranks of a distributed job.
+FindingCode = Literal[
+    "mixed-device-module", "module-on-other-device", "partly-materialised-module", "unregistered-tensor-attribute",
+    "optimizer-state-device", "stale-optimizer", "input-on-other-device", "dropped-move", "held-by-output-history",
+    "held-by-traceback", "loader-not-pinned", "not-walked", "could-not-inspect", "host-table-in-object",
+    "round-trip", "sync-in-loop", "repeated-transfer", "non-blocking-unpinned",
+    "skew", "desync", "foreign context", "versions", "failed rank"]
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """Something probably wrong, said in one line, with the fix.
 
     ``severity`` is ``"error"`` (will fail or is certainly wrong), ``"warning"``
     (wastes memory or will bite later) or ``"hint"`` (worth a look). ``names`` are
-    the records (tensor names) it is about, so a filtered view can show it.
+    the records (tensor names) it is about, so a filtered view can show it; ``ranks`` the
+    ranks of a distributed job it is about (a finding across ranks).
     """
 
-    code: str
+    code: FindingCode
     severity: Severity
-    subject: str
-    message: str
+    subject: str = ""
+    message: str = ""
     fix: Fix | None = None
     storage_bytes: int | None = None
     names: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()
 
 
 SEVERITY_ORDER: dict[Severity, int] = {"error": 0, "warning": 1, "hint": 2}

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .display import Displayed
-from .fixes import Severity
+from .fixes import Finding
 from .device_memory import nullable
 
 if TYPE_CHECKING:
@@ -53,13 +53,6 @@ class TopTensor:
     dtype: str
     shape: tuple[int, ...] | None
     storage_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class RankFinding:
-    severity: Severity
-    code: str
-    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +94,7 @@ class RankSummary:
     tensors: int = 0
     tensor_bytes: int = 0
     top: tuple[TopTensor, ...] = ()
-    findings: tuple[RankFinding, ...] = ()
+    findings: tuple[Finding, ...] = ()
     parameters: tuple[ParameterSignature, ...] = ()
     #: All parameters, of which ``parameters`` lists the first MAX_PARAMETERS.
     parameter_count: int = 0
@@ -150,7 +143,7 @@ def failed_summary(rank: int, world_size: int, error: str, transport: str = "") 
     return RankSummary(rank=rank, world_size=world_size, transport=transport, error=error)
 
 
-_NESTED = {"devices": DeviceUse, "top": TopTensor, "findings": RankFinding, "parameters": ParameterSignature,
+_NESTED = {"devices": DeviceUse, "top": TopTensor, "findings": Finding, "parameters": ParameterSignature,
            "dtensors": DTensorPlacement}
 
 
@@ -176,15 +169,6 @@ def _build(cls: type, data: Mapping[str, Any]) -> Any:
         raise
 
 
-@dataclass(frozen=True, slots=True)
-class CrossRankFinding:
-    #: "skew", "desync", "foreign context", "versions", "failed rank".
-    code: str
-    severity: Severity
-    message: str
-    ranks: tuple[int, ...] = ()
-
-
 def skew(summaries: list[RankSummary] | tuple[RankSummary, ...]) -> tuple[int, int, int] | None:
     """(median bytes, worst rank, its bytes) over the ranks that reported, or None without two."""
     held = [(s.held_bytes, s.rank) for s in summaries if not s.error or s.devices]
@@ -205,7 +189,7 @@ class RankReport(Displayed):
     """
 
     summaries: tuple[RankSummary, ...]
-    findings: tuple[CrossRankFinding, ...] = ()
+    findings: tuple[Finding, ...] = ()
     margin: float = SKEW_MARGIN
     #: Bytes each rank sent (its pickled summary), in rank order; what the transport carried.
     sent_bytes: tuple[int, ...] = ()

@@ -44,6 +44,7 @@ from ..collect.objects.static_getters import type_is_one_of
 from ..collect.namespace.path_lookup import object_at
 from ..diagnose.errors.mismatch import Failure, diagnose
 from ..diagnose.transfer_findings import repeated_transfer, round_trip, sync_in_loop, unpinned_non_blocking
+from ..model.causes import Cause
 from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding
 from ..model.records import SourceLine
@@ -227,7 +228,7 @@ class DeviceCheckMode(TorchFunctionMode):
         self._sources: dict[tuple[types.CodeType, int], SourceLine] = {}
         self._from_device = _StorageTags(by_pointer=True)  # host memory that came from a device -> line
         self._moved = _StorageTags()  # host memory -> times copied to a device
-        self._created = _StorageTags()  # tensor memory -> (line, factory, device given, package)
+        self._created = _StorageTags()  # tensor memory -> how it was made (a Cause)
         self._values: dict[tuple[type, Any], str] = {}  # .item()/.tolist() results -> line they left the device
         self._flags: list[Finding] = []
         self._flagged: set[tuple[str, str]] = set()
@@ -402,7 +403,8 @@ class DeviceCheckMode(TorchFunctionMode):
                      or _on_accelerator(result))
             # The user's line, the factory, whether it said device=, and the package it ran in (when
             # library code called it from that line).
-            self._created.set(result, (where[0], name, given, where[2] or ""))
+            self._created.set(result, Cause(where[0], "factory", factory=name, device_given=given,
+                                                 package=where[2] or ""))
             if name in ("tensor", "as_tensor", "asarray", "new_tensor"):
                 self._tensor_from_data(name, args[1:] if name == "new_tensor" else args, where, given, result)
 

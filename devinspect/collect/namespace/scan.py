@@ -185,6 +185,10 @@ def walk_user_roots(walker: Walker, user: list[tuple[str, Any]]) -> None:
     walker.flush_postponed()
 
 
+#: Roots the walk never enters (see static_getters.OPAQUE; a class is entered for its attributes).
+_HOLDS_NO_TENSOR = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+
+
 def _root_rank(item: tuple[str, Any]) -> int:
     vt = type(item[1])
     return 0 if issubclass(vt, _Module) else 1 if issubclass(vt, _Tensor) else 2 if issubclass(vt, _Optimizer) else 3
@@ -396,10 +400,16 @@ class NameIndex:
             self._finish()
         return self._named(name)
 
-    def lookup(self, t: Any) -> tuple[TensorRecord, bool] | None:
-        """(the record of the name the user knows ``t`` by, whether ``t`` is only a view of it)."""
+    def rest_roots(self) -> frozenset[str]:
+        """The user's names not walked yet that could hold a tensor (lists, dicts and objects: where a
+        large namespace sits; not an imported module or a function)."""
+        return frozenset(name for name, value in self._rest if not issubclass(type(value), _HOLDS_NO_TENSOR))
+
+    def lookup(self, t: Any, rest: bool = True) -> tuple[TensorRecord, bool] | None:
+        """(the record of the name the user knows ``t`` by, whether ``t`` is only a view of it).
+        With ``rest`` False, only what is walked already is asked (no walk of the rest)."""
         name = self._tensor_first.get(id(t))
-        if name is None and self._rest and self._rest_may_name(t):
+        if name is None and rest and self._rest and self._rest_may_name(t):
             self._finish()  # the tensor itself may sit in a list or dict, named before any view of it
             name = self._tensor_first.get(id(t))
         is_view = False

@@ -14,8 +14,7 @@ from __future__ import annotations
 import ast
 import linecache
 import types
-from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -23,32 +22,12 @@ from ...collect.code import locations, user_code
 from ...runtime import tensor_getters
 from ...collect.code.failing_call import FACTORIES, LIKE_FACTORIES, SAME_DEVICE_METHODS
 from ...collect.objects.static_getters import static_class_attr
+from ...model.causes import Cause
 from ...model.fixes import SourceEdit
 from ...model.records import SourceLine
 from .. import fixes
 
 _T = torch.Tensor
-
-
-@dataclass(frozen=True)
-class Origin:
-    """The line of user code that decides an operand's device, and the edit there."""
-
-    where: SourceLine
-    #: "factory" (a call without device=), "loop" (a for loop's target), "value" (any other
-    #: assignment, moved as a whole), "comprehension" (the container a comprehension walks).
-    kind: str
-    edit: SourceEdit | None
-    #: Whether the line is in the cell that failed (its edit can be made there and run again).
-    in_failed_cell: bool = False
-    #: More edits of the same cause (the factory lines of a function the line calls).
-    also: tuple[SourceEdit, ...] = ()
-    #: The names the line binds together (``s, a, r = buffer.sample(8)``): what one fix moves.
-    together: tuple[str, ...] = ()
-
-    @property
-    def edits(self) -> tuple[SourceEdit, ...]:
-        return ((self.edit,) if self.edit is not None else ()) + self.also
 
 
 def local_statement_line(name: str, frame: types.FrameType, failing_line: int) -> int | None:
@@ -409,7 +388,7 @@ def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_li
 
 def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
                      device_expr: str, wrap: bool = False, moved: str | None = None,
-                     made: str | None = None) -> Origin | None:
+                     made: str | None = None) -> Cause | None:
     """Where the namespace variable ``name`` (of class ``made``, when known) was made: in the failed
     cell before its failing line (a ``for`` loop over host batches included: ``moved`` as in
     :func:`loop_edit`), else in the latest earlier cell that binds it."""
@@ -420,7 +399,7 @@ def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line
     here = current is not None and statement.cell == current.number
     if isinstance(statement.node, (ast.For, ast.AsyncFor)):
         edit = loop_edit(statement, wrong, device_expr, moved)
-        return Origin(_source_line(statement), "loop", edit, here) if edit is not None else None
+        return Cause(_source_line(statement), "loop", edit, here) if edit is not None else None
     if wrap:
         later = _later_placement(name, statement, failing_line if here else 1 << 30)
         if later is not None:
@@ -429,7 +408,7 @@ def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line
     if made is None:
         return None
     kind, edit = made
-    return Origin(_source_line(statement), kind, edit, here)
+    return Cause(_source_line(statement), kind, edit, here)
 
 
 def _places_on_host(call: ast.Call) -> bool:
@@ -460,7 +439,7 @@ def _later_placement(name: str, statement: user_code.Statement, before: int) -> 
     return found
 
 
-def _placement_origin(name: str, statement: user_code.Statement, device_expr: str, here: bool) -> Origin | None:
+def _placement_origin(name: str, statement: user_code.Statement, device_expr: str, here: bool) -> Cause | None:
     """The edit of a statement that puts a module on the host: its move goes to the device
     instead, or the module moves to the device on the next line."""
     if not _single_line(statement):
@@ -474,11 +453,11 @@ def _placement_origin(name: str, statement: user_code.Statement, device_expr: st
         new = f"{_cut(text, 0, start)}{name}.to({device_expr}){_cut(text, end)}"
     else:
         new = f"{text}\n{name}.to({device_expr})"
-    return Origin(where, "value", SourceEdit(where, text, new, statement.function), here)
+    return Cause(where, "value", SourceEdit(where, text, new, statement.function), here)
 
 
 def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: list[str],
-                 device_expr: str, plain_values: bool = False) -> Origin | None:
+                 device_expr: str, plain_values: bool = False) -> Cause | None:
     """Where a local of a user function got its value: its last assignment before the failing
     line (or the ``for`` loop binding it), read from the function's source. A factory call is
     edited; with ``plain_values``, so is an assignment of data that only passes through
@@ -494,14 +473,14 @@ def local_origin(name: str, frame: types.FrameType, failing_line: int, wrong: li
         if not _loop_makes(statement.node, frame, wrong):
             return None
         edit = loop_edit(statement, wrong, device_expr)
-        return Origin(_source_line(statement), "loop", edit) if edit is not None else None
+        return Cause(_source_line(statement), "loop", edit) if edit is not None else None
     statement = user_code.made_before_updates(name, statement, node.body, lambda v: argument_root(ast.unparse(v)) == name,
                                             lambda s: (creation_edit(s, device_expr, name=name) or ("",))[0] == "factory")
     made = creation_edit(statement, device_expr, name=name)
     if made is None or (made[0] != "factory" and not _unpacks(statement)
                         and not (plain_values and _passes_through(statement))):
         return None
-    return Origin(_source_line(statement), made[0], made[1])
+    return Cause(_source_line(statement), made[0], made[1])
 
 
 def _loop_makes(loop: ast.For | ast.AsyncFor, frame: types.FrameType, names: list[str]) -> bool:
@@ -548,7 +527,7 @@ def argument_root(expression: str) -> str | None:
             return None
 
 
-def local_origin_at(filename: str, function: str, lineno: int, name: str, device_expr: str) -> Origin | None:
+def local_origin_at(filename: str, function: str, lineno: int, name: str, device_expr: str) -> Cause | None:
     """:func:`local_origin` for a function known by file, name and a line inside it (one that
     torch.compile traced: no frame of it ever ran)."""
     tree = user_code.parse(filename)
@@ -564,47 +543,7 @@ def local_origin_at(filename: str, function: str, lineno: int, name: str, device
     made = creation_edit(statement, device_expr)
     if made is None or made[0] != "factory":
         return None
-    return Origin(_source_line(statement), made[0], made[1])
-
-
-def creation_detail(created: tuple | None) -> str:
-    """How a tensor was made, from ``(line, factory, device given, package)``: the line is the
-    user's that called into the package, or the package's own."""
-    if created is None:
-        return ""
-    where, factory, given, inside = created
-    made = f"torch.{factory}" + ("" if given else " without device=")
-    if inside:
-        return f"created by {made} inside {inside}, " + (
-            f"at {where.label}" if locations.is_library_file(where.file) else f"called from {where.label}")
-    return f"created at {where.label} by {made}"
-
-
-def library_factory(frames: Iterable[types.FrameType], value: Any) -> tuple[SourceLine, str, str] | None:
-    """``(line, factory, package)`` when ``value`` is a local of library code (the first of
-    ``frames`` that holds it) whose assignment there is ``torch.<factory>(…)`` without
-    ``device=`` (a method that keeps the device may follow): read from the library's source,
-    which is never edited."""
-    for frame in frames:
-        code = frame.f_code
-        if locations.is_user_code(code) or locations.is_own_file(code.co_filename):
-            continue
-        local_vars = locations.frame_locals(frame)
-        if local_vars is frame.f_globals:
-            continue
-        name = next((k for k, v in dict.items(local_vars) if v is value and type(k) is str and k != "self"), None)
-        if name is None:
-            continue
-        node = user_code.function_node(code)
-        statement = (user_code.last_assignment(name, code.co_filename, node.body, frame.f_lineno + 1, None)
-                     if node is not None else None)
-        value_node = getattr(statement.node, "value", None) if statement is not None else None
-        calls = factory_calls(value_node) if value_node is not None else []
-        if not calls or not ast.unparse(value_node).startswith(ast.unparse(calls[0])):
-            return None
-        where = locations.source_line(code.co_filename, statement.line, code.co_name)
-        return where, calls[0].func.attr, locations.package_of(code.co_filename)
-    return None
+    return Cause(_source_line(statement), made[0], made[1])
 
 
 def call_argument(caller: types.FrameType, caller_line: str, function: str, code: types.CodeType,
@@ -642,7 +581,7 @@ def _calls_a_module(frame: types.FrameType, func: ast.expr) -> bool:
     return value is not MISSING and issubclass(type(value), torch.nn.Module)
 
 
-def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Origin | None:
+def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Cause | None:
     """A tensor made on a known line (a temporary, or one the check saw being made): ``device=``
     on the factory calls of that line that lack it."""
     text = where.text.strip()
@@ -660,7 +599,7 @@ def line_origin(where: SourceLine, device_expr: str, in_failed_cell: bool) -> Or
     new = with_device(text, calls, device_expr, offset)
     if new is None or new == text:
         return None
-    return Origin(where, "factory", SourceEdit(where, text, new, where.function), in_failed_cell)
+    return Cause(where, "factory", SourceEdit(where, text, new, where.function), in_failed_cell)
 
 
 def assignments_in_methods(cls: type, attr: str, skip: tuple[str, ...] = ("__init__",),

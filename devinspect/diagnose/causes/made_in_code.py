@@ -32,6 +32,7 @@ from ...collect.objects.static_getters import (
     type_name,
 )
 from ...collect.namespace.path_lookup import MISSING, object_at
+from ...model.causes import Cause
 from ...model.fixes import SourceEdit
 from .. import fixes
 from . import creation_sites
@@ -437,7 +438,7 @@ def edits_for_attributes(owner: Any, attrs: list[str], namespace: Mapping[str, A
 
 
 def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
-                     device_expr: str, namespace: Mapping[str, Any], target: str, **kw: Any) -> creation_sites.Origin | None:
+                     device_expr: str, namespace: Mapping[str, Any], target: str, **kw: Any) -> Cause | None:
     """:func:`origins.namespace_origin`, but where the line that made ``name`` only receives its tensors
     from a function of the user's (``hidden = model.init_hidden(4)``), that function's lines; and where
     it unpacks several (``s, a, r = buffer.sample(8)``), a line after it that moves each."""
@@ -453,24 +454,24 @@ def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line
         inside = edits_for_call(statement, namespace, target, name)
         if inside:
             names = tuple(dict.fromkeys((*names, *received_from_the_same_function(statement, namespace))))
-            return creation_sites.Origin(inside[0].where, "inside", inside[0], here, also=tuple(inside[1:]), together=names)
+            return Cause(inside[0].where, "inside", inside[0], here, also=tuple(inside[1:]), together=names)
         if unpacked:
             moved = [(n, e) for n in names
                      if (e := creation_sites.moved_expression(n, dict.get(namespace, n), target, device_expr)) is not None]
             edit = creation_sites.unpacking_edit(statement, moved)
-            return creation_sites.Origin(edit.where, "value", edit, here, together=names) if edit is not None else None
+            return Cause(edit.where, "value", edit, here, together=names) if edit is not None else None
     return creation_sites.namespace_origin(name, cell_frame, failing_line, wrong, device_expr, **kw)
 
 
 def attributes_origin(owner: Any, root: str, names: list[str], namespace: Mapping[str, Any],
-                      target: str) -> creation_sites.Origin | None:
+                      target: str) -> Cause | None:
     """The lines of the class of ``owner`` (the object called ``root``) that make its tensors
     ``names`` (``root.mean``, ``root.std``), as one origin with every edit."""
     attrs = [n[len(root) + 1:] for n in names if n.startswith(root + ".") and n[len(root) + 1:].isidentifier()]
     edits = edits_for_attributes(owner, attrs, namespace, target) if owner is not MISSING else []
     if not edits:
         return None
-    return creation_sites.Origin(edits[0].where, "factory", edits[0], False, also=tuple(edits[1:]))
+    return Cause(edits[0].where, "factory", edits[0], False, also=tuple(edits[1:]))
 
 
 def rerun_note(edits: tuple[SourceEdit, ...], cell_file: str | None) -> str | None:

@@ -26,13 +26,14 @@ from ...collect.objects.static_getters import (
     instance_dict,
     static_class_attr,
 )
+from ...model.causes import Cause
 from ...model.fixes import SourceEdit
 from ...runtime import tensor_getters
 from . import creation_sites
 
 
 def maker_origin(name: str, statement: user_code.Statement, frame: types.FrameType,
-                 device_expr: str) -> creation_sites.Origin | None:
+                 device_expr: str) -> Cause | None:
     """The edit of ``name = f(...)`` when ``f`` is handed no tensor and the local it bound is a
     tensor; None for any other statement."""
     node = statement.node
@@ -41,7 +42,7 @@ def maker_origin(name: str, statement: user_code.Statement, frame: types.FrameTy
             and node.targets[0].id == name and tensor_getters.is_tensor(dict.get(local_vars, name))):
         return None
     edit = maker_edit(statement, frame, device_expr)
-    return creation_sites.Origin(edit.where, "factory", edit) if edit is not None else None
+    return Cause(edit.where, "factory", edit) if edit is not None else None
 
 
 def replacing_edit(statement: user_code.Statement, frame: types.FrameType | None, device_expr: str) -> SourceEdit | None:

@@ -26,6 +26,7 @@ import torch
 from ...collect.code import locations, user_code
 from ...collect.objects.static_getters import instance_dict
 from ...runtime import tensor_getters
+from ...model.causes import Cause
 from . import creation_sites, device_names, made_in_code, maker_calls
 
 _T = torch.Tensor
@@ -49,7 +50,7 @@ class Trail:
     """The end of a trail: the line that made the value (with its edit), or the parameter of the
     function the value came in by."""
 
-    origin: creation_sites.Origin | None = None
+    origin: Cause | None = None
     parameter: str | None = None
     #: The local the trail ended at: the one the origin makes, or the parameter.
     name: str = ""
@@ -89,7 +90,7 @@ def _trail(name: str, frame: types.FrameType, node: ast.FunctionDef | ast.AsyncF
         if not holds_device(_local(frame, read), off) and read not in rebound:
             continue
         found = _trail(read, frame, node, statement.line, off, device_at, seen)
-        if found is not None and (found.origin is None or found.origin.kind != "factory"):
+        if found is not None and (found.origin is None or found.origin.made_by != "factory"):
             if not made:
                 return found
         elif found is not None:
@@ -101,12 +102,12 @@ def _trail(name: str, frame: types.FrameType, node: ast.FunctionDef | ast.AsyncF
             edit = made_in_code.unmoved_in_device_method(type(owner), attr) \
                 if holds_device(dict.get(instance_dict(owner), attr), off) else None
             if edit is not None:
-                return Trail(origin=creation_sites.Origin(edit.where, "factory", edit), name=f"self.{attr}")
+                return Trail(origin=Cause(edit.where, "factory", edit), name=f"self.{attr}")
         # anchors = self.anchor_generator(images, features), given nothing on ``off``: that module's forward
         module = _called_module(value, frame)
         found = made_in_code.forward_made_on_default(type(module)) if module is not None else None
         if found is not None:
-            return Trail(origin=creation_sites.Origin(found[1].where, "factory", found[1]), name=found[0])
+            return Trail(origin=Cause(found[1].where, "factory", found[1]), name=found[0])
     if len(made) > 1:  # di and dj of torch.meshgrid(di, dj): editing one leaves the other on the host
         extra = tuple(e for t in made[1:] for e in t.origin.edits if e not in made[0].origin.edits)
         return Trail(origin=dataclasses.replace(made[0].origin, also=made[0].origin.also + extra), name=made[0].name)
@@ -114,7 +115,7 @@ def _trail(name: str, frame: types.FrameType, node: ast.FunctionDef | ast.AsyncF
 
 
 def _made_here(name: str, frame: types.FrameType, statement: user_code.Statement, before: int,
-               device_at: DeviceAt) -> creation_sites.Origin | None:
+               device_at: DeviceAt) -> Cause | None:
     """The edit of the statement that binds ``name`` when it makes the value (a factory call
     without ``device=``, also in one branch of a conditional or inside a comprehension; a loop
     over host batches), with the device named as that line can see it."""
@@ -126,7 +127,7 @@ def _made_here(name: str, frame: types.FrameType, statement: user_code.Statement
     device_expr = device_at(frame, statement.line, {name}, reads)
     origin = creation_sites.local_origin(name, frame, before, [name], device_expr) or \
         maker_calls.maker_origin(name, statement, frame, device_expr)
-    if origin is None or origin.kind not in ("factory", "loop"):
+    if origin is None or origin.made_by not in ("factory", "loop"):
         return None
     if origin.where.line != statement.line:  # an earlier line made it: name the device as that line can
         origin = creation_sites.local_origin(name, frame, before, [name],

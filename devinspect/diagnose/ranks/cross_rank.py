@@ -9,25 +9,25 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from ...model.ranks import SKEW_MARGIN, CrossRankFinding, RankReport, RankSummary, skew
+from ...model.ranks import SKEW_MARGIN, Finding, RankReport, RankSummary, skew
 from ...model.units import human_bytes
 
 #: Parameters named per desync finding.
 EXAMPLES = 5
 
 
-def cross_rank_findings(summaries: list[RankSummary], margin: float = SKEW_MARGIN) -> tuple[CrossRankFinding, ...]:
+def cross_rank_findings(summaries: list[RankSummary], margin: float = SKEW_MARGIN) -> tuple[Finding, ...]:
     found = [*_failed(summaries), *_versions(summaries), *_skew(summaries, margin), *_desync(summaries),
              *_foreign_contexts(summaries)]
     return tuple(found)
 
 
-def _failed(summaries: list[RankSummary]) -> list[CrossRankFinding]:
-    return [CrossRankFinding("failed rank", "error", f"rank {s.rank}: {s.error}", (s.rank,))
+def _failed(summaries: list[RankSummary]) -> list[Finding]:
+    return [Finding("failed rank", "error", message=f"rank {s.rank}: {s.error}", ranks=(s.rank,))
             for s in summaries if s.error]
 
 
-def _versions(summaries: list[RankSummary]) -> list[CrossRankFinding]:
+def _versions(summaries: list[RankSummary]) -> list[Finding]:
     by_version: dict[str, list[int]] = defaultdict(list)
     for s in summaries:
         if s.devinspect_version:
@@ -35,13 +35,13 @@ def _versions(summaries: list[RankSummary]) -> list[CrossRankFinding]:
     if len(by_version) < 2:
         return []
     said = "; ".join(f"{v} on {ranks_text(r)}" for v, r in sorted(by_version.items(), key=lambda kv: kv[1]))
-    return [CrossRankFinding(
+    return [Finding(
         "versions", "warning",
-        f"ranks run different devinspect versions ({said}): install one version everywhere; "
-        "what an older rank does not send is left out", tuple(sorted(r for rs in by_version.values() for r in rs)))]
+        message=f"ranks run different devinspect versions ({said}): install one version everywhere; "
+        "what an older rank does not send is left out", ranks=tuple(sorted(r for rs in by_version.values() for r in rs)))]
 
 
-def _skew(summaries: list[RankSummary], margin: float) -> list[CrossRankFinding]:
+def _skew(summaries: list[RankSummary], margin: float) -> list[Finding]:
     figures = skew(summaries)
     if figures is None:
         return []
@@ -53,14 +53,14 @@ def _skew(summaries: list[RankSummary], margin: float) -> list[CrossRankFinding]
     for s in sorted(above, key=lambda s: -s.held_bytes):
         pct = f"+{(s.held_bytes / median - 1) * 100:.0f}%" if median else "median is 0 B"
         largest = f"; its largest: {s.top[0].name} ({human_bytes(s.top[0].storage_bytes)})" if s.top else ""
-        out.append(CrossRankFinding(
+        out.append(Finding(
             "skew", "warning",
-            f"rank {s.rank} holds {human_bytes(s.held_bytes)}, the median rank {human_bytes(median)} ({pct}, "
-            f"more than {margin:.0%} above){largest}", (s.rank,)))
+            message=f"rank {s.rank} holds {human_bytes(s.held_bytes)}, the median rank {human_bytes(median)} ({pct}, "
+            f"more than {margin:.0%} above){largest}", ranks=(s.rank,)))
     return out
 
 
-def _desync(summaries: list[RankSummary]) -> list[CrossRankFinding]:
+def _desync(summaries: list[RankSummary]) -> list[Finding]:
     """Parameters with one name whose device type, dtype or shape differ between ranks."""
     by_name: dict[str, dict[int, tuple]] = defaultdict(dict)
     for s in summaries:
@@ -79,11 +79,11 @@ def _desync(summaries: list[RankSummary]) -> list[CrossRankFinding]:
     for what, names in differing.items():
         ranks = _ranks_of(by_name[names[0]], reporting)
         shown = ", ".join(names[:EXAMPLES]) + (f" and {len(names) - EXAMPLES} more" if len(names) > EXAMPLES else "")
-        out.append(CrossRankFinding(
+        out.append(Finding(
             "desync", "error",
-            f"{len(names)} parameter{'s differ' if len(names) != 1 else ' differs'} across ranks ({'; '.join(what)}): "
+            message=f"{len(names)} parameter{'s differ' if len(names) != 1 else ' differs'} across ranks ({'; '.join(what)}): "
             f"{shown}. DDP needs the same model on every rank: build it the same way on each",
-            ranks))
+            ranks=ranks))
     return out
 
 
@@ -115,7 +115,7 @@ def _value_text(value: object) -> str:
     return str(value)
 
 
-def _foreign_contexts(summaries: list[RankSummary]) -> list[CrossRankFinding]:
+def _foreign_contexts(summaries: list[RankSummary]) -> list[Finding]:
     """A process with a CUDA context on a GPU that is not its own: about 0.5-1 GiB each,
     typically made by ``torch.cuda`` calls before ``set_device`` (everything lands on GPU 0)."""
     out = []
@@ -124,11 +124,11 @@ def _foreign_contexts(summaries: list[RankSummary]) -> list[CrossRankFinding]:
             continue
         foreign = [g for g in s.cuda_contexts if g != s.own_gpu]
         if foreign:
-            out.append(CrossRankFinding(
+            out.append(Finding(
                 "foreign context", "warning",
-                f"rank {s.rank} (local rank {s.local_rank}, pid {s.pid}) has a CUDA context on GPU "
+                message=f"rank {s.rank} (local rank {s.local_rank}, pid {s.pid}) has a CUDA context on GPU "
                 f"{', '.join(foreign)} besides its own GPU {s.own_gpu}: call torch.cuda.set_device(local_rank) "
-                "before any other CUDA call", (s.rank,)))
+                "before any other CUDA call", ranks=(s.rank,)))
     return out
 
 

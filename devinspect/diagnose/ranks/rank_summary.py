@@ -11,7 +11,8 @@ import time
 from itertools import compress
 from typing import Any, Mapping
 
-from ...model.ranks import DeviceUse, ParameterSignature, RankFinding, RankSummary, TopTensor
+from ...model.fixes import Finding
+from ...model.ranks import DeviceUse, ParameterSignature, RankSummary, TopTensor
 from ...model.record_table import record_column
 from ...model.records import PLAIN_TYPE_NAMES
 
@@ -89,7 +90,7 @@ def _scan_part(namespace: Mapping[str, Any], top: int, _: dict[str, Any], exclud
         "tensor_bytes": sum(d.storage_bytes for d in result.devices),
         "top": tuple(TopTensor(r.name, r.kind, r.device, r.dtype or "?", _ints(r.shape), r.counted_bytes)
                      for r in largest),
-        "findings": tuple(RankFinding(f.severity, f.code, f.message) for f in result.findings[:MAX_FINDINGS]),
+        "findings": tuple(Finding(f.code, f.severity, f.subject, f.message) for f in result.findings[:MAX_FINDINGS]),
         "parameters": tuple(ParameterSignature(r.name, r.device.split(":")[0], r.dtype or "?", _ints(r.shape))
                             for r in params[:MAX_PARAMETERS]),
         "parameter_count": len(params),
