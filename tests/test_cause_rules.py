@@ -20,7 +20,7 @@ from devinspect.diagnose.causes.rules import (buffer_replaced_in_method, compreh
                                               local_of_user_function, made_by_factory, meta_device, model_parameter,
                                               namespace_variable, optimizer_state, traced_local,
                                               unregistered_attribute)
-from devinspect.model.causes import Cause
+from devinspect.model.fixes import Cause
 from devinspect.model.check_report import Operand
 from devinspect.model.fixes import EditCell, MoveOptimizerState, RegisterBuffer
 from devinspect.model.records import SourceLine

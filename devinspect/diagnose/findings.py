@@ -595,7 +595,7 @@ def _unpacked_origin(result: ScanResult, name: str, target: str, device_expr: st
     """``x, adj = load()``: a line after it moves each of the tensors it unpacks that sit elsewhere."""
     from ..collect.code.user_code import assignment_in_session
     from .causes.creation_sites import unpacking_edit
-    from ..model.causes import Cause
+    from ..model.fixes import Cause
 
     statement = assignment_in_session(name, None, 1 << 30)
     node = statement.node if statement is not None else None

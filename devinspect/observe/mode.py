@@ -44,7 +44,7 @@ from ..collect.objects.static_getters import type_is_one_of
 from ..collect.namespace.path_lookup import object_at
 from ..diagnose.errors.mismatch import Failure, diagnose
 from ..diagnose.transfer_findings import repeated_transfer, round_trip, sync_in_loop, unpinned_non_blocking
-from ..model.causes import Cause
+from ..model.fixes import Cause
 from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding
 from ..model.records import SourceLine

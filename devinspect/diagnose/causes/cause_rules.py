@@ -1,7 +1,7 @@
 """The causes of a failed call on mixed devices, as a table of rules with one interface.
 
 A rule is a function ``cause(context) -> Cause | None``, one module each, named after the shape it
-recognises: None when the shape is not its own, else the :class:`~devinspect.model.causes.Cause`
+recognises: None when the shape is not its own, else the :class:`~devinspect.model.fixes.Cause`
 (with its fix, or without one where the cause is known but no fix can be written). For each
 operand off the target, :data:`OPERAND_RULES` are asked in order and the first that recognises it
 answers; then :data:`CALL_RULES` are each asked once about the whole call, given what the causes
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ...model.causes import Cause
+from ...model.fixes import Cause
 from ...model.fixes import Fix
 from .call_rules import (library_default_device, passed_alongside, passed_into_library, passed_to_moved_models,
                          split_model)

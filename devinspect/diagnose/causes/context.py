@@ -5,7 +5,7 @@ causes found before it already cover.
 index of the session's names, the named operands, the device they should be on);
 :class:`CauseContext` is one question to the rules: the call, the operand (None for the rules over
 the whole call), and :class:`Covered`, what the fixes found so far move or make. All three are
-frozen: a rule reads them and says what it found in its :class:`~devinspect.model.causes.Cause`.
+frozen: a rule reads them and says what it found in its :class:`~devinspect.model.fixes.Cause`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ...collect.code import locations
-from ...model.causes import Cause
+from ...model.fixes import Cause
 from ...model.check_report import Operand
 from ...model.records import SourceLine
 

@@ -22,7 +22,7 @@ from ...collect.code import locations, user_code
 from ...runtime import tensor_getters
 from ...collect.code.failing_call import FACTORIES, LIKE_FACTORIES, SAME_DEVICE_METHODS
 from ...collect.objects.static_getters import static_class_attr
-from ...model.causes import Cause
+from ...model.fixes import Cause
 from ...model.fixes import SourceEdit
 from ...model.records import SourceLine
 from .. import fixes

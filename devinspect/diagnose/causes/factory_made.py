@@ -9,7 +9,7 @@ import types
 from typing import Any, Iterable
 
 from ...collect.code import locations, user_code
-from ...model.causes import Cause
+from ...model.fixes import Cause
 from .creation_sites import factory_calls
 
 

@@ -12,7 +12,7 @@ import torch
 from ...collect.code import locations
 from ...collect.namespace.path_lookup import object_at
 from ...collect.objects.static_getters import type_is_one_of
-from ...model.causes import Cause
+from ...model.fixes import Cause
 from ...model.fixes import EditCell, Fix
 from ...model.records import SourceLine
 from ...model.scan_result import is_under

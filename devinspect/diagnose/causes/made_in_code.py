@@ -32,7 +32,7 @@ from ...collect.objects.static_getters import (
     type_name,
 )
 from ...collect.namespace.path_lookup import MISSING, object_at
-from ...model.causes import Cause
+from ...model.fixes import Cause
 from ...model.fixes import SourceEdit
 from .. import fixes
 from . import creation_sites

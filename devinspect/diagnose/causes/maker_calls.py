@@ -26,7 +26,7 @@ from ...collect.objects.static_getters import (
     instance_dict,
     static_class_attr,
 )
-from ...model.causes import Cause
+from ...model.fixes import Cause
 from ...model.fixes import SourceEdit
 from ...runtime import tensor_getters
 from . import creation_sites

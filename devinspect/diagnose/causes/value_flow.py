@@ -26,7 +26,7 @@ import torch
 from ...collect.code import locations, user_code
 from ...collect.objects.static_getters import instance_dict
 from ...runtime import tensor_getters
-from ...model.causes import Cause
+from ...model.fixes import Cause
 from . import creation_sites, device_names, made_in_code, maker_calls
 
 _T = torch.Tensor

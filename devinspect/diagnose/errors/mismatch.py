@@ -30,7 +30,7 @@ from ...collect.code import line_names, locations, call_stack
 from ...runtime import tensor_getters
 from ...collect.code.failing_call import Result, Temporary, Traced, first_line
 from ...collect.namespace.names import binds_module
-from ...model.causes import Cause
+from ...model.fixes import Cause
 from ...model.check_report import Mismatch, Operand
 from ...model.fixes import Fix
 from ...model.records import device_is_accelerator

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ... import fixes
 from .. import creation_sites, device_names
 from ..context import CauseContext

@@ -4,7 +4,7 @@ fail next, so each is fixed where it is made too."""
 from __future__ import annotations
 
 from ....collect.code import line_names
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ..context import CauseContext
 from .passed_tensors import passed_tensors
 

@@ -7,7 +7,7 @@ import ast
 from typing import Callable
 
 from ....collect.code import line_names
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from .. import creation_sites
 from ..context import CauseContext
 from ..fix_writing import line_fix, plain_tensors_under

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from ....collect.namespace.names import root_of
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ..context import CauseContext
 from .passed_tensors import passed_tensors
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ....model.records import device_is_accelerator
 from ..context import CauseContext, FailedCall
 from ..fix_writing import model_of

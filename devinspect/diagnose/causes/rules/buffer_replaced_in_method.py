@@ -7,7 +7,7 @@ import dataclasses
 
 from ....collect.code import locations
 from ....collect.namespace.path_lookup import MISSING, object_at
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from .. import creation_sites, device_names, maker_calls
 from ..context import CauseContext
 from ..fix_writing import edit_fix

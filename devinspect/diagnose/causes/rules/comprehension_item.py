@@ -4,7 +4,7 @@ last rule: what no other rule recognised."""
 
 from __future__ import annotations
 
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ..containers import comprehension_fix
 from ..context import CauseContext
 

@@ -9,7 +9,7 @@ import types
 from typing import Any
 
 from ....collect.code import locations
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ....model.fixes import Fix
 from ....model.records import SourceLine, device_is_accelerator
 from ... import fixes

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ....collect.namespace.names import root_of
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ....model.fixes import Fix
 from ... import fixes
 from .. import creation_sites, device_names

@@ -11,7 +11,7 @@ from ....collect.code import user_code
 from ....collect.namespace.names import root_of
 from ....collect.namespace.path_lookup import object_at
 from ....collect.objects.static_getters import type_name
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ....model.fixes import Fix
 from ... import fixes
 from .. import creation_sites, device_names, made_in_code

@@ -12,7 +12,7 @@ import torch
 from ....collect.namespace.names import container_of, root_of
 from ....collect.namespace.path_lookup import MISSING, object_at
 from ....collect.objects.static_getters import type_is_one_of
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ....model.check_report import Operand
 from ... import fixes
 from .. import creation_sites, device_names, made_in_code

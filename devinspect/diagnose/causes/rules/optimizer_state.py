@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ... import fixes
 from ..context import CauseContext
 

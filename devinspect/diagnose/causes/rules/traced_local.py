@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from .. import creation_sites, device_names
 from ..context import CauseContext
 from ..fix_writing import edit_fix

@@ -7,7 +7,7 @@ import dataclasses
 
 from ....collect.namespace.path_lookup import object_at
 from ....collect.objects.static_getters import type_is_one_of, type_name
-from ....model.causes import Cause
+from ....model.fixes import Cause
 from ... import fixes
 from ..context import CauseContext
 
