@@ -30,7 +30,7 @@ import statistics
 import time
 import timeit
 
-import torch  # noqa: F401 - imported by the cells; loaded here so no block pays for it
+import torch  # imported by the cells; loaded here so no block pays for it
 
 CELLS = {
     "clean cell": "x = sum(range(100))",

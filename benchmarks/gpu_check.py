@@ -166,7 +166,7 @@ def parts(out: Path, dry: bool, seeds: int) -> list[Part]:
 
 
 def start(part: Part, out: Path) -> tuple[subprocess.Popen, Any]:
-    log = open(out / f"{part.name}.txt", "w")  # noqa: SIM115 - closed when the part ends
+    log = open(out / f"{part.name}.txt", "w")  # closed when the part ends
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "PYTHONUNBUFFERED": "1", **part.env}
     process = subprocess.Popen(part.command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -229,7 +229,7 @@ def corpus_comparison(out: Path) -> list[str]:
     if len(runs) < 2:
         return []
     (a, first), (b, second) = list(runs.items())[:2]
-    lines = [f"| corpus | printed fixes that worked | rate |", "|---|---|---|"]
+    lines = ["| corpus | printed fixes that worked | rate |", "|---|---|---|"]
     for side, outcomes in ((a, first), (b, second)):
         fixes = [o for o in outcomes.values() if o["kind"] in ("mismatch", "stale") and o["verdict"] != "skip"]
         passed = sum(o["verdict"] == "pass" for o in fixes)
@@ -250,7 +250,7 @@ def environment(dry: bool) -> list[str]:
         lines.append(f"- torch {torch.__version__}, CUDA {torch.version.cuda}")
         if torch.cuda.is_available() and not dry:
             lines.append(f"- GPU: {torch.cuda.get_device_name(0)}")
-    except Exception as exc:  # noqa: BLE001 - the report says what it could not read
+    except Exception as exc:  # the report says what it could not read
         lines.append(f"- torch: not importable ({exc})")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     lines.append(f"- devinspect at {commit.stdout.strip() or 'an unknown commit'}")

@@ -130,7 +130,7 @@ def fuzz_fix(seed: int, sim: torch.device) -> ActionCounts:
         before = fingerprint(ns)
         try:
             result = apply_fix(ns, Steps(steps))
-        except Exception as exc:  # noqa: BLE001 - what is counted
+        except Exception as exc:  # what is counted
             counts.tracebacks.append(f"{steps} with a {kind} fault: {type(exc).__name__}: {exc}"[:300])
             return counts
         finally:

@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from lab import JS_CELL_HAS_ERROR, Lab, cell, launch, open_notebook, require_browser, run_cell, wait_idle
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -8,12 +8,12 @@ from typing import Any, Iterable, MutableMapping
 
 import torch
 
-from ..runtime import tensor_getters
 from ..collect.code.locations import frame_locals
 from ..collect.objects.script_modules import script_object
 from ..collect.objects.static_getters import instance_dict, type_is_one_of
 from ..diagnose import fixes
 from ..model.fixes import ReleaseGraphs
+from ..runtime import tensor_getters
 from .memory_release import clear_last_error
 from .result import ActionResult, CannotMove, NamePath, find_named, held_bytes, human, parse_device, reason
 from .undo import UndoLog, detail_of, failure
@@ -115,7 +115,7 @@ class Mover:
                 self.undo.add(f"{n} (on {new.device})",
                               lambda sub=sub, key=key, old=old: sub._buffers.__setitem__(key, old))
             states = self._commit_state(planned_state)
-        except Exception as exc:  # noqa: BLE001 - anything half done is undone
+        except Exception as exc:  # anything half done is undone
             return self._undone(f"could not move {name} to {self.target}", reason(exc))
         # Read back through the modules themselves: a TorchScript module keeps its tensors in
         # C++, where a swap of the Python objects does not reach.
@@ -147,7 +147,7 @@ class Mover:
             path = NamePath(name)
             try:
                 path.set(self.namespace, new)
-            except Exception as exc:  # noqa: BLE001 - the variable still holds the old tensor
+            except Exception as exc:  # the variable still holds the old tensor
                 return failure(f"could not assign {name}: {reason(exc)}")
             self.undo.add(f"{name} (on {new.device})", lambda: path.set(self.namespace, t))
             return ActionResult(True, f"{name} = {name}.to({str(self.target)!r}) ({human(self.moved_bytes)})",
@@ -155,7 +155,7 @@ class Mover:
         if not self._all_in_place([t]):
             try:
                 holders = NamePath(name).holders(self.namespace)
-            except Exception:  # noqa: BLE001 - the name was found a moment ago; a holder that fails to read is no module
+            except Exception:  # the name was found a moment ago; a holder that fails to read is no module
                 holders = []
             if any(_is_torchscript(h) for h in holders):
                 return self._torchscript_refusal(name)
@@ -171,7 +171,7 @@ class Mover:
         try:
             self._commit_parameter(name, t, new, new_grad)
             states = self._commit_state(planned_state)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return self._undone(f"could not move {name} to {self.target}", reason(exc))
         now, _ = find_named(self.namespace, name)
         if isinstance(now, torch.Tensor) and not self._on_target(now):
@@ -241,7 +241,7 @@ class Mover:
         try:
             with torch.no_grad():
                 new = t.to(self.target)
-        except Exception as exc:  # noqa: BLE001 - an OOM, an unsupported dtype: nothing changed yet
+        except Exception as exc:  # an OOM, an unsupported dtype: nothing changed yet
             raise CannotMove(f"{name}: {reason(exc)}") from None
         if new is not t:
             self.moved_bytes += held_bytes(t)
@@ -363,7 +363,7 @@ def _graph_root(value: Any) -> Any:
     try:
         with torch._C.DisableTorchFunction():
             return tensor_getters.grad_fn(value)
-    except Exception:  # noqa: BLE001 - a tensor that cannot say holds no graph we can walk
+    except Exception:  # a tensor that cannot say holds no graph we can walk
         return None
 
 
@@ -411,7 +411,7 @@ def _tb_entries(tb: Any) -> list[Any]:
 def _frame_holds_tensors(frame: Any) -> bool:
     try:
         values = list(dict.values(frame_locals(frame)))
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
     for v in values:
         vt = type(v)
@@ -434,7 +434,7 @@ def release_graphs(namespace: MutableMapping[str, Any], names: Iterable[str], tr
             path = NamePath(name)
             try:
                 path.set(namespace, value.detach())
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 return failure(f"could not detach {name}: {reason(exc)}", log.rollback())
             log.add(f"{name} (detached)", lambda path=path, value=value: path.set(namespace, value))
             done.append(f"{name} = {name}.detach()")

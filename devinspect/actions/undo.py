@@ -43,7 +43,7 @@ class UndoLog:
                 continue
             try:
                 restore()
-            except Exception:  # noqa: BLE001 - undo the rest; say which change stayed
+            except Exception:  # undo the rest; say which change stayed
                 stuck.append(label)
         stuck.reverse()
         return stuck

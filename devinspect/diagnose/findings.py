@@ -23,10 +23,10 @@ from ..model.record_table import record_column
 from ..model.records import ModuleSummary, TensorRecord, device_is_accelerator
 from ..model.scan_result import ScanResult, is_under
 from . import fixes
-from .overlaps import outermost, said_once
-from .session_findings import could_not_inspect, history_holds, truncated_walk, unpinned_loaders
 from .causes import creation_sites, made_in_code
 from .causes.dropped_moves import dropped_moves_standing, standing_targets
+from .overlaps import outermost, said_once
+from .session_findings import could_not_inspect, history_holds, truncated_walk, unpinned_loaders
 
 #: Names that usually hold a model's inputs or targets. At rest, before any call, a name is all
 #: that says a tensor is an input (no rule exists then): it gives a hint, never an error.

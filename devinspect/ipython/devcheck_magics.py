@@ -70,7 +70,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
 
             %devcheck --last           # explain the error the last cell raised
         """
-        __tracebackhide__ = True  # noqa: F841 - the user's traceback starts in their cell, not here
+        __tracebackhide__ = True  # the user's traceback starts in their cell, not here
         args = self._devcheck_args(line)
         if cell is None:
             return self._explain_last(args)
@@ -91,7 +91,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         loading the extension registers) into ``await`` of this method, so the kernel
         runs it as an async cell instead of blocking its own loop.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         run = CheckedCell(self.shell, self._devcheck_args(line), line, cell, self.failed.report_explained)
         self._async_outcome = await run.run_async()
 
@@ -142,7 +142,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             if not self.failed.take_shown_above(error) and explanation:
                 raw = getattr(getattr(result, "info", None), "raw_cell", None)
                 self._show_explanation(explanation, rerun=raw)
-        except Exception as exc:  # noqa: BLE001 - explaining must never add an error of its own
+        except Exception as exc:  # explaining must never add an error of its own
             print(f"devinspect: could not explain the error ({type(exc).__name__}: {exc})", file=sys.stderr)
 
     def _explanation(self, error: BaseException, torch: Any) -> Any:
@@ -180,7 +180,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             return None
         try:
             explanation = self._explanation(error, torch)
-        except Exception:  # noqa: BLE001 - the after-cell step says why, once
+        except Exception:  # the after-cell step says why, once
             return None
         self.failed.made_early(error, explanation)
         if not explanation:

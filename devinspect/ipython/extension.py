@@ -12,12 +12,12 @@ from ..collect.code import locations
 from ..runtime import tracebacks
 from .cell_runner import awaiting_magic_cells
 from .cell_widgets import CellWidgets
-from .magic_support import cell_numbers, error_forgetter, traceback_drawer
 from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
 from .devices_magics import DevicesMagics
 from .edited_cells import EditedCells
 from .gpumem_magics import GpumemMagics
+from .magic_support import cell_numbers, error_forgetter, traceback_drawer
 from .traceback_pointer import TracebackPointer
 
 

@@ -11,8 +11,8 @@ from typing import Any, Callable
 import torch
 from IPython.core.error import UsageError
 
-from ..observe.memory_recorder import LineKey, LineMemoryRecorder, named_allocations
 from ..observe.line_tracers import mark_statements, uses_markers
+from ..observe.memory_recorder import LineKey, LineMemoryRecorder, named_allocations
 from .cell_runner import CheckedCell
 
 
@@ -50,7 +50,7 @@ class ProfiledCell(CheckedCell):
             self._store(self.report)
             if not self.args.output:
                 self._display()
-        except Exception as exc:  # noqa: BLE001 - the profile must never replace the cell's outcome
+        except Exception as exc:  # the profile must never replace the cell's outcome
             print(f"devinspect: the memory profile could not be shown ({type(exc).__name__}: {exc})", file=sys.stderr)
             self.report = None
 
@@ -127,8 +127,8 @@ def function_codes(namespace: Any, names: list[str]) -> tuple[Any, ...]:
     """The code objects ``-f NAME`` asks for, read statically: a function, a method, or a
     module (its class's ``forward``) or module class. A name that reads as anything else is a
     UsageError; functions the cell defines itself need no -f (the cell's code is profiled)."""
-    from ..collect.objects.static_getters import class_dict, mro, type_name
     from ..collect.namespace.path_lookup import MISSING, object_at
+    from ..collect.objects.static_getters import class_dict, mro, type_name
 
     codes = []
     for name in names:

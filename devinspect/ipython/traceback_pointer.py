@@ -42,7 +42,7 @@ class TracebackPointer:
     def show(self, etype: Any, evalue: Any, stb: Any) -> Any:
         try:
             line = self.pointer_line(evalue) if isinstance(evalue, BaseException) else None
-        except Exception:  # noqa: BLE001 - a pointer must never cost the user their traceback
+        except Exception:  # a pointer must never cost the user their traceback
             line = None
         if line and isinstance(stb, list):
             # Plain and Minimal modes end each entry with its newline (the terminal joins them

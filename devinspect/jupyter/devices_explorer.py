@@ -16,15 +16,15 @@ from html import escape
 from typing import Any, Callable, MutableMapping
 
 from ..collect.namespace.names import is_path
+from ..collect.objects.static_getters import mro, type_name
 from ..model.records import KINDS
 from ..model.scan_result import ScanView
 from ..model.units import human_bytes
-from .explorer_table import COLUMNS, GridState, page, select, table_frame
 from ..render.html import fix_html
-from ..collect.objects.static_getters import mro, type_name
 from ..render.module_tree import ModuleNode, module_tree, parent_of
 from ..render.table import SEVERITY_MARK
 from ..render.text import summary_line
+from .explorer_table import COLUMNS, GridState, page, select, table_frame
 from .fix_panel import FixButton
 from .lifetime import close_all
 
@@ -295,7 +295,7 @@ class DevicesExplorer:
 
         try:
             holder = NamePath(name).holder_read_statically(self.namespace)
-        except Exception:  # noqa: BLE001 - a name that cannot be read statically: the move says what happens
+        except Exception:  # a name that cannot be read statically: the move says what happens
             return None
         return None if holder is UNKNOWN else holder
 
@@ -311,7 +311,7 @@ class DevicesExplorer:
 
         try:
             result = actions.move(self.namespace, name, device)
-        except Exception as exc:  # noqa: BLE001 - shown beside the row
+        except Exception as exc:  # shown beside the row
             result = actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
         self._results = {name: (result.ok, result.message)}  # the last move's result, beside its row
         if result.ok:

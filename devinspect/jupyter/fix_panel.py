@@ -46,7 +46,7 @@ class FixButton:
             kwargs = {"displayhook": self.shell.displayhook, "hidden": self.shell.user_ns_hidden}
         try:
             return actions.apply_fix(self.namespace, action, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - shown in the panel, never a traceback
+        except Exception as exc:  # shown in the panel, never a traceback
             return actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
 
     def _show(self, result: Any) -> None:
@@ -94,7 +94,7 @@ def fix_panel(fix: Fix, namespace: MutableMapping[str, Any], rerun: Callable[[],
             print("Ran here: the cell's own output above still shows the earlier run.")
             try:
                 rerun()  # type: ignore[misc]
-            except Exception as exc:  # noqa: BLE001 - shown in the panel
+            except Exception as exc:  # shown in the panel
                 print(f"{type(exc).__name__}: {exc}")
 
     # Re-run cell only where running the cell again can work once the fix is applied; a fix

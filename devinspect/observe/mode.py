@@ -38,16 +38,15 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..collect.code import locations
-from ..runtime import tensor_getters
 from ..collect.code.failing_call import first_line, names_a_device, op_name, tensor_inputs
-from ..collect.objects.static_getters import type_is_one_of
 from ..collect.namespace.path_lookup import object_at
+from ..collect.objects.static_getters import type_is_one_of
 from ..diagnose.errors.mismatch import Failure, diagnose
 from ..diagnose.transfer_findings import repeated_transfer, round_trip, sync_in_loop, unpinned_non_blocking
 from ..model.check_report import CheckReport, LineStats, Mismatch
 from ..model.fixes import SEVERITY_ORDER, Finding
 from ..model.records import SourceLine
-from ..runtime import tracebacks, warning_places
+from ..runtime import tensor_getters, tracebacks, warning_places
 from .fast_paths import FastPaths
 from .gradient_copies import GradientCopies
 
@@ -167,7 +166,7 @@ def _storage(t: Any) -> Any:
 
         inner = inner_tensors(t)
         return _storage(inner[0]) if inner else tensor_getters.storage(t)
-    except Exception:  # noqa: BLE001 - no storage of its own (meta, sparse, a functional wrapper)
+    except Exception:  # no storage of its own (meta, sparse, a functional wrapper)
         return None
 
 
@@ -203,7 +202,7 @@ def _nbytes(t: Any) -> int:
         with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
             facts = tensor_facts(t)
         return int(facts[3] or 0)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return 0
 
 
@@ -275,7 +274,7 @@ class DeviceCheckMode(TorchFunctionMode):
     # -- the hot path ----------------------------------------------------------
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        __tracebackhide__ = True  # noqa: F841 - IPython hides this frame from the user's traceback
+        __tracebackhide__ = True  # IPython hides this frame from the user's traceback
         name = getattr(func, "__name__", None)
         if name not in _INTERESTING or (name in _QUIET_ON_HOST and args and type(args[0]) is _T
                                         and args[0].is_cpu):
@@ -301,11 +300,11 @@ class DeviceCheckMode(TorchFunctionMode):
         return self._interesting(name, func, args, kwargs or {})
 
     def _interesting(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         try:
             with _NO_SUBCLASS():
                 before = self._before(name, func, args, kwargs)
-        except Exception:  # noqa: BLE001 - the check's own failure never reaches the cell
+        except Exception:  # the check's own failure never reaches the cell
             before, self.internal_errors = None, self.internal_errors + 1
         try:
             if name == "backward":
@@ -328,7 +327,7 @@ class DeviceCheckMode(TorchFunctionMode):
         try:
             with _NO_SUBCLASS():
                 self._after(name, args, kwargs, result, before)
-        except Exception:  # noqa: BLE001
+        except Exception:
             self.internal_errors += 1
         return result
 
@@ -346,7 +345,7 @@ class DeviceCheckMode(TorchFunctionMode):
                         if origin is not None:
                             self._from_device.set(result, origin)
                             return
-        except Exception:  # noqa: BLE001
+        except Exception:
             self.internal_errors += 1
 
     # -- events ----------------------------------------------------------------
@@ -581,13 +580,13 @@ class DeviceCheckMode(TorchFunctionMode):
                     failure = Failure(self.namespace, sys._getframe(), self.is_cell_frame, self._source,
                                       self._created.get)
                     self.mismatch = diagnose(failure, op_name(func), tensors, devices, exc)
-            except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
+            except Exception:  # a diagnosis must never hide the user's error
                 self.internal_errors += 1
                 self.mismatch = Mismatch(
                     op=op_name(func), error=first_line(exc), devices=tuple(devices), operands=(), cell_line=None,
                     user_frame=None, module_path=None, target_device=None, fix=None,
                 )
-        except Exception:  # noqa: BLE001
+        except Exception:
             self.internal_errors += 1
 
     def _explained_after(self, error: BaseException) -> Mismatch | None:
@@ -597,7 +596,7 @@ class DeviceCheckMode(TorchFunctionMode):
 
         try:
             return explain_mismatch(error, self.namespace)
-        except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
+        except Exception:  # a diagnosis must never hide the user's error
             self.internal_errors += 1
             return None
 

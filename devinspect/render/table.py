@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..model.records import KINDS, PLAIN_TYPE_NAMES, TensorRecord
 from ..model.scan_result import DEFAULT_MAX_ROWS, SORTS, ScanView, size_keys  # noqa: F401 - named here too
 from ..model.units import human_bytes
+
 _KIND_RANK = {k: i for i, k in enumerate(KINDS)}
 
 

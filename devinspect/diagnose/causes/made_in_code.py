@@ -22,6 +22,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from ...collect.code import locations, user_code, user_functions
+from ...collect.namespace.path_lookup import MISSING, object_at
 from ...collect.objects.static_getters import (
     FUNCTION_CODE,
     instance_dict,
@@ -31,7 +32,6 @@ from ...collect.objects.static_getters import (
     type_is_one_of,
     type_name,
 )
-from ...collect.namespace.path_lookup import MISSING, object_at
 from ...model.fixes import SourceEdit
 from .. import fixes
 from . import creation_sites

@@ -15,15 +15,15 @@ from typing import Any
 
 import torch
 
-from ...runtime import tensor_getters
 from ...collect.namespace.names import container_of, root_of
-from ...collect.objects.static_getters import type_is_one_of, type_name
 from ...collect.namespace.path_lookup import object_at
+from ...collect.objects.static_getters import type_is_one_of, type_name
 from ...model.fixes import Fix
 from ...model.scan_result import is_under
-from ..causes import device_names, made_in_code, creation_sites
-from ..causes.value_flow import holds_device
+from ...runtime import tensor_getters
 from .. import fixes
+from ..causes import creation_sites, device_names, made_in_code
+from ..causes.value_flow import holds_device
 
 _T = torch.Tensor
 _Module = torch.nn.Module

@@ -31,7 +31,6 @@ from typing import Any, Mapping
 import torch
 
 from ...collect.code import locations
-from ...runtime import tensor_getters
 from ...collect.code.failing_call import (
     FACTORIES,
     Entry,
@@ -44,6 +43,7 @@ from ...collect.code.failing_call import (
 )
 from ...model.check_report import DeviceError, Operand
 from ...model.fixes import Fix
+from ...runtime import tensor_getters
 from ..causes import device_names, generator_edits, line_edits
 from ..causes.dropped_moves import dropped_move_fix
 from .failed_frames import Failed, describe, source_of
@@ -60,13 +60,13 @@ def explain_device_error(exc: BaseException | None, namespace: Mapping[str, Any]
     try:
         entries = list(traceback_entries(exc.__traceback__))
         failed = Failed(exc, entries, namespace)
-    except Exception:  # noqa: BLE001 - an error whose frames cannot be read is not claimed
+    except Exception:  # an error whose frames cannot be read is not claimed
         return None
     with torch._C.DisableTorchFunction():
         for reader in (host_array, loader_error, generator_device, meta_data):
             try:
                 found = reader(failed) if entries else None
-            except Exception:  # noqa: BLE001 - a kind that cannot be read is not claimed
+            except Exception:  # a kind that cannot be read is not claimed
                 found = None
             if found is not None:
                 return found

@@ -30,19 +30,19 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ...collect.code import line_names, locations, user_code, call_stack
-from ...runtime import tensor_getters
+from ...collect.code import call_stack, line_names, locations, user_code
 from ...collect.code.failing_call import Result, Temporary, Traced, first_line
 from ...collect.namespace.names import binds_module, container_of, root_of
-from ...collect.objects.static_getters import type_is_one_of, type_name
 from ...collect.namespace.path_lookup import MISSING, object_at
+from ...collect.objects.static_getters import type_is_one_of, type_name
 from ...model.check_report import Mismatch, Operand
 from ...model.fixes import EditCell, Fix
 from ...model.records import SourceLine, device_is_accelerator
-from ..causes import device_names, made_in_code, maker_calls, creation_sites, value_flow
+from ...runtime import tensor_getters
 from .. import fixes
-from .container_fixes import MOVED_AT_MOST, ContainerFixes
+from ..causes import creation_sites, device_names, made_in_code, maker_calls, value_flow
 from ..causes.dropped_moves import dropped_move_fix
+from .container_fixes import MOVED_AT_MOST, ContainerFixes
 
 _T = torch.Tensor
 _Module = torch.nn.Module
@@ -159,7 +159,7 @@ class _Diagnosis(ContainerFixes):
         device, dtype = str(tensor_getters.device(value)), str(tensor_getters.dtype(value)).removeprefix("torch.")
         try:
             shape = tuple(int(s) for s in tensor_getters.shape(value))
-        except Exception:  # noqa: BLE001 - a symbolic or unreadable shape
+        except Exception:  # a symbolic or unreadable shape
             shape = None
         created = self.failure.created(value)
         detail = creation_sites.creation_detail(created)
