@@ -124,7 +124,7 @@ def main() -> None:
     shell.run_line_magic("load_ext", "devinspect")
     from devinspect.ipython.extension import _loaded
 
-    callback = _loaded[id(shell)].devcheck._explain_after_cell
+    callback = _loaded[id(shell)].failed_cell.explain_after_cell
     for label, cell in CELLS.items():
         from IPython.utils.io import capture_output
 

@@ -16,9 +16,9 @@ from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
 from .devices_magics import DevicesMagics
 from .edited_cells import EditedCells
+from .failed_cell import FailedCellExplainer, register_hooks, unregister_hooks
 from .gpumem_magics import GpumemMagics
 from .magic_support import cell_numbers, error_forgetter, traceback_drawer
-from .traceback_pointer import TracebackPointer
 
 
 def settings_of(shell: Any) -> DevInspect:
@@ -37,18 +37,14 @@ class Loaded:
     def __init__(self, shell: Any):
         self.settings = settings_of(shell)  # %config DevInspect
         shell.configurables.append(self.settings)
-        self.families = (DevicesMagics(shell, self.settings), DevcheckMagics(shell, self.settings),
+        self.failed_cell = FailedCellExplainer(shell, self.settings)
+        self.families = (DevicesMagics(shell, self.settings), DevcheckMagics(shell, self.settings, self.failed_cell),
                          GpumemMagics(shell, self.settings))
         self.cell_numbers = cell_numbers(shell)
         self.forget_error = error_forgetter(shell)
         self.draw_traceback = traceback_drawer(shell)
-        self.pointer = TracebackPointer(shell, self.devcheck.before_traceback)
         self.edited_cells = EditedCells(shell)
         self.cell_widgets = CellWidgets(shell)
-
-    @property
-    def devcheck(self) -> DevcheckMagics:
-        return self.families[1]
 
 
 #: One per shell; loading again is a no-op.
@@ -71,8 +67,7 @@ def load(shell: Any) -> None:
     locations.register_cell_numbers(here.cell_numbers)
     tracebacks.register_drawer(here.draw_traceback)
     tracebacks.error_holders.append(here.forget_error)
-    shell.events.register("post_run_cell", here.devcheck._explain_after_cell)
-    here.pointer.install()
+    register_hooks(here.failed_cell)
     here.edited_cells.install()
     here.cell_widgets.install()
     _loaded[id(shell)] = here
@@ -83,7 +78,7 @@ def unload(shell: Any) -> None:
     here = _loaded.pop(id(shell), None)
     if here is None:
         return
-    here.pointer.uninstall()
+    unregister_hooks(here.failed_cell)
     here.edited_cells.uninstall()
     here.cell_widgets.uninstall()
     for family in here.families:
