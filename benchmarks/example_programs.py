@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from programs import Program, script_cells  # noqa: E402
+from programs import Program, script_cells
 
 #: The stand-in torchvision: datasets of random images, the transforms the examples use, no-op saving.
 TORCHVISION = {

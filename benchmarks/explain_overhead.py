@@ -35,7 +35,7 @@ import statistics
 import time
 import timeit
 
-import torch  # noqa: F401 - imported by the cells; loaded here so no block pays for it
+import torch  # imported by the cells; loaded here so no block pays for it
 
 CELLS = {
     "clean cell": "x = sum(range(100))",
@@ -163,7 +163,7 @@ def main() -> None:
     shell.run_line_magic("load_ext", "devinspect")
     from devinspect.ipython.extension import _loaded
 
-    callback = _loaded[id(shell)].devcheck._explain_after_cell
+    callback = _loaded[id(shell)].failed_cell.explain_after_cell
     for label, cell in CELLS.items():
         from IPython.utils.io import capture_output
 

@@ -48,13 +48,13 @@ def main() -> int:
 
     warnings.filterwarnings("ignore")
     import torch
-    from IPython.testing.globalipapp import get_ipython
     from error_scenarios import generate_error
+    from IPython.testing.globalipapp import get_ipython
     from scenario_runner import ScenarioRun
     from scenarios import generate
 
     if args.corpus == "errors":
-        generate = generate_error  # noqa: F811 - the other corpus, judged the same way
+        generate = generate_error  # the other corpus, judged the same way
 
     if args.device == "cuda":
         if not torch.cuda.is_available():

@@ -47,8 +47,8 @@ def main() -> int:
         return 0
 
     from devinspect import actions
-    from devinspect.collect.machine.memory_snapshot import build, snapshot, tally_tensors
     from devinspect.collect.machine.memory_readings import read
+    from devinspect.collect.machine.memory_snapshot import build, snapshot, tally_tensors
 
     torch.zeros(1, device="cuda:0")  # initialise CUDA here, explicitly
     torch.cuda.synchronize()

@@ -31,7 +31,6 @@ import time
 from typing import Any
 
 import torch
-
 from gpumem_lines import WORKLOADS, cpu_time, workload_shell
 
 PHASES = ("start", "snapshot", "replay", "build", "names", "display")

@@ -179,7 +179,7 @@ def report(originals: list, outcomes: list, show: int, device: str) -> None:
     failures = [(o, e, r, removed) for o, e, r, removed in runs if r.verdict != "pass" or not removed]
     stages = collections.Counter(r.stage or "cause stays" for _, _, r, _ in failures)
     print("\nfailures by stage:", dict(stages.most_common()))
-    for o, e, r, removed in failures[:show]:
+    for o, e, r, _removed in failures[:show]:
         print(f"\n-- {o.mutant.name} [{e}] [{r.stage or 'cause stays'}] {r.reason[:240]}")
         print(f"   mutation: {o.mutant.placement.label[:160]}")
         if r.fix_text:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from frontend import Cell, Frontend  # noqa: E402
+from frontend import Cell, Frontend
 
 SETUP = """import torch
 from torch import nn

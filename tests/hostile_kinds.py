@@ -141,7 +141,7 @@ def lazy_module(trip: Trip) -> Any:
 
 
 def impostor_ndarray(trip: Trip) -> Any:
-    class ndarray:  # noqa: N801 - claims to be numpy's
+    class ndarray:  # claims to be numpy's
         @property
         def dtype(self):
             trip("impostor_ndarray", "dtype")
@@ -484,7 +484,7 @@ def dtensor(trip: Trip) -> Any:
             port = probe.getsockname()[1]
         try:
             dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-        except Exception:  # noqa: BLE001 - no process group here: the kind is left out
+        except Exception:  # no process group here: the kind is left out
             return None, None
     mesh = init_device_mesh("cpu", (1,))
     return distribute_tensor(torch.ones(4, 4), mesh), None

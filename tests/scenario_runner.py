@@ -17,9 +17,9 @@ from __future__ import annotations
 import ast
 import gc
 import sys
-from dataclasses import dataclass, field
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -417,8 +417,8 @@ class ScenarioRun:
             if "._hf_hook." in r.name:
                 continue  # accelerate's cache of tied weights, keyed by address: dispatch makes it again
             try:
-                value = eval(r.name, self.ip.user_ns)  # noqa: S307 - names devinspect prints are typeable
-            except Exception:  # noqa: BLE001 - a name we cannot evaluate cannot be checked
+                value = eval(r.name, self.ip.user_ns)  # names devinspect prints are typeable
+            except Exception:  # a name we cannot evaluate cannot be checked
                 continue
             if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_meta:
                 continue
@@ -451,8 +451,8 @@ class ScenarioRun:
                 raise Failed("lost", f"the fix rebound {name}, a variable of the user's")
         for name, value in kept.items():
             try:
-                now = eval(name, self.ip.user_ns)  # noqa: S307
-            except Exception as exc:  # noqa: BLE001
+                now = eval(name, self.ip.user_ns)
+            except Exception as exc:
                 self.outcome.lost = True
                 raise Failed("lost", f"{name} is gone ({type(exc).__name__}: {exc})") from None
             if not isinstance(now, torch.Tensor):

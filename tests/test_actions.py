@@ -48,7 +48,7 @@ def test_move_a_module_keeps_its_parameter_objects_and_optimizer(sim):
     assert all(p.device == sim and p.grad.device == sim for p in model.parameters())
     assert all(b.device == sim for b in model.buffers())
     # The optimizer's state followed each parameter; Adam's CPU step stayed on the host.
-    for p, state in opt.state.items():
+    for state in opt.state.values():
         assert state["exp_avg"].device == sim and state["step"].device.type == "cpu"
     assert "4 parameters, 3 buffers, 4 gradients, 8 optimizer state tensors" in result.message
     assert devinspect.scan(ns).findings == ()

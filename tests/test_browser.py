@@ -7,9 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
-
-from lab import colours, contrast, launch, open_notebook, run_all
-from lab import lab  # noqa: F401 - the JupyterLab fixture, one per theme
+from lab import (
+    colours,
+    contrast,
+    lab,  # noqa: F401 - the JupyterLab fixture, one per theme
+    launch,
+    open_notebook,
+    run_all,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -24,7 +29,7 @@ CELLS = [
 ]
 
 
-def test_devices_table_is_readable_in_jupyterlab(lab):
+def test_devices_table_is_readable_in_jupyterlab(lab):  # noqa: F811 - the fixture imported from lab
     from playwright.sync_api import sync_playwright
 
     theme, server, tmp_path = lab

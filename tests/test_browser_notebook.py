@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from lab import (
     JS_CELL_HAS_ERROR,
     JS_OUTPUT_WIDTH,
@@ -19,12 +18,12 @@ from lab import (
     cell_text,
     colours,
     contrast,
+    lab,  # noqa: F401 - the JupyterLab fixture, one per theme
     launch,
     open_notebook,
     run_cell,
     wait_idle,
 )
-from lab import lab  # noqa: F401 - the JupyterLab fixture, one per theme
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -77,7 +76,7 @@ def screenshots_dir(tmp_path: Path) -> Path:
     return out
 
 
-def test_every_control_acts_in_the_kernel_and_everything_fits(lab):
+def test_every_control_acts_in_the_kernel_and_everything_fits(lab):  # noqa: F811 - the fixture imported from lab
     from playwright.sync_api import sync_playwright
 
     theme, server, tmp_path = lab

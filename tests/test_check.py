@@ -473,7 +473,7 @@ def test_every_way_of_copying_or_syncing_is_counted_once_on_its_line(sim):
 
     def work():
         getattr(x, backend)()
-        other.to(backend)  # the current device (index 0): a copy from index 1
+        other.to(backend)  # noqa: F821 - deleted below, once work() has run; the current device (index 0): a copy from index 1
         y[:, mask]
         torch.equal(y, y)
         torch.where(mask)

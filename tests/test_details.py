@@ -109,10 +109,10 @@ def test_frames_have_one_missing_value(ip):
 
 
 def test_widget_text_is_escaped(sim):
+    from devinspect.collect.machine.memory_readings import read
+    from devinspect.collect.machine.memory_snapshot import build
     from devinspect.jupyter.fix_panel import FixButton
     from devinspect.jupyter.memory_dashboard import MemoryDashboard
-    from devinspect.collect.machine.memory_snapshot import build
-    from devinspect.collect.machine.memory_readings import read
     from devinspect.model.fixes import Fix, Move
 
     button = FixButton(Fix("move it", action=Move("<script>alert(1)</script>", "sim:0")), {})
@@ -128,9 +128,9 @@ def test_widget_text_is_escaped(sim):
 
 
 def test_status_is_cleared_on_refresh(sim):
-    from devinspect.jupyter.memory_dashboard import MemoryDashboard
-    from devinspect.collect.machine.memory_snapshot import build
     from devinspect.collect.machine.memory_readings import read
+    from devinspect.collect.machine.memory_snapshot import build
+    from devinspect.jupyter.memory_dashboard import MemoryDashboard
 
     dashboard = MemoryDashboard(lambda count: build(read(nvml=False)), {})
     dashboard.status.value = "✔ released 3.9 KiB"

@@ -265,9 +265,9 @@ def test_each_row_of_the_table_says_what_its_record_says(sim):
     import warnings
 
     from devinspect import scan
+    from devinspect.jupyter.explorer_table import natural_key
     from devinspect.model.scan_result import size_keys
     from devinspect.model.units import shape_text
-    from devinspect.jupyter.explorer_table import natural_key
     from devinspect.render.table import note_cell, size_cell, size_key
 
     base = torch.zeros(6)

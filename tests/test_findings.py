@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 import devinspect
+from devinspect.diagnose.findings import find
 from devinspect.model.fixes import Move, ReleaseHistory
 from devinspect.model.records import LoaderSummary, ModuleSummary
-from devinspect.diagnose.findings import find
 from devinspect.model.scan_result import ScanResult
 
 

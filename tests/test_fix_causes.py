@@ -9,10 +9,10 @@ import random
 
 import pytest
 import torch
-from torch.optim import lr_scheduler as L
 from conftest import run
-from scenario_runner import shallow_recursion
 from fix_cases import CASES, PRELUDE
+from scenario_runner import shallow_recursion
+from torch.optim import lr_scheduler as L
 
 import devinspect
 
@@ -493,7 +493,7 @@ def test_a_non_persistent_buffer_left_on_meta_gets_no_advice_that_cannot_give_it
     uninitialised: the fix says to make the model on the device, and prints no code that would."""
     source = _Rotary().to(sim)
     with torch.device("meta"):
-        loaded, empty = _Rotary(), _Rotary()
+        loaded = _Rotary()
     loaded.load_state_dict(source.state_dict(), assign=True)
     found = {f.subject: f for f in devinspect.scan({"loaded": loaded}).findings}
     fix = found["loaded"].fix

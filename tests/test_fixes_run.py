@@ -11,9 +11,8 @@ GPU the corpus runs again with ``cuda`` in place of the simulated device.
 from __future__ import annotations
 
 import pytest
-from conftest import run
 import torch
-
+from conftest import run
 from fix_cases import CASES, PRELUDE, Case
 
 #: Cells (with their failing code) whose problem shows only in an assertion, not a device error.

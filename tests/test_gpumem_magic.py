@@ -8,11 +8,10 @@ import weakref
 
 import pytest
 import torch
+from conftest import run, widget_frontend
 
 from devinspect import actions
 from devinspect.model.device_memory import MemoryHistory, MemorySnapshot
-
-from conftest import run, widget_frontend
 
 
 @pytest.fixture
@@ -257,8 +256,8 @@ def test_the_how_column_says_it_in_words_with_the_call_in_a_tooltip(recorded_sna
     import dataclasses
     from html import unescape
 
-    from devinspect.collect.machine.memory_snapshot import build
     from devinspect.collect.machine.memory_readings import read
+    from devinspect.collect.machine.memory_snapshot import build
     from devinspect.render.memory.snapshot_html import reconciliation_table
     from devinspect.render.memory.snapshot_text import details
 

@@ -232,7 +232,7 @@ def compared_run(ip, body: str, checked: bool) -> dict:
         ids_kept = [id(p) for p in ns["lin"].parameters()] == ns["ids"]
     for name in set(ns) - before:
         del ns[name]
-    CountingMode = ns["CountingMode"]  # noqa: N806
+    CountingMode = ns["CountingMode"]
     CountingMode.calls = 0
     printed, traceback = split_traceback(captured.stdout)
     # Where each warning was attributed: the file (a cell is "cell") and the source line it names.
@@ -305,7 +305,7 @@ def test_errors_handled_inside_the_cell_or_in_other_threads_do_not_fail_it(ip, s
     def other_thread():
         try:
             ip.run_cell("raise KeyError('in another thread')")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(exc)
 
     with capture_output():

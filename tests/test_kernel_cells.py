@@ -4,7 +4,6 @@ editor's text and ``metadata.cellId``, buttons clicked through their comm messag
 from __future__ import annotations
 
 import pytest
-
 from frontend import Cell, Frontend
 
 pytestmark = pytest.mark.slow

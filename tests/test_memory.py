@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from devinspect.collect.machine import memory_readings
-from devinspect.collect.machine.memory_snapshot import build, match_driver_devices, snapshot
 from devinspect.collect.machine.memory_readings import read
+from devinspect.collect.machine.memory_snapshot import build, match_driver_devices, snapshot
 from devinspect.collect.machine.memory_tracker import MemoryTracker
 from devinspect.model.device_memory import MemoryHistory, TensorTally
 from devinspect.model.units import human_bytes

@@ -47,7 +47,7 @@ def test_the_two_step_index_names_as_the_whole_walk(sim, seed):
     ns, probes = namespace_and_probes(seed, sim)
     for probe in probes:
         whole = NameIndex(ns)
-        whole.result  # walks every name first
+        whole.result  # noqa: B018 - walks every name first
         expected = whole.lookup(probe)
         found = NameIndex(ns).lookup(probe)
         assert (found is None) == (expected is None)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from conftest import notebook, run_notebook
 from frontend import Cell, Frontend
 

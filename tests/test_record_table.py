@@ -168,7 +168,7 @@ def test_runs_of_tensors_read_as_the_walk_reads_them_one_by_one(seed, monkeypatc
 @pytest.mark.parametrize("seed", range(40))
 def test_aliases_marked_after_the_walk_are_those_a_lookup_per_tensor_finds(seed, monkeypatch):
     ns = generated_namespace(seed)
-    views_of_unnamed = [torch.zeros(4)[1:], torch.zeros(4)]  # noqa: F841 - alive, reached by no name
+    views_of_unnamed = [torch.zeros(4)[1:], torch.zeros(4)]  # alive, reached by no name
     views_of_unnamed.append(views_of_unnamed[1][2:])
     after, after_all = devinspect.scan(ns), devinspect.scan(ns, all_objects=True)
     monkeypatch.setattr(Walker, "keeps_first_names", True)
@@ -249,7 +249,7 @@ def test_a_column_of_names_reads_as_the_list_of_its_names(seed):
     column, names = NameColumn(), []
     for _ in range(rng.randint(0, 8)):
         if rng.random() < 0.5:
-            last = column._parts[-1] if column._parts else None  # noqa: SLF001 - a run that goes on
+            last = column._parts[-1] if column._parts else None  # a run that goes on
             if isinstance(last, IndexNames) and rng.random() < 0.5:
                 prefix, start = last.prefix, last.stop
             else:
@@ -281,8 +281,8 @@ def test_a_column_of_names_reads_as_the_list_of_its_names(seed):
 def test_a_long_list_of_tensors_keeps_no_string_per_name_and_names_each_item():
     batches = [torch.zeros(2) for _ in range(10_000)]
     result = devinspect.scan({"batches": batches, "x": torch.ones(1)})
-    names = result.records._names  # noqa: SLF001 - how the names are kept
-    assert sum(isinstance(part, IndexNames) for part in names._parts) == 1  # noqa: SLF001
+    names = result.records._names  # how the names are kept
+    assert sum(isinstance(part, IndexNames) for part in names._parts) == 1
     # A tensor named directly comes first; the list's items follow, each with its own name.
     assert result.records[4098].name == "batches[4097]"
     assert record_column(result.records, "name") == ["x"] + [f"batches[{i}]" for i in range(10_000)]

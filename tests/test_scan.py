@@ -164,8 +164,8 @@ def test_wrappers_compile_and_dataparallel():
 
 
 def test_unusual_tensors_have_sizes_or_explicit_unknowns():
-    from torch.testing._internal.two_tensor import TwoTensor
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.two_tensor import TwoTensor
 
     with FakeTensorMode():
         fake = torch.empty(5, 5)

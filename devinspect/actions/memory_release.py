@@ -18,15 +18,15 @@ from .result import ActionResult
 
 def ready_devices() -> list[Any]:
     """Accelerators whose allocator counters can be read now (CUDA only if already initialised)."""
-    from ..collect.machine.memory_snapshot import build
     from ..collect.machine.memory_readings import read
+    from ..collect.machine.memory_snapshot import build
 
     return [d for d in build(read(nvml=False)).accelerators if d.state == "ready"]
 
 
 def _no_allocator_reason() -> str:
-    from ..collect.machine.memory_snapshot import build
     from ..collect.machine.memory_readings import read
+    from ..collect.machine.memory_snapshot import build
 
     snap = build(read(nvml=False))
     if snap.accelerators:
@@ -60,7 +60,7 @@ def empty_cache() -> ActionResult:
             torch.cuda.empty_cache()
         else:
             accelerator_call(before[0].kind, "empty_cache")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return ActionResult(False, f"empty_cache() failed: {type(exc).__name__}: {exc}")
     after = {d.device: d for d in ready_devices()}
     released, changes = 0, []
@@ -88,7 +88,7 @@ def reset_peak_stats() -> ActionResult:
                 torch.cuda.reset_peak_memory_stats(d.torch_index)
             else:
                 accelerator_call(d.kind, "reset_peak_memory_stats", d.torch_index)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return ActionResult(False, f"could not reset the peaks of {d.device}: {type(exc).__name__}: {exc}")
     after = {x.device: x for x in ready_devices()}
     for d in before:
@@ -299,7 +299,7 @@ def clear_last_error() -> None:
     for forget in list(error_holders):
         try:
             forget()
-        except Exception:  # noqa: BLE001 - releasing more is best effort; the above is done
+        except Exception:  # releasing more is best effort; the above is done
             pass
     # An exception and its traceback often sit in a reference cycle (a handler that kept the
     # error, a renderer): what was released is freed now, not at the collector's next pass.

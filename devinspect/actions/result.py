@@ -128,10 +128,10 @@ def held_bytes(t: torch.Tensor) -> int:
         if t.layout == torch.strided and not t.is_nested and t.device.type != "meta":
             return int(t.untyped_storage().nbytes())
         return int(t.nbytes)
-    except Exception:  # noqa: BLE001 - wrapper subclasses have no storage of their own
+    except Exception:  # wrapper subclasses have no storage of their own
         try:
             return int(t.numel() * t.element_size())
-        except Exception:  # noqa: BLE001
+        except Exception:
             return 0
 
 

@@ -16,9 +16,9 @@ import ast
 
 from ..collect.code import user_code
 from ..model.check_report import LineStats
+from ..model.fixes import Finding, Fix
 from ..model.records import SourceLine
 from ..model.units import human_bytes
-from ..model.fixes import Finding, Fix
 
 #: Calls that copy one device value to the host: ``x.item()``, ``float(x)``, ``int(x)``.
 _READS = ("item",)

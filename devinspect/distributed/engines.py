@@ -64,7 +64,7 @@ def from_view(view: Any, *, top: int = TOP, timeout: float = 30.0, margin: float
     for engine, result in pending.items():
         try:
             payload = result.get(timeout=max(0.0, deadline - time.monotonic()))
-        except Exception as exc:  # noqa: BLE001 - one engine's failure is its row, never the report's
+        except Exception as exc:  # one engine's failure is its row, never the report's
             summaries.append(failed_summary(engine, len(targets), _engine_error(engine, exc, timeout), "ipyparallel"))
             sent.append(0)
             continue

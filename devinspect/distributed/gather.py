@@ -48,7 +48,7 @@ def gather(namespace: Mapping[str, Any] | None = None, group: Any = None, dst: i
     started = time.perf_counter()
     try:
         dist.gather_object(payload, received, dst=dst, group=group)
-    except Exception as exc:  # noqa: BLE001 - a collective that failed: say so in one line
+    except Exception as exc:  # a collective that failed: say so in one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DistributedError(f"gather on rank {rank} failed: {first} (every rank of the group must call "
                                "devinspect.distributed.gather(); one that never does makes the others wait "
@@ -69,5 +69,5 @@ def read_payload(data: Any, rank: int, world_size: int) -> RankSummary:
         if not isinstance(wire, dict):
             raise TypeError(f"expected a dict, got {type(wire).__name__}")
         return RankSummary.from_wire(wire)
-    except Exception as exc:  # noqa: BLE001 - one unreadable rank never hides the others
+    except Exception as exc:  # one unreadable rank never hides the others
         return failed_summary(rank, world_size, f"unreadable summary: {type(exc).__name__}: {exc}")

@@ -77,7 +77,7 @@ class CheckedCell:
         return codes
 
     def run(self) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         error = None
         self.start = time.perf_counter()
         self.mode.__enter__()
@@ -93,7 +93,7 @@ class CheckedCell:
         return self._result()
 
     async def run_async(self) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         import inspect
 
         self.start = time.perf_counter()
@@ -132,7 +132,7 @@ class CheckedCell:
             self._store(self.report)
             if not self.args.output and (not self.args.quiet or self.report.has_findings):
                 self._display()
-        except Exception as exc:  # noqa: BLE001 - the report must never replace the cell's outcome
+        except Exception as exc:  # the report must never replace the cell's outcome
             print(f"devinspect: the report could not be shown ({type(exc).__name__}: {exc})", file=sys.stderr)
             self.report = None
 
@@ -142,7 +142,7 @@ class CheckedCell:
 
         try:
             return tuple(script_calls(self.transformed, self.shell.user_ns))
-        except Exception:  # noqa: BLE001 - a note that cannot be made is left out
+        except Exception:  # a note that cannot be made is left out
             return ()
 
     def _store(self, report: Any) -> None:
@@ -200,14 +200,14 @@ class AwaitedCells:
     def checked_result(self) -> Any:
         """The value of the async cell that just ran, or the StopIteration it raised, raised
         here, outside any coroutine (which would turn it into a RuntimeError)."""
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         outcome, self._async_outcome = self._async_outcome, None
         return raised_after(outcome)
 
 
 def raised_after(value: Any) -> Any:
     """``value``, or the exception an async checked cell handed over (:class:`Raised`), raised."""
-    __tracebackhide__ = True  # noqa: F841
+    __tracebackhide__ = True
     if type(value) is Raised:
         error = value.error
         del value
@@ -255,7 +255,7 @@ def awaiting_magic_cells(shell: Any) -> Any:
             # hands over the cell's value, or raises what it raised, StopIteration included.
             magics = f"get_ipython().find_cell_magic({magic!r}).__self__"
             return [f"await {magics}.{magic}_async({line!r}, {body!r})\n", f"{magics}.checked_result()\n"]
-        except Exception:  # noqa: BLE001 - never break a cell; the magic reports its own errors
+        except Exception:  # never break a cell; the magic reports its own errors
             return lines
 
     transform.devinspect = True  # type: ignore[attr-defined]

@@ -69,7 +69,7 @@ class CellWidgets:
             from ..jupyter.lifetime import close_all
 
             return close_all(shown)
-        except Exception:  # noqa: BLE001 - a widget that cannot close must not stop the cell
+        except Exception:  # a widget that cannot close must not stop the cell
             return 0
 
     def run_here(self, run: Callable[[], Any]) -> Callable[[], Any]:

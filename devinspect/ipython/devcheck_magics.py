@@ -1,5 +1,5 @@
-"""``%%devcheck``: run a cell once under the device check; ``%devcheck --last`` and the
-explanation shown under a failed plain cell."""
+"""``%%devcheck``: run a cell once under the device check; ``%devcheck --last``: the last
+error explained. A failed plain cell's explanation is failed_cell.py's."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..runtime.user_modes import beneath_user_modes
 from .cell_runner import AwaitedCells, CheckedCell
-from .failed_cells import FailedCells
+from .failed_cell import FailedCellExplainer
 from .magic_support import (
     DevInspectMagics,
     caller_result_use,
@@ -25,14 +25,13 @@ from .magic_support import (
 
 @magics_class
 class DevcheckMagics(DevInspectMagics, AwaitedCells):
-    """``%%devcheck``, ``%devcheck --last``, and explanations after a failed cell."""
+    """``%%devcheck`` and ``%devcheck --last``."""
 
-    def __init__(self, shell: Any, settings: Any):
+    def __init__(self, shell: Any, settings: Any, explainer: FailedCellExplainer):
         super().__init__(shell, settings)
-        #: The failed cell's explanation, from its traceback's pointer line to its display.
-        self.failed = FailedCells()
-        self._running_cell: str | None = None  # the raw text of the cell now running (for its Re-run)
-        self._set_event("pre_run_cell", self._note_running_cell, True)
+        #: The failed cell's explanation (failed_cell.py), which a report tells what it explained.
+        self.explainer = explainer
+        self.failed = explainer.failed
 
     @magic_arguments()
     @argument("-o", "--output", nargs="?", const=True, default=None, metavar="NAME",
@@ -72,7 +71,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
 
             %devcheck --last           # explain the error the last cell raised
         """
-        __tracebackhide__ = True  # noqa: F841 - the user's traceback starts in their cell, not here
+        __tracebackhide__ = True  # the user's traceback starts in their cell, not here
         args = self._devcheck_args(line)
         if cell is None:
             return self._explain_last(args)
@@ -93,7 +92,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         loading the extension registers) into ``await`` of this method, so the kernel
         runs it as an async cell instead of blocking its own loop.
         """
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         run = CheckedCell(self.shell, self._devcheck_args(line), line, cell, self.failed.report_explained)
         self._async_outcome = await run.run_async()
 
@@ -124,98 +123,8 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             self.shell.user_ns[args.variable] = explanation
         if args.output and caller_result_use(calling_frame()) != "dropped":
             return explanation  # IPython shows it, once, or the code keeps it
-        self._show_explanation(explanation, rerun=None)
+        self.explainer.show(explanation, rerun=None)
         return explanation if args.output else None
-
-    @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
-    def _explain_after_cell(self, result: Any = None) -> None:
-        """After a failed cell: explain a device error or an out-of-memory error under its
-        traceback. Any other outcome returns at once (no mode, no hook in the cell itself)."""
-        error = getattr(result, "error_in_exec", None)
-        if error is None or not self.settings.explain_errors:
-            return
-        if self.failed.take_reported(error):  # a %%devcheck report already said it
-            return
-        torch = sys.modules.get("torch")
-        if torch is None:  # no tensor anywhere: nothing to explain, and no import of torch to pay for
-            return
-        try:
-            made, early = self.failed.take_early(error)
-            explanation = early if made else self._explanation(error, torch)
-            self.failed.remember(error, explanation)
-            if not self.failed.take_shown_above(error) and explanation:
-                raw = getattr(getattr(result, "info", None), "raw_cell", None)
-                self._show_explanation(explanation, rerun=raw)
-        except Exception as exc:  # noqa: BLE001 - explaining must never add an error of its own
-            print(f"devinspect: could not explain the error ({type(exc).__name__}: {exc})", file=sys.stderr)
-
-    def _explanation(self, error: BaseException, torch: Any) -> Any:
-        from ..diagnose.errors.explainer import explanation_of
-
-        # Only the out-of-memory scan needs IPython's own names (a walk of the namespace).
-        exclude = self._ipython_names() if isinstance(error, torch.OutOfMemoryError) else ()
-        return explanation_of(error, self.shell.user_ns, exclude=exclude)
-
-    def _note_running_cell(self, info: Any = None) -> None:
-        self._running_cell = getattr(info, "raw_cell", None)
-        self.failed.new_cell()
-
-    @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
-    def before_traceback(self, error: BaseException) -> str | None:
-        """Called as the shell draws ``error``'s traceback (a model call's is 60 lines of torch
-        frames: the help must not hide under them). In a notebook the explanation, its fix and
-        its buttons are shown now, as outputs above the traceback; in a terminal, which prints
-        each output in turn, the explanation follows the traceback and the line returned here
-        goes at its top, pointing there."""
-        line = self.pointer_line(error)
-        early = self.failed.early_for(error)
-        if line is None or early is None or getattr(self.shell, "kernel", None) is None:
-            return line
-        self.failed.show_above(error)
-        self._show_explanation(early, rerun=self._running_cell)
-        return None
-
-    @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
-    def pointer_line(self, error: BaseException) -> str | None:
-        """One line for the top of the traceback, pointing at the explanation printed after it."""
-        torch = sys.modules.get("torch")
-        # Device errors raise RuntimeError (a mismatch, pinning, a worker, a generator) or TypeError
-        # (a device tensor read as a NumPy array); anything else returns here at once.
-        if torch is None or not self.settings.explain_errors or self.failed.was_reported(error):
-            return None
-        from ..diagnose.errors.explainer import chained_errors
-
-        # (or a library's own error raised from one of them: its chain holds the error the call raised)
-        if not any(isinstance(e, (RuntimeError, TypeError, torch.OutOfMemoryError)) for e, _ in chained_errors(error)):
-            return None
-        try:
-            explanation = self._explanation(error, torch)
-        except Exception:  # noqa: BLE001 - the after-cell step says why, once
-            return None
-        self.failed.made_early(error, explanation)
-        if not explanation:
-            return None
-        from ..render.explanation_text import headline
-
-        return headline(explanation) or None
-
-    def _show_explanation(self, explanation: Any, rerun: str | None) -> None:
-        from IPython.display import display
-
-        shell = self.shell
-        display(explanation)
-        if getattr(shell, "kernel", None) is not None and any(f.action is not None for f in explanation.fixes):
-            # A widget frontend: the fixes as buttons (then a re-run of the failed cell).
-            try:
-                from ..jupyter.fix_panel import explanation_panel
-            except ImportError:  # no ipywidgets: the static output is complete
-                return
-            from .cell_widgets import run_here, shown
-
-            again = run_here(shell, lambda: shell.run_cell(rerun)) if rerun else None
-            panel = explanation_panel(explanation, shell.user_ns, again, shell=shell)
-            display(panel)
-            shown(shell, panel)
 
     def _devcheck_args(self, line: str) -> Any:
         args = self._parse(self.devcheck, line)
@@ -227,10 +136,6 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
             args.variable, args.output = args.output, None
         variable_name("%%devcheck", args.variable, self.shell)
         return args
-
-    def close(self) -> None:
-        self._set_event("post_run_cell", self._explain_after_cell, False)
-        self._set_event("pre_run_cell", self._note_running_cell, False)
 
 
 cell_magic_usage(DevcheckMagics)

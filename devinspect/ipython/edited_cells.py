@@ -100,7 +100,7 @@ class EditedCells:
                 # Transformed by the caller from the old text: transformed again from the text that runs.
                 try:
                     kwargs["transformed_cell"], kwargs["preprocessing_exc_tuple"] = self.shell.transform_cell(edited), None
-                except Exception:  # noqa: BLE001 - IPython shows it as the cell's error, as for any cell
+                except Exception:  # IPython shows it as the cell's error, as for any cell
                     kwargs["transformed_cell"], kwargs["preprocessing_exc_tuple"] = edited, sys.exc_info()
             return self._ran(chain, self._remembered(await before(edited, *args, **kwargs)))
 
@@ -139,7 +139,7 @@ class EditedCells:
                     if edit not in chain and edit.cell is not None and ids.get(edit.cell) == cell_id:
                         cells.forget(edit)  # the cell now runs other text: that edit is of text gone
             return chain
-        except Exception:  # noqa: BLE001 - never break a cell: it runs as sent
+        except Exception:  # never break a cell: it runs as sent
             return []
 
     def _remembered(self, result: Any) -> Any:
@@ -151,7 +151,7 @@ class EditedCells:
                 self.cell_ids[result.execution_count] = info.cell_id
                 while len(self.cell_ids) > _REMEMBERED_RUNS:
                     self.cell_ids.popitem(last=False)
-        except Exception:  # noqa: BLE001 - an older IPython's result without these fields
+        except Exception:  # an older IPython's result without these fields
             pass
         return result
 
@@ -170,6 +170,6 @@ class EditedCells:
                 print(f"devinspect: this run ran the cell as Apply fix edited it (Cell In[{first.cell}]); where the "
                       "notebook still shows the earlier text, the edited text runs again on the next run of this cell",
                       file=sys.stderr)
-        except Exception:  # noqa: BLE001 - the cell's own outcome stands
+        except Exception:  # the cell's own outcome stands
             pass
         return result

@@ -12,14 +12,14 @@ from ..collect.code import locations
 from ..runtime import tracebacks
 from .cell_runner import awaiting_magic_cells
 from .cell_widgets import CellWidgets
-from .magic_support import cell_numbers, error_forgetter, traceback_drawer
 from .config import DevInspect
 from .devcheck_magics import DevcheckMagics
 from .devices_magics import DevicesMagics
 from .edited_cells import EditedCells
+from .failed_cell import FailedCellExplainer, register_hooks, unregister_hooks
 from .gpumem_magics import GpumemMagics
 from .lab_panel import lab_link
-from .traceback_pointer import TracebackPointer
+from .magic_support import cell_numbers, error_forgetter, traceback_drawer
 
 
 def settings_of(shell: Any) -> DevInspect:
@@ -38,19 +38,15 @@ class Loaded:
     def __init__(self, shell: Any):
         self.settings = settings_of(shell)  # %config DevInspect
         shell.configurables.append(self.settings)
-        self.families = (DevicesMagics(shell, self.settings), DevcheckMagics(shell, self.settings),
+        self.failed_cell = FailedCellExplainer(shell, self.settings)
+        self.families = (DevicesMagics(shell, self.settings), DevcheckMagics(shell, self.settings, self.failed_cell),
                          GpumemMagics(shell, self.settings))
         self.cell_numbers = cell_numbers(shell)
         self.forget_error = error_forgetter(shell)
         self.draw_traceback = traceback_drawer(shell)
-        self.pointer = TracebackPointer(shell, self.devcheck.before_traceback)
         self.edited_cells = EditedCells(shell)
         self.cell_widgets = CellWidgets(shell)
         self.lab = lab_link(shell, self.settings, self.edited_cells)
-
-    @property
-    def devcheck(self) -> DevcheckMagics:
-        return self.families[1]
 
 
 #: One per shell; loading again is a no-op.
@@ -73,8 +69,7 @@ def load(shell: Any) -> None:
     locations.register_cell_numbers(here.cell_numbers)
     tracebacks.register_drawer(here.draw_traceback)
     tracebacks.error_holders.append(here.forget_error)
-    shell.events.register("post_run_cell", here.devcheck._explain_after_cell)
-    here.pointer.install()
+    register_hooks(here.failed_cell)
     here.edited_cells.install()
     here.cell_widgets.install()
     _loaded[id(shell)] = here
@@ -87,7 +82,7 @@ def unload(shell: Any) -> None:
     if here is None:
         return
     here.lab.uninstall()
-    here.pointer.uninstall()
+    unregister_hooks(here.failed_cell)
     here.edited_cells.uninstall()
     cells = sys.modules.get("devinspect.actions.cells")
     if cells is not None:

@@ -87,7 +87,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
             %%gpumem -f train_step -f model   # also inside train_step and model.forward
             %%gpumem -v prof         # keep it: prof.frame, prof.peak
         """
-        __tracebackhide__ = True  # noqa: F841 - the user's traceback starts in their cell, not here
+        __tracebackhide__ = True  # the user's traceback starts in their cell, not here
         args = self._parse(self.gpumem, line)
         variable_name("%gpumem", args.variable, self.shell)
         if cell is not None:
@@ -141,8 +141,8 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
                              "-d, -f, -o and -v")
         device = profiled_device(args.device)
         def live_view(profile: Any, plot_html: str | None) -> Any:
-            from ..jupyter.memory_profile_widget import line_memory_widget
             from ..jupyter.memory_dashboard import MemoryDashboard
+            from ..jupyter.memory_profile_widget import line_memory_widget
 
             dashboard = MemoryDashboard(self._collector(str(device), True), self._memory_actions())
             return line_memory_widget(profile, dashboard, plot_html)
@@ -153,15 +153,15 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
     async def gpumem_async(self, line: str, cell: str) -> Any:
         """``%%gpumem`` for a cell with top-level ``await``, run on the kernel's event loop
         (an input transformer rewrites such a cell into ``await`` of this method)."""
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         args = self._parse(self.gpumem, line)
         variable_name("%gpumem", args.variable, self.shell)
         self._async_outcome = await self._profile_cell(args, line, cell).run_async()
 
     def _collector(self, device: str | None, count_tensors_by_default: bool, all_devices: bool = False) -> Any:
         """collect(count_tensors) -> MemorySnapshot, keeping the last tensor count between calls."""
-        from ..collect.machine.memory_snapshot import build, in_use, tally_tensors
         from ..collect.machine.memory_readings import read
+        from ..collect.machine.memory_snapshot import build, in_use, tally_tensors
 
         shell = self.shell
         last: dict[str, Any] = {}
@@ -229,7 +229,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
         for watcher in self._watchers:
             try:
                 watcher.dashboard.after_cell()
-            except Exception as exc:  # noqa: BLE001 - a hook must never break the user's cell
+            except Exception as exc:  # a hook must never break the user's cell
                 from html import escape
 
                 watcher.dashboard.status.value = (f"✖ refresh after the cell failed: "
@@ -258,7 +258,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
         first = next((ln.strip() for ln in raw.splitlines() if ln.strip()), "")
         try:
             self._tracker.before(self.shell.execution_count, first)  # type: ignore[union-attr]
-        except Exception:  # noqa: BLE001 - a hook must never break the user's cell
+        except Exception:  # a hook must never break the user's cell
             pass
 
     def _after_cell_track(self, result: Any = None) -> None:
@@ -266,7 +266,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
             number = getattr(result, "execution_count", None)
             self._tracker.after(failed=result is not None and not result.success,  # type: ignore[union-attr]
                                 cell=number if isinstance(number, int) else None)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
     def _show_history(self, quiet: bool = False) -> Any:

@@ -169,7 +169,7 @@ def caller_result_use(frame: Any) -> str:
         # f_lasti is the call now running (or an inline cache entry after it).
         current = max(i for i, ins in enumerate(instructions) if ins.offset <= frame.f_lasti)
         after = instructions[current + 1]
-    except Exception:  # noqa: BLE001 - when unsure, the magic shows its result itself
+    except Exception:  # when unsure, the magic shows its result itself
         return "dropped"
     if after.opname == "PRINT_EXPR" or (after.opname == "CALL_INTRINSIC_1" and after.argrepr == "INTRINSIC_PRINT"):
         return "shown"

@@ -69,5 +69,5 @@ def engines_view(namespace: Any) -> Any:
 
     try:
         return client[:]
-    except Exception as exc:  # noqa: BLE001 - no engines registered yet, a closed client
+    except Exception as exc:  # no engines registered yet, a closed client
         raise DistributedError(f"the ipyparallel client has no engines to ask ({type(exc).__name__}: {exc})") from None

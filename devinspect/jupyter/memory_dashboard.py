@@ -168,11 +168,11 @@ class MemoryDashboard:
                 result = self._actions[key]()
                 mark = "✔" if result.ok else "–"
                 self.status.value = f"{mark} {escape(result.message)}"
-            except Exception as exc:  # noqa: BLE001 - shown in the dashboard, not as a traceback
+            except Exception as exc:  # shown in the dashboard, not as a traceback
                 self.status.value = f"✖ {escape(key)} failed: {escape(type(exc).__name__)}: {escape(str(exc))}"
             try:
                 self.refresh(count_tensors=True)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self.status.value += f"<br>✖ could not read memory again: {escape(type(exc).__name__)}: {escape(str(exc))}"
         finally:
             for key, b in [*self.buttons.items(), ("refresh", self.refresh_button)]:
@@ -223,7 +223,7 @@ class Watcher:
                 self.dashboard.refresh(count_tensors=False)
                 self.ticks += 1
                 failures = 0
-            except Exception as exc:  # noqa: BLE001 - reported in the widget, never raised in a thread
+            except Exception as exc:  # reported in the widget, never raised in a thread
                 failures += 1
                 self.dashboard.status.value = f"✖ refresh failed: {escape(type(exc).__name__)}: {escape(str(exc))}"
                 if failures >= 3:

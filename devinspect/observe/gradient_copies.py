@@ -45,7 +45,7 @@ class GradientCopies:
         """Hook the copy nodes of ``tensor``'s graph that no forward seen by the check made."""
         try:
             root = tensor_getters.grad_fn(tensor) if tensor_getters.is_tensor(tensor) else None
-        except Exception:  # noqa: BLE001 - no graph to read
+        except Exception:  # no graph to read
             return
         # Nodes seen are kept alive during the walk: a node's Python object can be made afresh
         # for each next_functions read, and a freed one's id can come back as another's.
@@ -73,7 +73,7 @@ class GradientCopies:
                 came = grad_outputs[0] if grad_outputs else None
                 if tensor_getters.is_tensor(into) and tensor_getters.is_tensor(came) and tensor_getters.device(into) != tensor_getters.device(came):
                     self._count(tensor_getters.device(came), tensor_getters.device(into), int(tensor_getters.nbytes(came)))
-            except Exception:  # noqa: BLE001 - counted or not, the backward pass goes on
+            except Exception:  # counted or not, the backward pass goes on
                 self._failed()
 
         self._nodes[id(node)] = node

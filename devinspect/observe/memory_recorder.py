@@ -20,8 +20,8 @@ from typing import Any, Callable, Collection
 
 import torch
 
-from ..runtime import tensor_getters
 from ..model.memory_profile import LineKey, LineTotals, Recording
+from ..runtime import tensor_getters
 from .line_tracers import line_tracer
 from .memory_sources import MAX_EVENTS, cuda_events, device_module_call, event_source
 
@@ -283,8 +283,8 @@ def named_allocations(namespace: Any, device: torch.device, exclude: Any = (),
     (``loss``, ``t``) names its memory at once, and the whole namespace is scanned only where
     one of them is held deeper: the scan walks every module and optimizer state (about 6 ms
     for a small GPT-2 and its AdamW, a third of a training step's own time on a GPU)."""
-    from ..collect.namespace.scan import scan
     from ..collect.namespace.path_lookup import object_at
+    from ..collect.namespace.scan import scan
 
     if wanted is not None:
         names = _named_at_the_top(namespace, device, exclude, wanted)
@@ -296,7 +296,7 @@ def named_allocations(namespace: Any, device: torch.device, exclude: Any = (),
             continue
         try:
             addresses = _addresses(lambda: object_at(namespace, record.name), device, record.storage_id)
-        except Exception:  # noqa: BLE001 - a name that no longer reads: left unnamed
+        except Exception:  # a name that no longer reads: left unnamed
             continue
         for address in addresses:
             names.setdefault(address, record.name)
@@ -318,7 +318,7 @@ def _named_at_the_top(namespace: Any, device: torch.device, exclude: Any, wanted
             if facts[0] != _device_name(device) or facts[5] is None:
                 continue
             addresses = _addresses(lambda: value, device, facts[5])
-        except Exception:  # noqa: BLE001 - a tensor that cannot be read so: left to the scan
+        except Exception:  # a tensor that cannot be read so: left to the scan
             continue
         for address in addresses:
             if address in wanted:

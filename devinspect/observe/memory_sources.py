@@ -97,7 +97,7 @@ class Counters:
         try:
             allocated, reserved = self._read()
             return int(allocated), int(reserved)
-        except Exception:  # noqa: BLE001 - a backend that cannot say: the column is empty
+        except Exception:  # a backend that cannot say: the column is empty
             return None, None
 
     def start(self) -> None:
@@ -200,7 +200,7 @@ class TaggedCudaHistory(_EventCounts):
             return False
         try:
             return not _history_on() and get() == ""
-        except Exception:  # noqa: BLE001 - an allocator that cannot tag: the counters path
+        except Exception:  # an allocator that cannot tag: the counters path
             return False
 
     def __init__(self, device: torch.device, recorder: Any):
@@ -245,7 +245,7 @@ class TaggedCudaHistory(_EventCounts):
             self.tag("0")
             torch.cuda.memory._record_memory_history(**options)
             rec.events_source, rec.has_events = "CUDA's memory history", True
-        except Exception as exc:  # noqa: BLE001 - no history: counters only, said plainly
+        except Exception as exc:  # no history: counters only, said plainly
             self.tag("")
             rec.events_source = f"CUDA's memory history is not available ({type(exc).__name__}: {exc})"
             self.listener = None  # the recorder follows the lines itself, reading the counters
@@ -261,7 +261,7 @@ class TaggedCudaHistory(_EventCounts):
             torch.cuda.memory._record_memory_history(enabled=None)
         try:
             self._replay(entries)
-        except Exception as exc:  # noqa: BLE001 - a history in a form not known: the lines so far, said so
+        except Exception as exc:  # a history in a form not known: the lines so far, said so
             rec = self.recorder.recording
             rec.events_source, rec.has_events = f"CUDA's memory history could not be read ({type(exc).__name__}: {exc})", False
         allocated, reserved = cuda_counters(self.index)  # the end as the allocator counts it
@@ -384,7 +384,7 @@ class CudaHistoryWithCounters(Counters):
             if not self.was_on:
                 torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python")
             rec.events_source, rec.has_events = "CUDA's memory history", True
-        except Exception as exc:  # noqa: BLE001 - no history: counters only, said plainly
+        except Exception as exc:  # no history: counters only, said plainly
             rec.events_source = f"CUDA's memory history is not available ({type(exc).__name__}: {exc})"
 
     def stop(self) -> None:
@@ -422,5 +422,5 @@ def device_module_call(kind: str, name: str, *args: Any) -> Any:
         return None
     try:
         return function(*args)
-    except Exception:  # noqa: BLE001 - a backend that cannot answer: no events, no names
+    except Exception:  # a backend that cannot answer: no events, no names
         return None

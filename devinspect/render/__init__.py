@@ -10,10 +10,10 @@ from __future__ import annotations
 from ..model import display
 from ..model.action_result import ActionResult
 from ..model.check_report import CheckReport, DeviceError, Mismatch
+from ..model.device_memory import MemoryHistory, MemorySnapshot
 from ..model.explanation import Explanation
 from ..model.holders import Holders
 from ..model.memory_profile import LineMemoryProfile
-from ..model.device_memory import MemoryHistory, MemorySnapshot
 from ..model.ranks import RankReport
 from ..model.scan_result import ScanView
 from . import (
@@ -28,7 +28,7 @@ from . import (
     ranks_text,
     text,
 )
-from .memory import profile, snapshot_html, plot, snapshot_text
+from .memory import plot, profile, snapshot_html, snapshot_text
 
 display.register(ScanView, text=text.render_scan, html=html.render_scan)
 display.register(CheckReport, text=check_report_text.render_check, html=check_report_html.render_check)

@@ -128,13 +128,13 @@ class _RenderWithoutOwnFrames:
         exc = sys.__dict__.get("last_value")
         try:
             mine = object.__getattribute__(exc, "__dict__").get("_render_traceback_") is self
-        except Exception:  # noqa: BLE001
+        except Exception:
             mine = False
         if not mine:
             raise RuntimeError("not the error being drawn")  # IPython then draws its usual traceback
         try:
             exc.__dict__.pop("_render_traceback_", None)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         if not _drawers:
             raise RuntimeError("no drawer")  # IPython then draws its usual traceback
@@ -160,5 +160,5 @@ def tidy_traceback(exc: BaseException, body_file: str | None = None, kernel: boo
         if not _drawers or (body_file is None and not kernel and not ends_in_own_frames(exc.__traceback__)):
             return
         exc._render_traceback_ = _RenderWithoutOwnFrames(body_file, kernel)  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - only ever a nicer traceback, never a failure
+    except Exception:  # only ever a nicer traceback, never a failure
         pass

@@ -72,7 +72,7 @@ def _show_or_relocate(message: warnings.WarningMessage) -> None:
                 return
             except Warning:
                 raise  # the user's "error" filter: raised where a plain run raises it
-            except Exception:  # noqa: BLE001 - a registry or module that is not what Python expects
+            except Exception:  # a registry or module that is not what Python expects
                 pass
     _shown(message)
 

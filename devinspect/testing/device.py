@@ -14,12 +14,12 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..runtime import warning_places
 from ..runtime.tracebacks import tidy_traceback
-from .ops import autocast, device_rules, gradients, op_declarations, plain_paths, recurrent
 from . import forks, generators, moves, pinned, real_devices, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block
-from .storage_books import StorageBooks, parse_capacity
 from .identity import DEVICE_COUNT, DEVICE_TYPE
+from .ops import autocast, device_rules, gradients, op_declarations, plain_paths, recurrent
+from .storage_books import StorageBooks, parse_capacity
 from .streams import DeviceContext, SimEvent, SimStream, StreamContext, streams
 
 _lock = threading.Lock()
@@ -137,11 +137,11 @@ class _BackendModule:
     # returns, so a stream is always idle and an event records the host's clock.
 
     @property
-    def Stream(self) -> type:  # noqa: N802 - named as torch.cuda.Stream
+    def Stream(self) -> type:  # named as torch.cuda.Stream
         return SimStream
 
     @property
-    def Event(self) -> type:  # noqa: N802 - named as torch.cuda.Event
+    def Event(self) -> type:  # named as torch.cuda.Event
         return SimEvent
 
     def current_stream(self, device: Any = None) -> SimStream:
@@ -263,7 +263,7 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        __tracebackhide__ = True  # noqa: F841 - a GPU's kernels do not show in a traceback either
+        __tracebackhide__ = True  # a GPU's kernels do not show in a traceback either
         warning_places.keep_first()
         try:
             return _function(func, args, kwargs or {})
@@ -273,7 +273,7 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         try:
             return _dispatch(func, args, kwargs or {})
         except Exception as exc:
@@ -283,7 +283,7 @@ class SimTensor(torch.Tensor):
 
 def _function(func: Any, args: tuple, kwargs: dict) -> Any:
     """How a simulated tensor answers the calls a GPU tensor answers differently from a CPU one."""
-    __tracebackhide__ = True  # noqa: F841
+    __tracebackhide__ = True
     if forks.in_bad_fork:
         raise forks.refusal()
     name = getattr(func, "__name__", "")
@@ -327,7 +327,7 @@ _METADATA_OPS = frozenset({
 
 def _dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     """The simulated device's kernels: the op on the CPU data, a device-mismatch error as CUDA raises it."""
-    __tracebackhide__ = True  # noqa: F841
+    __tracebackhide__ = True
     if func in _METADATA_OPS:
         return func(_data_of(args[0]), *args[1:])
     if forks.in_bad_fork:
@@ -391,7 +391,7 @@ def _with_meta(func: Any, given: tuple, args: Any, kwargs: Any, device: torch.de
     a CUDA kernel runs its composite kernel, whose ops meet the meta operand one by one; a
     TensorIterator op's meta function finds two devices and raises; any other meta kernel runs
     beside the host's data (the host's key is outranked the same way), and decides."""
-    __tracebackhide__ = True  # noqa: F841
+    __tracebackhide__ = True
     declared = op_declarations.declaration(func._schema.name, func._overloadname)
     if declared is not None and not declared.cuda_kernel and device_rules.has_composite(func):
         # No kernel of its own on CUDA: its composite kernel's ops meet the meta operand one by one.
@@ -570,7 +570,7 @@ def _kernel(kernel: Any) -> Any:
     as a GPU's kernels raise from C++."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         try:
             if forks.in_bad_fork:
                 raise forks.refusal()

@@ -32,7 +32,7 @@ def install(device_tensor: type) -> None:
         return
     # torch.compile keeps a stand-in for the original function, keyed by it when it loads:
     # load it first, so that the stand-in stays bound to PyTorch's own function.
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo
 
     original_swap = torch.utils.swap_tensors
     original_compatible = torch._has_compatible_shallow_copy_type

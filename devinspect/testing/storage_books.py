@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ..runtime import tensor_getters
 from ..model.units import parse_bytes
+from ..runtime import tensor_getters
 from .allocator import Allocator, Block
 
 

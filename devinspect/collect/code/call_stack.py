@@ -11,11 +11,11 @@ from typing import Any, Iterator
 
 import torch
 
-from . import locations
-from .locations import frame_locals
 from ...runtime import tensor_getters
 from ..objects.container_snapshots import dict_items
 from ..objects.static_getters import instance_dict, str_items, type_name
+from . import locations
+from .locations import frame_locals
 
 _T = torch.Tensor
 _Optimizer = torch.optim.Optimizer

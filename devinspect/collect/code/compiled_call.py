@@ -14,8 +14,10 @@ from typing import Any
 
 import torch
 
-from . import locations
 from ...runtime import tensor_getters
+from ..objects.static_getters import instance_dict
+from ..objects.tensor_facts import fake_device_of
+from . import locations
 from .failing_call import (
     FACTORIES,
     LIKE_FACTORIES,
@@ -26,8 +28,6 @@ from .failing_call import (
     names_a_device,
     operand_nodes,
 )
-from ..objects.static_getters import instance_dict
-from ..objects.tensor_facts import fake_device_of
 
 #: Binary operators as the traced graph names their functions.
 _TRACED_OPS = {"mul": ast.Mult, "add": ast.Add, "sub": ast.Sub, "truediv": ast.Div, "matmul": ast.MatMult,
@@ -145,7 +145,7 @@ def _node_op(node: Any) -> str:
         return "call"
     try:
         target = getter.__get__(node, type(node))
-    except Exception:  # noqa: BLE001
+    except Exception:
         return "call"
     name = target if type(target) is str else getattr(target, "__name__", None)
     return name if type(name) is str else "call"

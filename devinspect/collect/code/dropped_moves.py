@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from . import locations, user_code
 from ...runtime import tensor_getters
+from . import locations, user_code
 
 #: The methods that move a tensor to a device named by the method itself.
 _NAMED_MOVES = frozenset({"cuda", "cpu", "xpu", "mps"})
@@ -113,7 +113,7 @@ def current_index(device_type: str) -> int:
         return 0
     try:
         return int(torch.get_device_module(device_type).current_device())
-    except Exception:  # noqa: BLE001 - a type without a module: its first device
+    except Exception:  # a type without a module: its first device
         return 0
 
 

@@ -26,9 +26,9 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
+from ..objects.static_getters import str_items, type_name
 from . import locations
 from .call_stack import traceback_locals
-from ..objects.static_getters import str_items, type_name
 
 _TRACEBACK_OF = BaseException.__dict__["__traceback__"].__get__
 _Tensor = torch.Tensor

@@ -24,12 +24,12 @@ from typing import Any, Iterator
 
 import torch
 
-from . import locations, user_functions
 from ...runtime import tensor_getters
-from .factories import FACTORIES, LIKE_FACTORIES
+from ..namespace.path_lookup import MISSING, attribute_of, item_of
 from ..objects.script_modules import script_object, script_tensors
 from ..objects.static_getters import instance_dict, type_is_one_of, type_name
-from ..namespace.path_lookup import MISSING, attribute_of, item_of
+from . import locations, user_functions
+from .factories import FACTORIES, LIKE_FACTORIES
 
 _T = torch.Tensor
 _Module = torch.nn.Module
@@ -257,7 +257,7 @@ def message(exc: BaseException) -> str:
     """An exception's message, read without calling a user class's ``__str__``."""
     try:
         return BaseException.__str__(exc)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return ""
 
 

@@ -15,7 +15,6 @@ from ...runtime import tensor_getters
 from ..namespace.names import root_of
 from ..namespace.path_lookup import MISSING, object_at
 
-
 #: Methods that give the same tensor in another dtype or layout, on its device: ``x.float()`` on a
 #: line passes ``x`` as far as where it lives goes.
 _CONVERSIONS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "bool", "contiguous", "detach",

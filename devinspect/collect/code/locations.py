@@ -192,7 +192,7 @@ def cell_number(filename: str) -> int | None:
     for lookup in _cell_numbers:
         try:
             number = lookup(filename)
-        except Exception:  # noqa: BLE001 - a name we cannot map is shown as a file
+        except Exception:  # a name we cannot map is shown as a file
             number = None
         if number is not None:
             return number

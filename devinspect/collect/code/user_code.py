@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..objects.static_getters import type_is_one_of
 from . import locations
 from .expressions import called_model, expression_root
 from .output_operands import output_operands
-from ..objects.static_getters import type_is_one_of
 
 #: How many of the most recent cells are looked through for an assignment.
 MAX_CELLS = 200

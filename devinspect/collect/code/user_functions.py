@@ -13,10 +13,10 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from ..namespace.path_lookup import MISSING
+from ..objects.static_getters import FUNCTION_CODE, instance_dict, static_class_attr
 from . import locations, user_code
 from .factories import FACTORIES, LIKE_FACTORIES
-from ..objects.static_getters import FUNCTION_CODE, instance_dict, static_class_attr
-from ..namespace.path_lookup import MISSING
 
 _METHOD_FUNC = types.MethodType.__dict__["__func__"].__get__
 _METHOD_SELF = types.MethodType.__dict__["__self__"].__get__

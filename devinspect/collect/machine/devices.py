@@ -20,26 +20,26 @@ def present() -> list[str]:
     try:
         if torch.cuda._is_compiled():
             out.extend(f"cuda:{i}" for i in range(torch.cuda.device_count()))
-    except Exception:  # noqa: BLE001 - a broken driver means no usable GPU
+    except Exception:  # a broken driver means no usable GPU
         pass
     for kind in ("xpu", "mtia"):
         backend = getattr(torch, kind, None)
         try:
             if backend is not None and backend.is_available():
                 out.extend(f"{kind}:{i}" for i in range(backend.device_count()))
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     try:
         if torch.backends.mps.is_available():
             out.append("mps:0")
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     name = torch._C._get_privateuse1_backend_name()
     backend = getattr(torch, name, None) if name != "privateuseone" else None
     try:
         if backend is not None:
             out.extend(f"{name}:{i}" for i in range(int(backend.device_count())))
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return out
 

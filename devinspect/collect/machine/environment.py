@@ -28,8 +28,8 @@ def _version(package: str) -> str | None:
 def gather() -> dict[str, Any]:
     """The report as plain data."""
     from ...version import __version__
-    from .memory_snapshot import match_driver_devices
     from .memory_readings import read_nvml
+    from .memory_snapshot import match_driver_devices
 
     cuda_compiled = bool(torch.cuda._is_compiled())
     build = "ROCm" if torch.version.hip else "CUDA" if torch.version.cuda else "CPU"
@@ -73,7 +73,7 @@ def gather() -> dict[str, Any]:
 def _count(fn: Any) -> int | str:
     try:
         return int(fn())
-    except Exception as exc:  # noqa: BLE001 - a broken driver is part of the report
+    except Exception as exc:  # a broken driver is part of the report
         return f"unavailable: {type(exc).__name__}: {exc}"
 
 
@@ -83,7 +83,7 @@ def _accelerator() -> dict[str, Any] | None:
         return None
     try:
         current = accelerator.current_accelerator()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     if current is None:
         return {"type": None}

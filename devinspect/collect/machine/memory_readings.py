@@ -61,7 +61,7 @@ def read_cuda() -> dict[str, Any]:
     try:
         # NVML-based before initialisation: neither a context nor torch's lazy init.
         out["device_count"] = int(torch.cuda.device_count())
-    except Exception as exc:  # noqa: BLE001 - a broken driver is a reading, not a crash
+    except Exception as exc:  # a broken driver is a reading, not a crash
         out["error"] = _reason(exc)
         out["device_count"] = 0
         return out
@@ -81,7 +81,7 @@ def read_cuda() -> dict[str, Any]:
             # cudaMemGetInfo would create a context on a device that has none.
             if dev["has_context"]:
                 dev["mem_get_info"] = [int(v) for v in torch.cuda.mem_get_info(i)]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             dev["error"] = _reason(exc)
         devices.append(dev)
     out["devices"] = devices
@@ -115,7 +115,7 @@ def read_accelerator() -> dict[str, Any] | None:
         return None
     try:
         current = accelerator.current_accelerator()
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     if current is None or current.type == "cuda":
         return None
@@ -126,7 +126,7 @@ def read_accelerator() -> dict[str, Any] | None:
         out["initialized"] = bool(is_initialized())
     try:
         count = int(accelerator.device_count())
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out["error"] = _reason(exc)
         return out
     for i in range(count):
@@ -138,15 +138,15 @@ def read_accelerator() -> dict[str, Any] | None:
         if callable(get_name):
             try:
                 dev["name"] = str(get_name(i))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         try:
             dev["memory_stats"] = {k: int(v) for k, v in accelerator_call(current.type, "memory_stats", i).items()}
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             dev["error"] = _reason(exc)
         try:
             dev["mem_get_info"] = [int(v) for v in accelerator_call(current.type, "get_memory_info", i)]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             dev["mem_get_info_error"] = _reason(exc)
         out["devices"].append(dev)
     return out
@@ -160,7 +160,7 @@ def read_nvml() -> dict[str, Any]:
         return {"error": "nvidia-ml-py is not installed (pip install 'devinspect[nvml]')"}
     try:
         pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, driver mismatch …
+    except Exception as exc:  # NVMLError_LibraryNotFound, driver mismatch …
         return {"error": f"NVML could not start ({_reason(exc)})"}
     try:
         out: dict[str, Any] = {"devices": []}
@@ -182,7 +182,7 @@ def read_nvml() -> dict[str, Any]:
                     mig_entry["ci"] = _try(pynvml.nvmlDeviceGetComputeInstanceId, mig_handle)
                     out["devices"].append(mig_entry)
         return out
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return {"error": f"NVML failed ({_reason(exc)})"}
     finally:
         _try(pynvml.nvmlShutdown)
@@ -191,7 +191,7 @@ def read_nvml() -> dict[str, Any]:
 def _try(fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
-    except Exception:  # noqa: BLE001 - a field NVML cannot give is None
+    except Exception:  # a field NVML cannot give is None
         return None
 
 
@@ -250,7 +250,7 @@ def read_process() -> dict[str, Any]:
         out["rss"] = int(psutil.Process().memory_info().rss)
         vm = psutil.virtual_memory()
         out["total"], out["available"] = int(vm.total), int(vm.available)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out["error"] = f"process memory unavailable ({_reason(exc)})"
     return out
 
@@ -289,5 +289,5 @@ def other_accelerators() -> list[tuple[str, int]]:
         if callable(is_initialized) and not is_initialized():
             return []
         return [(current.type, i) for i in range(int(accelerator.device_count()))]
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []

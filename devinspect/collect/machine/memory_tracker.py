@@ -68,7 +68,7 @@ class MemoryTracker:
         for kind, i in other_accelerators():
             try:
                 accelerator_call(kind, "reset_peak_memory_stats", i)
-            except Exception:  # noqa: BLE001 - a device without peak counters records no peak
+            except Exception:  # a device without peak counters records no peak
                 pass
         if self._can_reset_rss_peak:
             self._can_reset_rss_peak = reset_process_peak()
@@ -87,7 +87,7 @@ def _counters() -> dict[str, tuple[int | None, ...]]:
     for kind, i in other_accelerators():
         try:
             s = accelerator_call(kind, "memory_stats", i)
-        except Exception:  # noqa: BLE001 - no allocator figures: the device is left out
+        except Exception:  # no allocator figures: the device is left out
             continue
         out[f"{kind}:{i}"] = (
             stat(s, "allocated_bytes.all.current"), stat(s, "reserved_bytes.all.current"),

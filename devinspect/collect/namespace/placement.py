@@ -36,7 +36,7 @@ def offloaded_note(t: Any, offloaded: bool) -> str | None:
     """The note of a parameter or buffer an offloading hook keeps off its module (it is meta)."""
     try:
         return OFFLOADED_NOTE if offloaded and issubclass(type(t), torch.Tensor) and tensor_getters.is_meta(t) else None
-    except Exception:  # noqa: BLE001 - one that cannot be read is recorded as it is
+    except Exception:  # one that cannot be read is recorded as it is
         return None
 
 

@@ -29,13 +29,12 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from ...model.holders import Holders, Reference
-from ..code import locations
 from ...runtime import tensor_getters
+from ..code import locations
 from ..objects.class_source import user_class_attributes
-from .names import HISTORY_RE, PLUMBING, attr_name, binds_module, child_name, describe_error, key_text, namespace_items
+from ..objects.container_snapshots import dict_items, sequence_items
 from ..objects.interiors import paused_frame, proxied_dict
 from ..objects.script_modules import script_object, script_tensors
-from ..objects.container_snapshots import dict_items, sequence_items
 from ..objects.static_getters import (
     ATOM_IDS,
     PROXY_TYPES,
@@ -51,6 +50,7 @@ from ..objects.static_getters import (
     type_name,
 )
 from ..objects.tensor_facts import tensor_facts
+from .names import HISTORY_RE, PLUMBING, attr_name, binds_module, child_name, describe_error, key_text, namespace_items
 from .path_lookup import object_at
 
 _T = torch.Tensor
@@ -80,7 +80,7 @@ def holders(namespace: Mapping[str, Any], name: str, *, exclude: Any = (), plumb
         try:
             device, dtype, shape, _, storage_bytes, _, _, _ = tensor_facts(target)
             unread = ""
-        except Exception as exc:  # noqa: BLE001 - a tensor whose memory cannot be read still has holders
+        except Exception as exc:  # a tensor whose memory cannot be read still has holders
             device, dtype, shape, storage_bytes = "?", "?", None, 0
             unread = f"could not inspect: {describe_error(exc)}"
         found = {id(o) for o in search.reached}
@@ -180,7 +180,7 @@ class _Search:
                 continue
             try:
                 children = list(self._children(value, path))
-            except Exception:  # noqa: BLE001 - an object that cannot be read is not followed
+            except Exception:  # an object that cannot be read is not followed
                 continue
             for child, child_path, via, child_note in children:
                 if not self._is_target(child, child_path, root, via, child_note or note, value):
@@ -366,7 +366,7 @@ def _getset(o: Any, attr: str) -> Any:
             if type(descriptor) is types.GetSetDescriptorType or type_name(type(descriptor)) == "instancemethod":
                 try:
                     return descriptor.__get__(o, type(o))
-                except Exception:  # noqa: BLE001 - freed by a backward pass, say
+                except Exception:  # freed by a backward pass, say
                     return None
             return None
     return None
@@ -378,7 +378,7 @@ def _saved_data(saved: Any) -> Any:
         return None
     try:
         return saved.data
-    except Exception:  # noqa: BLE001 - freed after backward
+    except Exception:  # freed after backward
         return None
 
 
@@ -387,6 +387,6 @@ def _storage_key(t: Any) -> tuple[str, int] | None:
     there is none to share (meta, fake, empty)."""
     try:
         device, _, _, _, storage_bytes, key, _, _ = tensor_facts(t)
-    except Exception:  # noqa: BLE001 - a tensor whose memory cannot be read: identity only
+    except Exception:  # a tensor whose memory cannot be read: identity only
         return None
     return (device, key) if key is not None and storage_bytes else None

@@ -22,11 +22,11 @@ from ...model.fixes import Finding
 from ...model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
 from ...model.scan_result import ScanResult, Selection
 from ...runtime import tensor_getters
-from .reach_walkers import HolderWalker, ReachWalker
-from .names import HISTORY_RE, PLUMBING, binds_module, is_history_name, module_tree_paths, namespace_items, root_items
 from ..objects.static_getters import type_module, type_name
 from ..objects.tensor_facts import tensor_facts
+from .names import HISTORY_RE, PLUMBING, binds_module, is_history_name, module_tree_paths, namespace_items, root_items
 from .path_lookup import MISSING, object_at
+from .reach_walkers import HolderWalker, ReachWalker
 from .walk import ScanOptions, Walker
 
 _Module = torch.nn.Module
@@ -346,7 +346,7 @@ class NameIndex:
         try:
             with tensor_getters.reading():
                 return self._reach.may_name(t)
-        except Exception:  # noqa: BLE001 - when in doubt, the whole walk decides
+        except Exception:  # when in doubt, the whole walk decides
             return True
 
     @property

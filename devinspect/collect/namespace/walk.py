@@ -23,17 +23,13 @@ from ...model.record_table import IndexNames
 from ...model.record_table import RecordTable, spans_touched
 from ...model.records import LoaderSummary, ModuleSummary, OptimizerSummary, TensorRecord, Truncation, Unregistered
 from ...runtime import tensor_getters
-from .aliases import link_aliases
-from ..objects.class_source import recomputed_attributes, user_class_attributes
+from ..code.call_stack import traceback_locals
 from ..code.error_frames import error_locals
-from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, only_parameters, unregistered_attribute
-from .names import attr_name, child_name, describe_error, dict_item_name, key_text, module_tree_paths
+from ..objects.class_source import recomputed_attributes, user_class_attributes
+from ..objects.container_snapshots import dict_items, sequence_items
 from ..objects.interiors import foreign_container_note, paused_locals, proxied_dict
-from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE, offloaded_note, offloads_weights
 from ..objects.rebuild_recipes import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
 from ..objects.script_modules import class_name, script_members, script_object
-from ..objects.container_snapshots import dict_items, sequence_items
-from ..code.call_stack import traceback_locals
 from ..objects.static_getters import (
     ATOM_IDS,
     OPAQUE,
@@ -49,6 +45,10 @@ from ..objects.static_getters import (
     type_name,
 )
 from ..objects.tensor_facts import device_names, dtype_names, shape_of, tensor_facts
+from .aliases import link_aliases
+from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, only_parameters, unregistered_attribute
+from .names import attr_name, child_name, describe_error, dict_item_name, key_text, module_tree_paths
+from .placement import ON_HOST_BY_DESIGN, ON_HOST_NOTE, offloaded_note, offloads_weights
 
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
@@ -250,7 +250,7 @@ class Walker:
             fn(value, name, root, *args)
         except RecursionError:
             self.truncated.append(Truncation(name, "nested too deeply to follow"))
-        except Exception as exc:  # noqa: BLE001 - any failure is reported as data
+        except Exception as exc:  # any failure is reported as data
             self._error_record(value, name, root, exc)
 
     def _error_record(self, value: Any, name: str, root: str, exc: BaseException) -> None:
@@ -583,7 +583,7 @@ class Walker:
                 if issubclass(vtype, tensor_type):
                     try:
                         record(value, child, root, kind, owner)
-                    except Exception as exc:  # noqa: BLE001 - reported as data
+                    except Exception as exc:  # reported as data
                         self._error_record(value, child, root, exc)
                 else:
                     self._visit(value, child, root, depth + 1, owner)
@@ -605,14 +605,14 @@ class Walker:
             # A meta tensor (no memory) is told by its device, read with the columns.
             if any(map(operator.is_not, map(tensor_getters.layout, values), repeat(_strided))) or any(map(tensor_getters.is_nested, values)):
                 return False
-        except Exception:  # noqa: BLE001 - an item that cannot be read goes the item-by-item way
+        except Exception:  # an item that cannot be read goes the item-by-item way
             return False
         for start in range(0, len(values), _RUN):
             # Each run's names are made with its records: the walk holds no list of every name.
             run, run_names = values[start:start + _RUN], names_of(range(start, min(start + _RUN, len(values))))
             try:
                 columns = self._columns(run)
-            except Exception:  # noqa: BLE001 - a tensor that cannot be read: item by item, as an error record
+            except Exception:  # a tensor that cannot be read: item by item, as an error record
                 columns = None
             if columns is None:
                 for t, name in zip(run, run_names):

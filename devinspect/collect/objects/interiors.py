@@ -80,6 +80,6 @@ def foreign_container_note(o: Any, vt: type, module: str) -> str | None:
             return "a pandas Series of objects: its cells are not inspected" if o.dtype.kind == "O" else None
         if tname in ("ndarray", "DataFrame", "Series"):
             return f"a {tname} of another class than {module}'s: not inspected"
-    except Exception:  # noqa: BLE001 - one we cannot read is reported as such
+    except Exception:  # one we cannot read is reported as such
         return f"a {tname}: not inspected"
     return None

@@ -14,8 +14,8 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from ..namespace.names import attr_name, module_tree_paths
-from .static_getters import instance_dict, type_name
 from ..namespace.path_lookup import object_at
+from .static_getters import instance_dict, type_name
 
 _ScriptModule = torch._C.ScriptModule
 _ScriptFunction = torch._C.ScriptFunction

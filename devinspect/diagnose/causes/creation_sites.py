@@ -19,12 +19,12 @@ from typing import Any, Mapping
 import torch
 
 from ...collect.code import locations, user_code
-from ...runtime import tensor_getters
 from ...collect.code.failing_call import FACTORIES, LIKE_FACTORIES, SAME_DEVICE_METHODS
 from ...collect.objects.static_getters import static_class_attr
 from ...model.fixes import Cause
 from ...model.fixes import SourceEdit
 from ...model.records import SourceLine
+from ...runtime import tensor_getters
 from .. import fixes
 
 _T = torch.Tensor

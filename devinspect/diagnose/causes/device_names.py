@@ -13,8 +13,8 @@ from typing import Any, Mapping
 import torch
 
 from ...collect.code import locations, user_code
-from ...runtime import tensor_getters
 from ...collect.namespace.names import namespace_items
+from ...runtime import tensor_getters
 from .. import fixes
 
 _T = torch.Tensor

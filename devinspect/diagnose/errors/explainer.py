@@ -29,7 +29,6 @@ from typing import Any, Mapping
 import torch
 
 from ...collect.code import locations
-from ...runtime import tensor_getters
 from ...collect.code.compiled_call import compiled_call
 from ...collect.code.failing_call import (
     Entry,
@@ -43,6 +42,7 @@ from ...collect.code.failing_call import (
 from ...collect.objects.static_getters import type_is_one_of
 from ...model.check_report import Mismatch
 from ...model.explanation import Explanation
+from ...runtime import tensor_getters
 from .device_errors import explain_device_error
 from .mismatch import Failure, diagnose
 

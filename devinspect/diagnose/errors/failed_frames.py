@@ -10,11 +10,11 @@ from typing import Any, Mapping
 import torch
 
 from ...collect.code import locations
-from ...runtime import tensor_getters
 from ...collect.code.failing_call import Entry
 from ...model.check_report import Operand
 from ...model.fixes import EditCell, Fix, SourceEdit
 from ...model.records import SourceLine
+from ...runtime import tensor_getters
 from ..causes import line_edits
 
 
@@ -87,7 +87,7 @@ def describe(value: Any, name: str, source: str, detail: str = "") -> Operand:
     """An operand row for a tensor (its device, dtype and shape read statically)."""
     try:
         shape = tuple(int(s) for s in tensor_getters.shape(value))
-    except Exception:  # noqa: BLE001
+    except Exception:
         shape = None
     return Operand(name, source, str(tensor_getters.device(value)), str(tensor_getters.dtype(value)).removeprefix("torch."), shape, detail)
 

@@ -29,14 +29,14 @@ from typing import Any
 import torch
 
 from ...collect.code import locations, user_code
-from ...runtime import tensor_getters
 from ...collect.code.dropped_moves import current_index
 from ...collect.code.failing_call import Entry, first_line, message, running_expression, value_in_frame
 from ...collect.namespace.names import namespace_items
-from ...collect.objects.static_getters import FUNCTION_CODE, instance_dict, type_name
 from ...collect.namespace.path_lookup import MISSING, object_at
+from ...collect.objects.static_getters import FUNCTION_CODE, instance_dict, type_name
 from ...model.check_report import DeviceError, Operand
 from ...model.fixes import Fix
+from ...runtime import tensor_getters
 from .. import fixes
 from ..causes import generator_edits, line_edits
 from .failed_frames import Failed

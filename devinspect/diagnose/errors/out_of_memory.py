@@ -62,8 +62,8 @@ ADVICE = (
 def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Iterable[str] = ()) -> OutOfMemory:
     """The post-mortem of ``exc``, a ``torch.OutOfMemoryError``, read now."""
     from ...collect.code.error_frames import error_of
-    from ...collect.machine.memory_snapshot import build, tallies_of
     from ...collect.machine.memory_readings import read
+    from ...collect.machine.memory_snapshot import build, tallies_of
     from ...collect.namespace.scan import scan
 
     message = _message(exc)
@@ -264,7 +264,7 @@ def _rounding(written: str) -> int:
 def _message(exc: BaseException) -> str:
     try:
         return BaseException.__str__(exc)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return ""
 
 

@@ -44,7 +44,7 @@ def summary(namespace: Mapping[str, Any] | None = None, *, top: int = TOP, timeo
     for step, read in steps:
         try:
             parts.update(read(namespace, top, parts, exclude))
-        except Exception as exc:  # noqa: BLE001 - the rank still reports, saying what failed
+        except Exception as exc:  # the rank still reports, saying what failed
             error = f"{step} failed: {type(exc).__name__}: {exc}"
             break
         spent = time.perf_counter() - started
@@ -99,8 +99,8 @@ def _scan_part(namespace: Mapping[str, Any], top: int, _: dict[str, Any], exclud
 
 
 def _memory_part(namespace: Mapping[str, Any], top: int, parts: dict[str, Any], exclude: Any) -> dict[str, Any]:
-    from ...collect.machine.memory_snapshot import build, tallies_of
     from ...collect.machine.memory_readings import read
+    from ...collect.machine.memory_snapshot import build, tallies_of
 
     readings = read()
     result = parts.get("_result")

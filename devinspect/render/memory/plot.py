@@ -15,8 +15,8 @@ import base64
 import io
 from typing import Any
 
-from ...model.memory_profile import LineMemory, LineMemoryProfile
 from ...model.device_memory import MemoryHistory
+from ...model.memory_profile import LineMemory, LineMemoryProfile
 
 _MIB = float(1 << 20)
 
