@@ -244,7 +244,7 @@ def parts(out: Path, dry: bool, seeds: int, mutation_entries: str = "plain") -> 
 
 
 def start(part: Part, out: Path) -> tuple[subprocess.Popen, Any]:
-    log = open(out / f"{part.name}.txt", "w")  # noqa: SIM115 - closed when the part ends
+    log = open(out / f"{part.name}.txt", "w")  # closed when the part ends
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
            "PYTHONUNBUFFERED": "1", **part.env}
     process = subprocess.Popen(part.command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -424,7 +424,7 @@ def environment(dry: bool, gpu: str) -> list[str]:
         lines.append(f"- the host's CPU kernels: {torch.backends.cpu.get_cpu_capability()}; a 3-D convolution of a "
                      f"bfloat16 host input takes {_host_conv3d_backend(torch)} (the simulated device answers as "
                      "with the plain kernel)")
-    except Exception as exc:  # noqa: BLE001 - the report says what it could not read
+    except Exception as exc:  # the report says what it could not read
         lines.append(f"- torch: not importable ({exc})")
     lines.append(f"- GPU: {gpu}")
     versions = []
@@ -447,7 +447,7 @@ def _host_conv3d_backend(torch: Any) -> str:
     x, w = torch.ones(1, 1, 2, 2, 2, dtype=torch.bfloat16), torch.ones(1, 1, 1, 1, 1, dtype=torch.bfloat16)
     try:
         return torch._C._select_conv_backend(x, w, None, [1] * 3, [0] * 3, [1] * 3, False, [0] * 3, 1, None).name
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"an unknown kernel ({type(exc).__name__})"
 
 
@@ -480,7 +480,7 @@ def write_report(out: Path, outcomes: list[Outcome], dry: bool, results: Path | 
         lines += ["", "### The mutation corpus on both devices", "", *mutations]
     try:
         mixing = mixing_comparison(out)
-    except Exception as exc:  # noqa: BLE001 - the report says what it could not compare
+    except Exception as exc:  # the report says what it could not compare
         mixing = ["", f"The mixing tables could not be compared ({type(exc).__name__}: {exc})."]
     if mixing:
         lines += ["", "### The mixing tables, dtype by dtype (simulated device against CUDA)", *mixing]

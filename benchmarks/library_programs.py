@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from programs import Program, absolute_imports  # noqa: E402
+from programs import Program, absolute_imports
 
 _FIXED = frozenset({0})
 

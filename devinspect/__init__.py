@@ -55,7 +55,7 @@ def release_history() -> Any:
     traceback, and the frames of earlier errors no name reaches, that keep accelerator tensors
     alive, clearing every copy IPython keeps, never a value you assigned. Returns an
     :class:`~devinspect.actions.ActionResult` (bytes released)."""
-    from .ipython.extension import release_history_here
+    from .ipython import release_history_here
 
     return release_history_here()
 
@@ -71,13 +71,13 @@ def release_traceback() -> Any:
 
 def load_ipython_extension(ipython: Any) -> None:
     """Register the devinspect magics (``%load_ext devinspect``). Loading twice is harmless."""
-    from .ipython.extension import load
+    from .ipython import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """Remove everything :func:`load_ipython_extension` registered."""
-    from .ipython.extension import unload
+    from .ipython import unload
 
     unload(ipython)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .collect.machine.environment import gather
-from .render.environment_text import render
+from .collect import gather
+from .render import render
 
 
 def main(argv: list[str] | None = None) -> int:

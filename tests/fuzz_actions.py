@@ -145,7 +145,7 @@ def fuzz_fix(seed: int, sim: torch.device) -> ActionCounts:
             result = apply_fix(ns, Steps(steps))
         except KeyboardInterrupt as exc:  # raised again by the fix, once it undid what it did (or finished)
             raised, result = exc, None
-        except Exception as exc:  # noqa: BLE001 - what is counted
+        except Exception as exc:  # what is counted
             counts.tracebacks.append(f"{steps} with a {kind} fault: {type(exc).__name__}: {exc}"[:300])
             return counts
         finally:

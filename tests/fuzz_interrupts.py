@@ -123,8 +123,16 @@ def identities(ns: dict[str, Any]) -> dict[str, int]:
 def action_kinds() -> dict[str, Callable[[dict[str, Any]], Any]]:
     """Every kind of action, as a function of the namespace."""
     from devinspect import actions
-    from devinspect.model.fixes import (EmptyCache, Move, MoveContainer, MoveOptimizerState, RegisterBuffer,
-                                        ReleaseGraphs, ReleaseHistory, Steps)
+    from devinspect.model.fixes import (
+        EmptyCache,
+        Move,
+        MoveContainer,
+        MoveOptimizerState,
+        RegisterBuffer,
+        ReleaseGraphs,
+        ReleaseHistory,
+        Steps,
+    )
 
     def fix(action: Any) -> Callable[[dict[str, Any]], Any]:
         return lambda ns: actions.apply_fix(ns, action)

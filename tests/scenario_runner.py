@@ -277,7 +277,7 @@ class ScenarioRun:
             or [f for f in findings if f.severity == "hint"]
         if not errors:
             raise Failed("finding", "%devices found nothing to fix")
-        from devinspect.diagnose.fixes import combine
+        from devinspect.diagnose.fix_builders import combine
 
         return combine([f.fix for f in errors])
 

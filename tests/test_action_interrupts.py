@@ -11,8 +11,16 @@ import weakref
 
 import pytest
 import torch
-from fuzz_interrupts import (WALKS_EVERYTHING, InterruptCounts, action_kinds, identities, interrupt_every_action, namespace,
-                             said, values)
+from fuzz_interrupts import (
+    WALKS_EVERYTHING,
+    InterruptCounts,
+    action_kinds,
+    identities,
+    interrupt_every_action,
+    namespace,
+    said,
+    values,
+)
 
 from devinspect import actions
 from devinspect.model.fixes import Fix, Move, MoveContainer, RegisterBuffer, Steps

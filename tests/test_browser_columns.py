@@ -9,9 +9,16 @@ import os
 from pathlib import Path
 
 import pytest
-
-from lab import JS_OUTPUT_WIDTH, JS_WIDER_THAN_OUTPUT, cell, launch, open_narrow, run_cell, widen
-from lab import server  # noqa: F401 - the JupyterLab fixture
+from lab import (
+    JS_OUTPUT_WIDTH,
+    JS_WIDER_THAN_OUTPUT,
+    cell,
+    launch,
+    open_narrow,
+    run_cell,
+    server,  # noqa: F401 - the JupyterLab fixture
+    widen,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -98,7 +105,7 @@ def one_line(page, selector: str, text: str) -> list[float]:
                                       text)
 
 
-def test_columns_keep_their_values_whole_at_both_widths(server, tmp_path):
+def test_columns_keep_their_values_whole_at_both_widths(server, tmp_path):  # noqa: F811 - the fixture
     from playwright.sync_api import sync_playwright
 
     shots = Path(os.environ.get("DEVINSPECT_SCREENSHOTS", tmp_path))

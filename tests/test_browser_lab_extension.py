@@ -13,9 +13,18 @@ import time
 from pathlib import Path
 
 import pytest
-
-from lab import CHROMIUM_FLAGS, CHROMIUM, Lab, cell, launch, open_notebook, require_browser, run_cell, wait_idle
-from lab import lab  # noqa: F401 - the JupyterLab fixture, one per theme
+from lab import (
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    Lab,
+    cell,
+    lab,  # noqa: F401 - the JupyterLab fixture, one per theme
+    launch,
+    open_notebook,
+    require_browser,
+    run_cell,
+    wait_idle,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -102,7 +111,7 @@ def check_edits_and_undo(page, at_once_ms: int = 5_000) -> None:
     assert not page.evaluate(JS_HAS_ERROR, FAILED), page.evaluate(JS_OUTPUT, FAILED)
 
 
-def test_the_panel_the_status_bar_and_apply_fix_in_jupyterlab(lab):
+def test_the_panel_the_status_bar_and_apply_fix_in_jupyterlab(lab):  # noqa: F811 - the fixture
     from playwright.sync_api import sync_playwright
 
     theme, server, tmp_path = lab

@@ -9,9 +9,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from lab import JS_CELL_HAS_ERROR, cell, launch, open_notebook, run_cell, wait_idle
-from lab import server  # noqa: F401 - the JupyterLab fixture
+from lab import (
+    JS_CELL_HAS_ERROR,
+    cell,
+    launch,
+    open_notebook,
+    run_cell,
+    server,  # noqa: F401 - the JupyterLab fixture
+    wait_idle,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -25,7 +31,7 @@ JS_DIRTY = "() => window.jupyterapp.shell.currentWidget.context.model.dirty"
 JS_COUNT = "(i) => window.jupyterapp.shell.currentWidget.content.widgets[i].model.executionCount"
 
 
-def test_apply_fix_then_rerun_cell_edits_the_failed_cell_and_runs_it(server, tmp_path):
+def test_apply_fix_then_rerun_cell_edits_the_failed_cell_and_runs_it(server, tmp_path):  # noqa: F811 - the fixture
     from playwright.sync_api import sync_playwright
 
     shots = Path(os.environ.get("DEVINSPECT_SCREENSHOTS", tmp_path))

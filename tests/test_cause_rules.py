@@ -13,23 +13,36 @@ import torch
 from devinspect.collect.code import locations
 from devinspect.collect.namespace.scan import NameIndex, module_paths
 from devinspect.diagnose.causes import call_rules, cause_rules, rules
-from devinspect.diagnose.causes.call_rules import (library_default_device, passed_alongside, passed_into_library,
-                                                   passed_to_moved_models, split_model)
+from devinspect.diagnose.causes.call_rules import (
+    library_default_device,
+    passed_alongside,
+    passed_into_library,
+    passed_to_moved_models,
+    split_model,
+)
 from devinspect.diagnose.causes.context import CauseContext, Covered, FailedCall, Failure, NamedOperand
-from devinspect.diagnose.causes.rules import (buffer_replaced_in_method, comprehension_item, dropped_move,
-                                              local_of_user_function, made_by_factory, meta_device, model_parameter,
-                                              namespace_variable, optimizer_state, traced_local,
-                                              unregistered_attribute)
-from devinspect.model.fixes import Cause
+from devinspect.diagnose.causes.rules import (
+    buffer_replaced_in_method,
+    comprehension_item,
+    dropped_move,
+    local_of_user_function,
+    made_by_factory,
+    meta_device,
+    model_parameter,
+    namespace_variable,
+    optimizer_state,
+    traced_local,
+    unregistered_attribute,
+)
 from devinspect.model.check_report import Operand
-from devinspect.model.fixes import EditCell, MoveOptimizerState, RegisterBuffer
+from devinspect.model.fixes import Cause, EditCell, MoveOptimizerState, RegisterBuffer
 from devinspect.model.records import SourceLine
 
 HERE = Path(__file__)
 TARGET = "cuda:0"
 
 
-def context(namespace, operand=None, *, frames=(), cell=None, line="", covered=Covered(), others=()):
+def context(namespace, operand=None, *, frames=(), cell=None, line="", covered=None, others=()):
     """A context as the diagnosis builds it, with the failing ``line`` read from ``cell`` (a frame)."""
     source = (lambda f: SourceLine("<cell>", 1, "<module>", line, cell=1)) if line else locations.frame_line
     failure = Failure(namespace, cell, lambda f: f is cell, source)
@@ -37,7 +50,7 @@ def context(namespace, operand=None, *, frames=(), cell=None, line="", covered=C
     call = FailedCall(failure, "F.linear", TARGET, tuple(frames), frames[0] if frames else cell, cell,
                       "<cell>" if cell is not None else None, 1 if cell is not None else 1 << 30,
                       NameIndex(namespace), module_paths(namespace), operands)
-    return CauseContext(call, operand, covered)
+    return CauseContext(call, operand, covered if covered is not None else Covered())
 
 
 def named(index_namespace, name, value=None, source=None):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from devinspect.collect.code.user_code import Statement as UserStatement
-from devinspect.diagnose import edit_checks, fixes
+from devinspect.diagnose import edit_checks, fix_builders
 from devinspect.diagnose.causes import creation_sites, line_edits
 from devinspect.model.fixes import EditCell, Fix, SourceEdit
 from devinspect.model.records import SourceLine
@@ -66,11 +66,11 @@ def _creation(statement, name, wrap):
 
 def _factory_keyword(statement, name):
     return [e for call in ast.walk(statement.node) if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            for e in [fixes.factory_device_edit(_where(statement), call.func.attr, DEVICE_EXPR)] if e is not None]
+            for e in [fix_builders.factory_device_edit(_where(statement), call.func.attr, DEVICE_EXPR)] if e is not None]
 
 
 def _wrapped_name(statement, name):
-    edit = fixes.wrap_name_edit(_where(statement), name, DEVICE_EXPR)
+    edit = fix_builders.wrap_name_edit(_where(statement), name, DEVICE_EXPR)
     return [edit] if edit is not None else []
 
 
@@ -128,7 +128,7 @@ def runs(edit: SourceEdit, name: str, sim: torch.device) -> str | None:
     exec(SETUP, namespace)
     try:
         exec(code, namespace)
-    except Exception as exc:  # noqa: BLE001 - the line's own error is the finding
+    except Exception as exc:  # the line's own error is the finding
         return f"raises {type(exc).__name__}: {exc}"
     value = namespace.get(name)
     if not isinstance(value, torch.Tensor) or value.device.type != sim.type:
@@ -173,7 +173,7 @@ def test_edits_that_failed_before_now_run_or_are_refused_with_a_reason(sim):
 
 def test_augmented_assignment_gets_no_edit_and_the_fix_says_why():
     statement = _statement("augmented with a factory", "base += torch.ones(4, 3)")
-    edit = fixes.factory_device_edit(_where(statement), "ones", DEVICE_EXPR)
+    edit = fix_builders.factory_device_edit(_where(statement), "ones", DEVICE_EXPR)
     fix = Fix(summary="make base on sim:0", edits=(edit,), action=EditCell(edit), rerun=True)
     checked = edit_checks.with_edits_that_run(fix)
     assert checked.edits == () and checked.action is None and not checked.rerun
@@ -182,7 +182,7 @@ def test_augmented_assignment_gets_no_edit_and_the_fix_says_why():
 
 def test_a_replaced_edit_is_what_the_button_makes():
     statement = _statement("kwargs giving the device", "x = torch.ones(4, 3, **kw)")
-    edit = fixes.factory_device_edit(_where(statement), "ones", DEVICE_EXPR)
+    edit = fix_builders.factory_device_edit(_where(statement), "ones", DEVICE_EXPR)
     fix = edit_checks.with_edits_that_run(Fix(summary="make x on sim:0", edits=(edit,), action=EditCell(edit)))
     assert fix.edits[0].new == "x = torch.ones(4, 3, **kw)\nx = x.to(dev)"
     assert fix.action == EditCell(fix.edits[0])

@@ -499,11 +499,11 @@ def test_a_non_persistent_buffer_left_on_meta_gets_no_advice_that_cannot_give_it
     fix = found["loaded"].fix
     assert fix.code is None and "make loaded on sim:0 rather than on meta" in fix.summary
     assert "loaded.inv_freq is a non-persistent buffer" in fix.note and "load_state_dict" not in fix.note
-    from devinspect.diagnose import fixes
+    from devinspect.diagnose import fix_builders
 
-    wholly = fixes.materialise("empty", "sim:0", 3, unsaved=("empty.inv_freq",))
+    wholly = fix_builders.materialise("empty", "sim:0", 3, unsaved=("empty.inv_freq",))
     assert wholly.code is None and "to_empty" in wholly.note
-    assert fixes.materialise("empty", "sim:0", 3).code is not None  # no such buffer: storage and initialisation
+    assert fix_builders.materialise("empty", "sim:0", 3).code is not None  # no such buffer: storage and initialisation
 
 
 def test_a_step_that_failed_part_way_says_what_it_already_changed(ip, sim):
@@ -523,7 +523,7 @@ def test_a_step_that_failed_part_way_says_what_it_already_changed(ip, sim):
 def test_a_failure_inside_any_optimizers_step_says_the_step_was_partly_applied(ip, sim, optimizer):
     """Whatever optimizer (and whatever functions its step calls), a failure inside its step
     says that the parameters it reached first keep their update."""
-    from devinspect.diagnose.fixes import PARTIAL_STEP_NOTE
+    from devinspect.diagnose.fix_builders import PARTIAL_STEP_NOTE
 
     extra = ", momentum=0.9" if optimizer == "SGD" else ""
     run(ip, "import torch\nfrom devinspect import testing\ndev = testing.enable()\n"

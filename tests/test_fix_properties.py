@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import devinspect
 from devinspect import actions
-from devinspect.diagnose import fixes
+from devinspect.diagnose import fix_builders
 
 texts = st.text(min_size=0, max_size=12)
 
@@ -21,7 +21,7 @@ texts = st.text(min_size=0, max_size=12)
 @settings(max_examples=400, deadline=None)
 @given(texts)
 def test_every_string_has_a_literal_that_reads_back(text):
-    assert ast.literal_eval(fixes.literal(text)) == text
+    assert ast.literal_eval(fix_builders.literal(text)) == text
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -37,7 +37,7 @@ def test_odd_keys_give_fixes_that_run_as_printed_or_none(keys, mapping):
     for record in result.records:
         if record.kind != "tensor":
             continue
-        fix = fixes.move_tensor(record.name, "sim:0", source=record.device)
+        fix = fix_builders.move_tensor(record.name, "sim:0", source=record.device)
         if fix.code is None:
             continue
         exec(fix.code, ns)  # runs as printed

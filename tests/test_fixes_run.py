@@ -93,7 +93,7 @@ class Session:
         if len(found) == 1:
             return found[0].fix
         # One finding per tensor (an input each): the user applies each.
-        from devinspect.diagnose.fixes import combine
+        from devinspect.diagnose.fix_builders import combine
 
         return combine([f.fix for f in found])
 

@@ -9,7 +9,6 @@ import json
 from html import unescape
 
 import pytest
-
 from frontend import Cell, Frontend
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,9 @@ MAX_MODULES_PER_PACKAGE = 15
 #: Stages, lowest first. A module may import its own stage or a lower one; two stages of
 #: the same rank (actions and distributed; ipython and testing) never import each other.
 RANKS = {
-    "version": 0, "lazy_exports": 0, "runtime": 0, "model": 0,
+    # every package's front door (its ``__init__``) is made with lazy_exports, the model's too
+    "lazy_exports": -1,
+    "version": 0, "runtime": 0, "model": 0,
     "collect": 1,
     "diagnose": 2,
     "observe": 3,
@@ -51,6 +53,8 @@ class Layout:
     #: (module, imported module, name) for each ``_private`` name taken from another module
     private: list[tuple[str, str, str]] = field(default_factory=list)
     lines: dict[str, int] = field(default_factory=dict)
+    #: (module, imported module) for each import of another package's module around its ``__init__``
+    around_doors: list[tuple[str, str]] = field(default_factory=list)
 
     def stage(self, module: str) -> str:
         parts = module.split(".")
@@ -126,6 +130,17 @@ def read_layout(package: Path) -> Layout:
 
     files = {module_name(p): p for p in sorted(package.rglob("*.py"))}
     layout = Layout()
+    surfaces = {name: package_surface(path) for name, path in files.items() if path.name == "__init__.py"}
+
+    def front_door(own_package: str, imported: str) -> str | None:
+        """The package whose ``__init__`` an import of ``imported`` from ``own_package`` must go
+        through: the first package on the way down that does not hold the importer."""
+        theirs, mine = imported.split("."), own_package.split(".")
+        shared = 0
+        while shared < min(len(theirs), len(mine)) and theirs[shared] == mine[shared]:
+            shared += 1
+        door = ".".join(theirs[: shared + 1])
+        return door if shared < len(theirs) and door in surfaces else None
 
     def resolve(name: str) -> str | None:
         while name and name not in files:
@@ -152,12 +167,19 @@ def read_layout(package: Path) -> Layout:
                 imported.add(base)
                 if base.split(".")[0] != package.name:
                     continue
+                door = front_door(own_package, base)
+                if door is not None and door != base:
+                    layout.around_doors.append((module, base))
                 for alias in node.names:
                     full = f"{base}.{alias.name}"
                     if full in files:
                         edges.add(full)
                         continue
                     target = resolve(base)
+                    # a name read through a package's front door: the edge goes to the module behind it
+                    behind = surfaces.get(target, {}).get(alias.name)
+                    if behind:
+                        target = f"{target}.{behind}"
                     if target:
                         edges.add(target)
                         if alias.name.startswith("_") and not alias.name.startswith("__") and target != module:
@@ -166,6 +188,17 @@ def read_layout(package: Path) -> Layout:
         layout.edges[module] = edges
         layout.imported[module] = imported
     return layout
+
+
+def package_surface(init: Path) -> dict[str, str]:
+    """A package's front door, read from its ``__init__``: each name other packages may import
+    (``_SURFACE``: the module defining it; ``_SUBMODULES``: the module that is the value)."""
+    surface: dict[str, str] = {}
+    for node in ast.parse(init.read_text()).body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in ("_SURFACE", "_SUBMODULES")):
+            surface.update(ast.literal_eval(node.value))
+    return surface
 
 
 LAYOUT = read_layout(PACKAGE)
@@ -188,6 +221,10 @@ def test_every_import_points_down_the_pipeline():
     assert LAYOUT.upward() == []
 
 
+def test_other_packages_import_a_packages_names_only_through_its_front_door():
+    assert LAYOUT.around_doors == []
+
+
 def test_no_module_imports_another_modules_private_name():
     assert LAYOUT.private == []
 
@@ -208,7 +245,7 @@ def test_the_model_is_plain_data():
     # Only the standard library, and pandas (inside .frame properties), beside the model itself.
     for module, names in LAYOUT.imported.items():
         if LAYOUT.stage(module) == "model":
-            ours = {n for n in names if n.startswith("devinspect")}
+            ours = {n for n in names if n.startswith("devinspect")} - {"devinspect.lazy_exports"}
             assert all(n.startswith("devinspect.model") for n in ours), (module, ours)
             foreign = {n.split(".")[0] for n in names if not n.startswith("devinspect")}
             assert foreign <= {*sys.stdlib_module_names, "pandas"}, (module, foreign)
@@ -225,7 +262,7 @@ def test_renderers_neither_act_nor_run_threads():
     for module in LAYOUT.edges:
         if LAYOUT.stage(module) == "render":
             assert not LAYOUT.knowing(*THREADS) & {module}, module
-            assert all(LAYOUT.stage(t) in ("model", "render") for t in LAYOUT.edges[module]), module
+            assert all(LAYOUT.stage(t) in ("lazy_exports", "model", "render") for t in LAYOUT.edges[module]), module
 
 
 def test_threads_and_timers_live_in_the_live_layer():
@@ -233,14 +270,17 @@ def test_threads_and_timers_live_in_the_live_layer():
     assert {LAYOUT.stage(m) for m in LAYOUT.knowing(*THREADS)} <= {"jupyter", "testing"}
 
 
-def test_the_checks_fail_on_a_planted_circle_upward_and_private_import(tmp_path):
+def test_the_checks_fail_on_a_planted_circle_upward_private_and_around_door_import(tmp_path):
     copy = tmp_path / "devinspect"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     records = copy / "model" / "records.py"
     records.write_text(records.read_text() + "\n\ndef _planted():\n    from ..ipython import extension  # noqa\n")
     scan = copy / "collect" / "namespace" / "scan.py"
     scan.write_text(scan.read_text() + "\n\nfrom .walk import _MODULE_INTERNALS  # noqa\n")
+    lifetime = copy / "jupyter" / "lifetime.py"
+    lifetime.write_text(lifetime.read_text() + "\n\ndef _planted():\n    from ..collect.namespace.scan import scan  # noqa\n")
     planted = read_layout(copy)
+    assert ("devinspect.jupyter.lifetime", "devinspect.collect.namespace.scan") in planted.around_doors
     assert any("devinspect.model.records" in group and "devinspect.ipython.extension" in group
                for group in planted.circles())
     assert ("devinspect.model.records", "devinspect.ipython.extension") in planted.upward()

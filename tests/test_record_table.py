@@ -13,8 +13,7 @@ import torch
 
 import devinspect
 from devinspect.collect.namespace.walk import Walker
-from devinspect.model.record_table import IndexNames, NameColumn
-from devinspect.model.record_table import RecordTable, record_column
+from devinspect.model.record_table import IndexNames, NameColumn, RecordTable, record_column
 from devinspect.model.records import TensorRecord
 
 

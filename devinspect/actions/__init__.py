@@ -11,6 +11,7 @@ and is raised again with a note saying what it left (:mod:`.interrupts`).
 
 from __future__ import annotations
 
+from ..lazy_exports import lazy_surface
 from .apply import apply_after_release, apply_fix, move_optimizer_state, rebuild_optimizer, register_buffer
 from .binding import MadeFor, made_for
 from .memory_release import (
@@ -28,3 +29,10 @@ from .result import ActionResult
 __all__ = ["ActionResult", "MadeFor", "apply_after_release", "apply_fix", "collect_garbage", "empty_cache", "error_holders", "graph_holders", "made_for", "move",
            "move_optimizer_state", "rebuild_optimizer", "register_buffer", "release_graphs", "release_history",
            "release_traceback", "reset_peak_stats", "unreached"]
+
+_SURFACE = {
+    "NamePath": "result",
+    "PendingEdit": "cells",
+    "UNKNOWN": "result",
+}
+__getattr__ = lazy_surface(__name__, _SURFACE)

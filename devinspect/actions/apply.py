@@ -8,8 +8,8 @@ from typing import Any, Iterable, MutableMapping
 
 import torch
 
-from ..diagnose import fixes
-from ..model.fixes import (
+from ..diagnose import fix_builders
+from ..model import (
     EditCell,
     EmptyCache,
     Move,
@@ -70,12 +70,12 @@ def register_buffer(namespace: MutableMapping[str, Any], name: str, attr: str, d
     try:
         with torch.no_grad():
             moved = plain.to(target) if target is not None else plain
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return ActionResult(False, f"could not move {name}.{attr} to {target}: {reason(exc)} (nothing was changed)")
     del module.__dict__[attr]
     try:
         module.register_buffer(attr, moved, persistent=False)
-    except Exception as exc:  # noqa: BLE001 - put the attribute back exactly as it was
+    except Exception as exc:  # put the attribute back exactly as it was
         module._buffers.pop(attr, None)
         module.__dict__[attr] = plain
         return ActionResult(False, f"could not register {name}.{attr}: {reason(exc)} (nothing was changed)")
@@ -108,13 +108,13 @@ def move_optimizer_state(namespace: MutableMapping[str, Any], name: str, undo: U
                 continue
             for key, value in state.items():
                 if (isinstance(value, torch.Tensor) and value.device != p.device
-                        and not fixes.stays_on_host(tuple(value.shape), str(value.device))):
+                        and not fix_builders.stays_on_host(tuple(value.shape), str(value.device))):
                     with torch.no_grad():
                         new = value.to(p.device)
                     planned.append((state, key, value, new))
                     moved += held_bytes(new)
                     checkpoint()
-    except Exception as exc:  # noqa: BLE001 - nothing has been replaced yet
+    except Exception as exc:  # nothing has been replaced yet
         return ActionResult(False, f"could not move the state of {name}: {reason(exc)} (nothing was changed)")
     if not planned:
         return ActionResult(False, f"the state of {name} is already with its parameters", idle=True)
@@ -125,7 +125,7 @@ def move_optimizer_state(namespace: MutableMapping[str, Any], name: str, undo: U
         for state, key, old, new in planned:
             try:
                 state[key] = new
-            except Exception as exc:  # noqa: BLE001 - the copies made so far are dropped with this frame
+            except Exception as exc:  # the copies made so far are dropped with this frame
                 return failure(f"could not move the state of {name}: {reason(exc)}", log.rollback())
             log.add(f"{name}.state[{owners.get(id(state), '…')}][{key!r}] (on {new.device})",
                     lambda state=state, key=key, old=old: state.__setitem__(key, old))
@@ -158,7 +158,7 @@ def rebuild_optimizer(namespace: MutableMapping[str, Any], name: str, module_nam
         made.append((name, new))
         for sched in schedulers:
             made.append((sched.name, _scheduler(namespace, sched, new)))
-    except Exception as exc:  # noqa: BLE001 - nothing has been rebound yet
+    except Exception as exc:  # nothing has been rebound yet
         return ActionResult(False, f"could not create {name} again: {reason(exc)} (nothing was changed)")
     log = UndoLog()
     with log.undone_on_error():
@@ -167,7 +167,7 @@ def rebuild_optimizer(namespace: MutableMapping[str, Any], name: str, module_nam
             try:
                 old = path.get(namespace)
                 path.set(namespace, value)
-            except Exception as exc:  # noqa: BLE001 - put back what was rebound
+            except Exception as exc:  # put back what was rebound
                 return failure(f"could not assign {n}: {reason(exc)}", log.rollback())
             log.add(f"{n} (made again)", lambda path=path, old=old: path.set(namespace, old))
     if undo is not None:
@@ -194,7 +194,7 @@ def _scheduler(namespace: MutableMapping[str, Any], sched: Any, optimizer: Any) 
         try:
             values[key] = ast.literal_eval(expr)
         except (ValueError, SyntaxError):
-            values[key] = eval(expr, {"__builtins__": {}}, scope)  # noqa: S307 - an attribute path devinspect wrote
+            values[key] = eval(expr, {"__builtins__": {}}, scope)  # an attribute path devinspect wrote
     return cls(optimizer, **values)
 
 
@@ -233,13 +233,13 @@ def move_container(namespace: MutableMapping[str, Any], name: str, device: str,
             if type(value) is dict and kind is not dict:
                 value = {k: moved_value(v) for k, v in value.items()}
             moved.append((key, moved_value(value)))
-    except Exception as exc:  # noqa: BLE001 - nothing has been replaced yet
+    except Exception as exc:  # nothing has been replaced yet
         return ActionResult(False, f"could not move {name} to {target}: {reason(exc)} (nothing was changed)")
     new: Any = dict(moved) if kind is dict else kind(value for _, value in moved)
     path = NamePath(name)
     try:
         path.set(namespace, new)
-    except Exception as exc:  # noqa: BLE001 - the old container is still in place
+    except Exception as exc:  # the old container is still in place
         return ActionResult(False, f"could not assign {name}: {reason(exc)} (nothing was changed)")
     if undo is not None:
         undo.add(f"{name} (its tensors on {target})", lambda: path.set(namespace, container))
@@ -284,7 +284,7 @@ def apply_fix(namespace: MutableMapping[str, Any], action: Any, *, displayhook: 
             return empty_cache()  # gives the allocator's unused cache back: no object of the user's changes
         if isinstance(action, Steps) and action.actions:
             return _steps(namespace, action.actions, displayhook, hidden, undo)
-    except Exception as exc:  # noqa: BLE001 - an action never raises into the user's session
+    except Exception as exc:  # an action never raises into the user's session
         # Every action catches what it knows how to undo; an error that still gets here was undone
         # by the steps it passed through, which say what stays (unknown where none could).
         return escaped(f"the fix failed: {reason(exc)}", exc)

@@ -14,8 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, MutableMapping
 
-from ..model.fixes import (Move, MoveContainer, MoveOptimizerState, RebuildOptimizer, RegisterBuffer, ReleaseGraphs,
-                           Steps)
+from ..model import (
+    Move,
+    MoveContainer,
+    MoveOptimizerState,
+    RebuildOptimizer,
+    RegisterBuffer,
+    ReleaseGraphs,
+    Steps,
+)
 from .result import UNKNOWN, NamePath
 
 

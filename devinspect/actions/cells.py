@@ -18,7 +18,7 @@ import linecache
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..model.fixes import EditCell, SourceEdit, Steps
+from ..model import EditCell, SourceEdit, Steps
 from ..runtime import edit_sinks
 from .result import ActionResult
 from .undo import UndoLog

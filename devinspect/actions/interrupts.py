@@ -51,7 +51,7 @@ def _interrupt(handler: Any) -> BaseException | None:
         return None
     try:
         handler(signal.SIGINT, None)
-    except BaseException as exc:  # noqa: BLE001 - whatever the user's handler raises is what is raised
+    except BaseException as exc:  # whatever the user's handler raises is what is raised
         return exc
     return None
 

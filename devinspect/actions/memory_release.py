@@ -11,22 +11,20 @@ from typing import Any, Iterable, Mapping, MutableMapping
 
 import torch
 
-from ..runtime.tracebacks import error_holders
+from ..runtime import error_holders
 from .interrupts import atomic, checkpoint
 from .result import ActionResult
 
 
 def ready_devices() -> list[Any]:
     """Accelerators whose allocator counters can be read now (CUDA only if already initialised)."""
-    from ..collect.machine.memory_readings import read
-    from ..collect.machine.memory_snapshot import build
+    from ..collect import build, read
 
     return [d for d in build(read(nvml=False)).accelerators if d.state == "ready"]
 
 
 def _no_allocator_reason() -> str:
-    from ..collect.machine.memory_readings import read
-    from ..collect.machine.memory_snapshot import build
+    from ..collect import build, read
 
     snap = build(read(nvml=False))
     if snap.accelerators:
@@ -35,7 +33,7 @@ def _no_allocator_reason() -> str:
 
 
 def change_text(label: str, before: int | None, after: int | None) -> str:
-    from ..model.units import human_bytes
+    from ..model import human_bytes
 
     return f"{label} {human_bytes(before)} → {human_bytes(after)}"
 
@@ -47,13 +45,13 @@ def empty_cache() -> ActionResult:
     Live tensors are untouched; what is released is what ``nvidia-smi`` stops counting.
     The result says how much was released, measured from the reserved counter.
     """
-    from ..model.units import human_bytes
+    from ..model import human_bytes
 
     before = ready_devices()
     if not before:
         return ActionResult(False, f"nothing to release: {_no_allocator_reason()}", idle=True)
     expected = sum(d.releasable_bytes or 0 for d in before)
-    from ..collect.machine.memory_readings import accelerator_call
+    from ..collect import accelerator_call
 
     try:
         if any(d.kind == "cuda" for d in before):
@@ -78,7 +76,7 @@ def empty_cache() -> ActionResult:
 @atomic
 def reset_peak_stats() -> ActionResult:
     """Reset the allocator's peak counters (and, on Linux, this process's peak resident memory)."""
-    from ..collect.machine.memory_readings import accelerator_call, read_process, reset_process_peak
+    from ..collect import accelerator_call, read_process, reset_process_peak
 
     changes, lowered = [], 0
     before = ready_devices()
@@ -108,7 +106,7 @@ def reset_peak_stats() -> ActionResult:
 
 def _live_tensor_bytes() -> dict[str, int]:
     """Storage bytes of every live tensor per device (each storage once), by a gc walk."""
-    from ..collect.namespace.scan import scan
+    from ..collect import scan
 
     return {t.device: t.storage_bytes for t in scan({}, all_objects=True).devices}
 
@@ -116,7 +114,7 @@ def _live_tensor_bytes() -> dict[str, int]:
 @atomic
 def collect_garbage() -> ActionResult:
     """Run ``gc.collect()`` and report the tensor memory it freed, per device."""
-    from ..model.units import human_bytes
+    from ..model import human_bytes
 
     before, allocated_before = _live_tensor_bytes(), {d.device: d.allocated_bytes for d in ready_devices()}
     found = gc.collect()
@@ -157,10 +155,8 @@ def release_history(
     What it released cannot be put back: with ``undo`` (an
     :class:`~devinspect.actions.undo.UndoLog`), it is logged there as a change that stays.
     """
-    from ..collect.code.error_frames import error_of
-    from ..collect.namespace.scan import scan
-    from ..model.records import device_is_accelerator
-    from ..model.units import human_bytes
+    from ..collect import error_of, scan
+    from ..model import device_is_accelerator, human_bytes
 
     def wanted(device: str) -> bool:
         if devices is None:
@@ -208,7 +204,7 @@ def release_history(
 def _clear_finished_errors(namespace: Mapping[str, Any], labels: set[str]) -> list[str]:
     """Clear the frames of the errors ``labels`` names (``<ValueError from Cell In[3], line 1>``)
     that are over and that no name reaches: their locals go, the errors keep their messages."""
-    from ..collect.namespace.scan import finished_errors_no_name_reaches
+    from ..collect import finished_errors_no_name_reaches
 
     cleared = []
     for error, label in finished_errors_no_name_reaches(namespace):

@@ -8,12 +8,10 @@ from typing import Any, Iterable, MutableMapping
 
 import torch
 
+from ..collect import frame_locals, instance_dict, script_object, type_is_one_of
+from ..diagnose import fix_builders
+from ..model import ReleaseGraphs
 from ..runtime import tensor_getters
-from ..collect.code.locations import frame_locals
-from ..collect.objects.script_modules import script_object
-from ..collect.objects.static_getters import instance_dict, type_is_one_of
-from ..diagnose import fixes
-from ..model.fixes import ReleaseGraphs
 from .interrupts import atomic, checkpoint
 from .memory_release import clear_last_error
 from .reach import unreached
@@ -116,7 +114,7 @@ class Mover:
                 self.undo.add(f"{n} (on {new.device})",
                               lambda sub=sub, key=key, old=old: sub._buffers.__setitem__(key, old))
             states = self._commit_state(planned_state)
-        except Exception as exc:  # noqa: BLE001 - anything half done is undone
+        except Exception as exc:  # anything half done is undone
             return self._undone(f"could not move {name} to {self.target}", reason(exc))
         # Read back through the modules themselves: a TorchScript module keeps its tensors in
         # C++, where a swap of the Python objects does not reach.
@@ -151,12 +149,12 @@ class Mover:
             path = NamePath(name)
             try:
                 path.set(self.namespace, new)
-            except Exception as exc:  # noqa: BLE001 - the variable still holds the old tensor
+            except Exception as exc:  # the variable still holds the old tensor
                 return failure(f"could not assign {name}: {reason(exc)}")
             self.undo.add(f"{name} (on {new.device})", lambda: path.set(self.namespace, t))
             try:
                 reached = path.get(self.namespace) is new
-            except Exception:  # noqa: BLE001 - a name that no longer reads back is no move
+            except Exception:  # a name that no longer reads back is no move
                 reached = False
             if not reached:
                 return self._undone(f"could not move {name}", "after the assignment the name still reads the old "
@@ -166,7 +164,7 @@ class Mover:
         if not self._all_in_place([t]):
             try:
                 holders = NamePath(name).holders(self.namespace)
-            except Exception:  # noqa: BLE001 - the name was found a moment ago; a holder that fails to read is no module
+            except Exception:  # the name was found a moment ago; a holder that fails to read is no module
                 holders = []
             if any(_is_torchscript(h) for h in holders):
                 return self._torchscript_refusal(name)
@@ -182,7 +180,7 @@ class Mover:
         try:
             self._commit_parameter(name, t, new, new_grad)
             states = self._commit_state(planned_state)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return self._undone(f"could not move {name} to {self.target}", reason(exc))
         now, _ = find_named(self.namespace, name)
         if isinstance(now, torch.Tensor) and not self._on_target(now):
@@ -223,7 +221,7 @@ class Mover:
         return f"{names} stayed on {left[0][1].device} when read back through {'the module' if module else 'its name'}"
 
     def _in_place(self, t: torch.Tensor) -> bool:
-        return fixes.moves_in_place(str(t.device), str(self.target), self.swap_flag) and \
+        return fix_builders.moves_in_place(str(t.device), str(self.target), self.swap_flag) and \
             type_is_one_of(t, (torch.Tensor, torch.nn.Parameter))
 
     def _all_in_place(self, tensors: Iterable[torch.Tensor]) -> bool:
@@ -252,7 +250,7 @@ class Mover:
         try:
             with torch.no_grad():
                 new = t.to(self.target)
-        except Exception as exc:  # noqa: BLE001 - an OOM, an unsupported dtype: nothing changed yet
+        except Exception as exc:  # an OOM, an unsupported dtype: nothing changed yet
             raise CannotMove(f"{name}: {reason(exc)}") from None
         if new is not t:
             # What the copy allocated: an expanded view is copied whole, a (1000, 3) expand of a (3,)
@@ -316,7 +314,7 @@ class Mover:
                     continue
                 for key, v in state.items():
                     if isinstance(v, torch.Tensor) and v.device != self.target and \
-                            not fixes.stays_on_host(tuple(v.shape), str(v.device)):
+                            not fix_builders.stays_on_host(tuple(v.shape), str(v.device)):
                         label = f"{opt_name}.state[{param_ids[id(p)]}][{key!r}]"
                         planned.append((state, key, v, self._copy(label, v), label))
         return planned
@@ -335,7 +333,7 @@ class Mover:
 
 def _named_modules(module: torch.nn.Module, name: str) -> list[tuple[str, torch.nn.Module]]:
     """``(path, module)`` for a module and its submodules, paths as %devices names them."""
-    from ..collect.namespace.names import child_name
+    from ..collect import child_name
 
     out, seen, stack = [], set(), [(name, module)]
     while stack:
@@ -351,7 +349,7 @@ def _named_modules(module: torch.nn.Module, name: str) -> list[tuple[str, torch.
 
 
 def _child(path: str, key: str, module: torch.nn.Module) -> str:
-    from ..collect.namespace.names import child_name
+    from ..collect import child_name
 
     return child_name(path, key, type(module))
 
@@ -384,7 +382,7 @@ def _graph_root(value: Any) -> Any:
     try:
         with torch._C.DisableTorchFunction():
             return tensor_getters.grad_fn(value)
-    except Exception:  # noqa: BLE001 - a tensor that cannot say holds no graph we can walk
+    except Exception:  # a tensor that cannot say holds no graph we can walk
         return None
 
 
@@ -432,7 +430,7 @@ def _tb_entries(tb: Any) -> list[Any]:
 def _frame_holds_tensors(frame: Any) -> bool:
     try:
         values = list(dict.values(frame_locals(frame)))
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
     for v in values:
         vt = type(v)
@@ -457,7 +455,7 @@ def release_graphs(namespace: MutableMapping[str, Any], names: Iterable[str], tr
                 path = NamePath(name)
                 try:
                     path.set(namespace, value.detach())
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     return failure(f"could not detach {name}: {reason(exc)}", log.rollback())
                 done.append(f"{name} = {name}.detach()")
                 log.add(f"{name} (detached)", lambda path=path, value=value: path.set(namespace, value))

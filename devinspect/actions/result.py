@@ -7,7 +7,7 @@ from typing import Any, MutableMapping
 
 import torch
 
-from ..model.action_result import ActionResult
+from ..model import ActionResult
 
 
 class NamePath:
@@ -70,7 +70,7 @@ class NamePath:
         return self._read_statically(namespace, self.steps)
 
     def _read_statically(self, namespace: MutableMapping[str, Any], steps: list[tuple[str, Any]]) -> Any:
-        from ..collect.objects.static_getters import instance_dict, mro
+        from ..collect import instance_dict, mro
 
         if not issubclass(type(namespace), dict) or not dict.__contains__(namespace, self.root):
             return UNKNOWN
@@ -136,7 +136,7 @@ def held_bytes(t: torch.Tensor) -> int:
 
 
 def human(n: int) -> str:
-    from ..model.units import human_bytes
+    from ..model import human_bytes
 
     return human_bytes(n)
 

@@ -50,7 +50,7 @@ class UndoLog:
                 continue
             try:
                 restore()
-            except BaseException:  # noqa: BLE001 - undo the rest; say which change stayed
+            except BaseException:  # undo the rest; say which change stayed
                 stuck.append(label)
         stuck.reverse()
         return stuck

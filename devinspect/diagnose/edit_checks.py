@@ -22,7 +22,7 @@ import dataclasses
 import textwrap
 from collections import Counter
 
-from ..model.fixes import EditCell, Fix, SourceEdit, Steps
+from ..model import EditCell, Fix, SourceEdit, Steps
 
 #: Methods that move a value to a device of their own (the device given before does not survive).
 _MOVERS = frozenset({"cpu", "cuda", "xpu", "mps", "ipu", "hpu", "to", "type"})

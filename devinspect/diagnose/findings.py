@@ -4,7 +4,7 @@ Each rule is a plain function of a :class:`~devinspect.model.scan_result.ScanRes
 at live objects, so every rule can be tested from hand-made records. Findings are
 computed once per scan, on the whole result; a filtered view chooses which to show
 through each finding's ``names`` (the records it is about). Fixes come from
-:mod:`devinspect.diagnose.fixes`, the one place that writes them.
+:mod:`devinspect.diagnose.fix_builders`, the one place that writes them.
 """
 
 from __future__ import annotations
@@ -16,18 +16,23 @@ import sys
 from collections import Counter, defaultdict
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from ..collect.namespace.scan import scan as collect_scan
-from ..collect.namespace.walk import ScanOptions
-from ..model.fixes import SEVERITY_ORDER, Finding
-from ..model.record_table import record_column
-from ..model.records import ModuleSummary, TensorRecord, device_is_accelerator
-from ..model.scan_result import ScanResult, is_under
-from . import edit_checks, fixes
+from ..collect import ScanOptions
+from ..collect import scan as collect_scan
+from ..model import (
+    SEVERITY_ORDER,
+    Finding,
+    ModuleSummary,
+    ScanResult,
+    TensorRecord,
+    device_is_accelerator,
+    is_under,
+    record_column,
+)
+from . import edit_checks, fix_builders
+from .causes import creation_sites, dropped_moves_standing, made_in_code, standing_targets
+from .object_findings import host_tables_of_plain_objects
 from .overlaps import outermost, said_once
 from .session_findings import could_not_inspect, history_holds, truncated_walk, unpinned_loaders
-from .object_findings import host_tables_of_plain_objects
-from .causes import creation_sites, made_in_code
-from .causes.dropped_moves import dropped_moves_standing, standing_targets
 
 #: Names that usually hold a model's inputs or targets. At rest, before any call, a name is all
 #: that says a tensor is an input (no rule exists then): it gives a hint, never an error.
@@ -48,7 +53,7 @@ def find(result: ScanResult) -> list[Finding]:
              for f in said_once(result, found)]
     found.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
     if result.options.get("torch_bound", True) is False:
-        found = [dataclasses.replace(f, fix=fixes.importing_torch(f.fix, False)) for f in found]
+        found = [dataclasses.replace(f, fix=fix_builders.importing_torch(f.fix, False)) for f in found]
     return found
 
 
@@ -78,11 +83,11 @@ def scan(
     """
     if namespace is None:
         namespace = sys._getframe(1).f_globals
-    from .causes.device_names import device_names
+    from .causes import device_names as device_naming
 
     result = collect_scan(namespace, roots, include_hidden=include_hidden, all_objects=all_objects, exclude=exclude,
                           max_depth=max_depth, max_items=max_items, max_objects=max_objects, rules=find)
-    result.options["device_names"] = device_names(namespace)  # how an edit of a cell names each device
+    result.options["device_names"] = device_naming.device_names(namespace)  # how an edit of a cell names each device
     return result
 
 
@@ -119,8 +124,8 @@ def enclosing_module(result: ScanResult, module: ModuleSummary | None) -> Module
 
 
 def model_device(module: ModuleSummary) -> str | None:
-    """The one device a model belongs on (:func:`devinspect.diagnose.fixes.target_device`)."""
-    return fixes.target_device(module.devices)
+    """The one device a model belongs on (:func:`devinspect.diagnose.fix_builders.target_device`)."""
+    return fix_builders.target_device(module.devices)
 
 
 def optimizers_with_state_under(result: ScanResult, module: str) -> tuple[str, ...]:
@@ -141,7 +146,7 @@ def graph_holder_names(result: ScanResult) -> tuple[str, ...]:
     name of one: a name left holding it keeps the graph)."""
     return tuple(r.name for r in result.of_kind("tensor")
                  if r.requires_grad and not r.is_leaf and not r.hidden
-                 and fixes.assignment(r.name, f"{r.name}.detach()"))
+                 and fix_builders.assignment(r.name, f"{r.name}.detach()"))
 
 
 def _graph_holders(result: ScanResult) -> tuple[tuple[str, ...], bool]:
@@ -149,18 +154,18 @@ def _graph_holders(result: ScanResult) -> tuple[tuple[str, ...], bool]:
     return graph_holder_names(result), bool(result.options.get("has_traceback"))
 
 
-def move_fix(result: ScanResult, module: ModuleSummary, device: str, why: str = "", part: str | None = None) -> fixes.Fix:
+def move_fix(result: ScanResult, module: ModuleSummary, device: str, why: str = "", part: str | None = None) -> fix_builders.Fix:
     """Move a whole model (or its submodule ``part``) to ``device``, with its optimizers' state,
     releasing the graphs a swap needs."""
     name = part or module.name
     release: tuple[str, ...] = ()
     traceback_too = False
     swap_flag = bool(result.options.get("swap_flag"))
-    needs_swap = any(not fixes.moves_in_place(d, device, swap_flag) for d in module.devices if d != device)
+    needs_swap = any(not fix_builders.moves_in_place(d, device, swap_flag) for d in module.devices if d != device)
     held = [p for p in module.held_parameters if is_under(p, name)]
     if needs_swap and held:
         release, traceback_too = _graph_holders(result)
-    return fixes.move_module(name, device, optimizers=optimizers_with_state_under(result, name),
+    return fix_builders.move_module(name, device, optimizers=optimizers_with_state_under(result, name),
                              release=release, release_traceback=traceback_too, why=why,
                              part_of=module.name if part else None)
 
@@ -176,7 +181,7 @@ def _meta_call(result: ScanResult, module: ModuleSummary, call: Any, reported: s
     args = [r for r in _passed(result, call) if r.device != "meta"]
     if not args:
         return
-    target = fixes.target_device([r.device for r in args])
+    target = fix_builders.target_device([r.device for r in args])
     release, traceback_too = _graph_holders(result)
     reported.add(module.name)
     yield Finding(
@@ -186,7 +191,7 @@ def _meta_call(result: ScanResult, module: ModuleSummary, call: Any, reported: s
         message=(f"{module.name} ({module.type_name}) is on the meta device: its parameters have shapes but no "
                  f"data, and {call.where.where} passes it {call.argument} on {target}: that call fails, or gives "
                  "outputs on meta whose values cannot be read"),
-        fix=fixes.materialise(module.name, target, max(1, module.unmaterialised),
+        fix=fix_builders.materialise(module.name, target, max(1, module.unmaterialised),
                               initialiser=module.initialiser, release=release,
                               release_traceback=traceback_too, unsaved=unsaved_meta_buffers(result, module.name)),
         names=_module_records(result, module.name),
@@ -203,7 +208,7 @@ def _functions_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Fin
         devices = [r.device for r in args if not (r.device == "cpu" and r.shape == ())]
         if len(set(devices)) < 2 or "meta" in devices:
             continue
-        target = fixes.target_device(devices)
+        target = fix_builders.target_device(devices)
         wrong = [r for r in args if r.device != target and not (r.device == "cpu" and r.shape == ())
                  and r.name not in reported]
         if not wrong or any(r.owner is not None for r in wrong):
@@ -216,7 +221,7 @@ def _functions_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Fin
             message=(f"{call.where.where} calls {call.callee} with {', '.join(r.name for r in wrong)} on "
                      f"{', '.join(sorted({r.device for r in wrong}))} and the rest on {target}: that call fails "
                      "when it runs again"),
-            fix=fixes.combine([_move_record(result, r, target) for r in wrong]),
+            fix=fix_builders.combine([_move_record(result, r, target) for r in wrong]),
             names=tuple(r.name for r in wrong),
         )
 
@@ -247,7 +252,7 @@ def mixed_device_modules(result: ScanResult) -> Iterator[Finding]:
                 subject=module.name,
                 message=(f"{module.name} ({module.type_name}) is dispatched by a device_map, but {parts}, not where "
                          "the map puts it: a forward pass raises a device mismatch there"),
-                fix=fixes.redispatch(module.name, module.off_map, offloaded=module.offloaded > 0),
+                fix=fix_builders.redispatch(module.name, module.off_map, offloaded=module.offloaded > 0),
                 names=_module_records(result, module.name),
             )
             continue
@@ -311,7 +316,7 @@ def modules_left_on_the_host(result: ScanResult) -> Iterator[Finding]:
         )
 
 
-def _with_its_inputs(result: ScanResult, module: ModuleSummary, target: str, fix: fixes.Fix) -> fixes.Fix:
+def _with_its_inputs(result: ScanResult, module: ModuleSummary, target: str, fix: fix_builders.Fix) -> fix_builders.Fix:
     """``fix`` (the model moved to ``target``) and the tensors the cells pass to the model that are
     off ``target``: once the model is whole there, they would fail at its first layer."""
     moves = []
@@ -319,7 +324,7 @@ def _with_its_inputs(result: ScanResult, module: ModuleSummary, target: str, fix
         if call.module != module.name or call.container is not None or call.moved_to:
             continue
         moves += [_move_record(result, r, target) for r in _passed(result, call) if r.device not in (target, "meta")]
-    return fixes.combine([fix, *moves]) if moves else fix
+    return fix_builders.combine([fix, *moves]) if moves else fix
 
 
 def partly_materialised_modules(result: ScanResult) -> Iterator[Finding]:
@@ -335,7 +340,7 @@ def partly_materialised_modules(result: ScanResult) -> Iterator[Finding]:
             message=(f"{module.name} ({module.type_name}) has {module.unmaterialised} parameter(s)/buffer(s) with no data "
                      f"(meta) next to ones on {', '.join(real)}: a forward pass fails and .to() cannot copy them"),
             # to_empty would lose the real ones
-            fix=fixes.materialise(module.name, None, module.unmaterialised,
+            fix=fix_builders.materialise(module.name, None, module.unmaterialised,
                                   unsaved=unsaved_meta_buffers(result, module.name),
                                   real_device=real[0] if len(real) == 1 else None),
             names=_module_records(result, module.name),
@@ -378,12 +383,12 @@ def unregistered_tensor_attributes(result: ScanResult) -> Iterator[Finding]:
                 where += f" {u.class_name} made it there from its inputs: the model is what sits on the host."
                 fix = made_on(result, move_fix(result, module, first.device), module.name, first.device, module=True)
             elif direct:
-                fix = fixes.register_buffer(u, target)
+                fix = fix_builders.register_buffer(u, target)
             elif u.container in ("list", "tuple", "dict") and target and elsewhere:
                 # Records say nothing of items that are not tensors: the code keeps any such item.
-                fix = fixes.move_container(u.name, target, u.container, attribute_of=u, all_tensors=False)
+                fix = fix_builders.move_container(u.name, target, u.container, attribute_of=u, all_tensors=False)
             else:
-                fix = fixes.Fix(
+                fix = fix_builders.Fix(
                     summary=f"keep the tensors of {u.name} as buffers",
                     note=f"{u.name} holds tensors that .to() and state_dict() skip; register each as a buffer in "
                          f"{u.class_name}.__init__ (self.register_buffer(...))",
@@ -409,7 +414,7 @@ def optimizer_state_elsewhere(result: ScanResult) -> Iterator[Finding]:
         if r.param is None or r.hidden:
             continue
         pdevice = device_of.get(r.param)
-        if pdevice is None or pdevice == r.device or fixes.stays_on_host(r.shape, r.device):
+        if pdevice is None or pdevice == r.device or fix_builders.stays_on_host(r.shape, r.device):
             continue
         by_opt[r.name.split(".state[", 1)[0]].append(r)
     for opt, records in by_opt.items():
@@ -425,7 +430,7 @@ def optimizer_state_elsewhere(result: ScanResult) -> Iterator[Finding]:
                 f"but their parameters are on {', '.join(targets)} (as after loading a checkpoint, or moving part "
                 "of a model)"
             ),
-            fix=fixes.optimizer_state(opt),
+            fix=fix_builders.optimizer_state(opt),
             storage_bytes=sum(r.counted_bytes for r in records),
             names=tuple(r.name for r in records),
         )
@@ -451,13 +456,13 @@ def stale_optimizers(result: ScanResult) -> Iterator[Finding]:
                 message=(f"{opt.orphans} of the {opt.parameters} parameters {opt.name} ({opt.type_name}) updates belong "
                          f"to no module or variable, and {part} has as many that it does not update: {part} was "
                          f"replaced after {opt.name} was made, so its steps train the old one"),
-                fix=fixes.replace_stale_parameters(opt.name, part, pairs),
+                fix=fix_builders.replace_stale_parameters(opt.name, part, pairs),
                 names=tuple(new for _, new in pairs),
             )
             continue
         likely = f"; it looks like the parameters of an earlier {module}" if module else ""
         bound = [s for s in result.schedulers if s.optimizer == opt.name]
-        fix = fixes.rebuild_optimizer(opt, module, bound) if module else fixes.Fix(
+        fix = fix_builders.rebuild_optimizer(opt, module, bound) if module else fix_builders.Fix(
             summary=f"create {opt.name} again over the parameters of the model you train",
             note=f"{opt.name} trains tensors that nothing else in the namespace holds")
         if module is None:
@@ -558,25 +563,25 @@ def _as_unparsed(name: str) -> str:
         return name
 
 
-def _move_record(result: ScanResult, r: TensorRecord, target: str) -> fixes.Fix:
+def _move_record(result: ScanResult, r: TensorRecord, target: str) -> fix_builders.Fix:
     grads = {x.param for x in result.of_kind("gradient")}
-    return made_on(result, fixes.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad,
+    return made_on(result, fix_builders.move_tensor(r.name, target, source=r.device, requires_grad=r.requires_grad,
                                              is_leaf=r.is_leaf, is_parameter=r.kind == "parameter",
                                              has_grad=r.name in grads, swap_flag=bool(result.options.get("swap_flag"))),
                    r.name, target)
 
 
-def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: bool = False,
-            factories_only: bool = False) -> fixes.Fix:
+def made_on(result: ScanResult, fix: fix_builders.Fix, name: str, target: str, module: bool = False,
+            factories_only: bool = False) -> fix_builders.Fix:
     """``fix`` (a move now) with the edit of the cell line that made the variable ``name``, so that
     the cells make it on ``target`` when they run again (``.to()`` on a model's line, ``device=`` on
     a factory's, the loop's first line for a batch); ``factories_only`` for a list or dict, whose
     line takes ``device=`` on the factories in it but never ``.to()``."""
     if not name.isidentifier():
         return fix
-    device_expr = dict.get(result.options.get("device_names", {}), target) or fixes.device_literal(target)
+    device_expr = dict.get(result.options.get("device_names", {}), target) or fix_builders.device_literal(target)
     made = next((m.type_name for m in result.modules if m.name == name), None) if module else None
-    origin = creation_sites.namespace_origin(name, None, 1 << 30, [name], device_expr, wrap=module, made=made) or \
+    origin = creation_sites.assigned_in_session(name, None, 1 << 30, [name], device_expr, wrap=module, made=made) or \
         _unpacked_origin(result, name, target, device_expr)
     if origin is None or not origin.edits or (factories_only and origin.made_by != "factory"):
         return fix
@@ -584,18 +589,18 @@ def made_on(result: ScanResult, fix: fixes.Fix, name: str, target: str, module: 
     alike = made_in_code.made_alike(name)
     records = [r for r in result.of_kind("tensor") if r.name in (*origin.together, *alike) and r.name != name
                and r.device != target and r.alias_of is None]
-    also = [e for r in records if r.name in alike for e in getattr(creation_sites.namespace_origin(
+    also = [e for r in records if r.name in alike for e in getattr(creation_sites.assigned_in_session(
         r.name, None, 1 << 30, [r.name], device_expr), "edits", ())]
-    fix = fixes.combine([fix, *(fixes.move_tensor(r.name, target, source=r.device) for r in records)])
+    fix = fix_builders.combine([fix, *(fix_builders.move_tensor(r.name, target, source=r.device) for r in records)])
     return dataclasses.replace(fix, edits=tuple(dict.fromkeys(fix.edits + origin.edits + tuple(also))), note=" ".join(
         filter(None, [fix.note, f"With the edit, {origin.where.where} makes it on {target} from now on."])))
 
 
 def _unpacked_origin(result: ScanResult, name: str, target: str, device_expr: str) -> Any:
     """``x, adj = load()``: a line after it moves each of the tensors it unpacks that sit elsewhere."""
-    from ..collect.code.user_code import assignment_in_session
-    from .causes.creation_sites import unpacking_edit
-    from ..model.fixes import Cause
+    from ..collect import assignment_in_session
+    from ..model import Cause
+    from .causes import unpacking_edit
 
     statement = assignment_in_session(name, None, 1 << 30)
     node = statement.node if statement is not None else None
@@ -627,12 +632,12 @@ def _calls_elsewhere(result: ScanResult, reported: set[str]) -> Iterator[Finding
                  and not (call.with_output_in and r.shape == ())]  # a 0-dim host tensor mixes with any device
         if not wrong:
             continue
-        target = fixes.target_device([here, *(r.device for r in wrong)])
+        target = fix_builders.target_device([here, *(r.device for r in wrong)])
         if target == here:
             if call.container is not None:
-                fix = fixes.move_container(call.argument, target, call.container, all_tensors=False)
+                fix = fix_builders.move_container(call.argument, target, call.container, all_tensors=False)
             else:
-                fix = fixes.combine([_move_record(result, r, target) for r in wrong])
+                fix = fix_builders.combine([_move_record(result, r, target) for r in wrong])
                 if call.argument.isidentifier() and all(r.name != call.argument for r in wrong):
                     fix = made_on(result, fix, call.argument, target, factories_only=True)  # images = [...]
             what = f"{call.argument} is on {', '.join(sorted({r.device for r in wrong}))}"

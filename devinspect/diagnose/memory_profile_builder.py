@@ -5,15 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Collection
 
-from ..model.memory_profile import (
-    LineKey,
-    LineMemory,
-    LineMemoryProfile,
-    MemoryEvent,
-    PeakMoment,
-    Recording,
-    line_label,
-)
+from ..model import LineKey, LineMemory, LineMemoryProfile, MemoryEvent, PeakMoment, Recording, line_label
 
 BEFORE_THE_CELL = "held before the cell"
 

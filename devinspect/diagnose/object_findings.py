@@ -8,10 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
-from ..model.fixes import Finding, SourceEdit
-from ..model.records import device_is_accelerator
-from ..model.scan_result import ScanResult
-from . import fixes
+from ..model import Finding, ScanResult, SourceEdit, device_is_accelerator
+from . import fix_builders
 
 
 def host_tables_of_plain_objects(result: ScanResult) -> Iterator[Finding]:
@@ -30,7 +28,7 @@ def host_tables_of_plain_objects(result: ScanResult) -> Iterator[Finding]:
             continue
         target = next(iter(devices))
         host = [a for a, r in tables.items() if r.device == "cpu" and a not in holder.self_placed]
-        fix = fixes.move_tensors(holder.name, [prefix + a for a in host], target) if host else None
+        fix = fix_builders.move_tensors(holder.name, [prefix + a for a in host], target) if host else None
         if fix is None:
             continue
         edits = tuple(SourceEdit(line, line.text.strip(), new, holder.class_name)

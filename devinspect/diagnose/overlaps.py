@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from ..model.fixes import Finding
-from ..model.records import ModuleSummary
-from ..model.scan_result import ScanResult, is_under
+from ..model import Finding, ModuleSummary, ScanResult, is_under
 
 
 def outermost(result: ScanResult, modules: list[ModuleSummary]) -> list[ModuleSummary]:

@@ -7,11 +7,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterator
 
-from ..model.fixes import Finding
-from ..model.record_table import record_column
-from ..model.scan_result import ScanResult
-from ..model.units import human_bytes
-from . import fixes
+from ..model import Finding, ScanResult, human_bytes, record_column
+from . import fix_builders
 
 
 def history_holds(result: ScanResult) -> Iterator[Finding]:
@@ -23,9 +20,9 @@ def history_holds(result: ScanResult) -> Iterator[Finding]:
         by_holder[holder] += h.storage_bytes
         if h.name not in names[holder]:  # two frames of one function give one label: said once
             names[holder].append(h.name)
-    holders = (("history", "held-by-output-history", "Out", "IPython's output history", fixes.release_history),
+    holders = (("history", "held-by-output-history", "Out", "IPython's output history", fix_builders.release_history),
                ("traceback", "held-by-traceback", "sys.last_traceback", "the last error's traceback",
-                fixes.release_traceback))
+                fix_builders.release_traceback))
     for holder, code, subject, words, release in holders:
         if not by_holder.get(holder):
             continue
@@ -49,7 +46,7 @@ def unpinned_loaders(result: ScanResult) -> Iterator[Finding]:
     for loader in result.loaders:
         if loader.pin_memory:
             continue
-        code = fixes.assignment(f"{loader.name}.pin_memory", "True")
+        code = fix_builders.assignment(f"{loader.name}.pin_memory", "True")
         yield Finding(
             code="loader-not-pinned",
             severity="hint",
@@ -58,7 +55,7 @@ def unpinned_loaders(result: ScanResult) -> Iterator[Finding]:
                 f"{loader.name} has pin_memory=False while {', '.join(cuda_models)} is on CUDA: "
                 "host-to-device copies cannot overlap compute"
             ),
-            fix=fixes.Fix(summary=f"pin {loader.name}'s batches (from its next iteration on)", code=code,
+            fix=fix_builders.Fix(summary=f"pin {loader.name}'s batches (from its next iteration on)", code=code,
                           note="then copy with batch.to(device, non_blocking=True) in the loop"),
             names=tuple(n for n in record_column(result.records, "name") if n.startswith(loader.name + ".")),
         )

@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import ast
 
-from ..collect.code import user_code
-from ..model.check_report import LineStats
-from ..model.fixes import Finding, Fix
-from ..model.records import SourceLine
-from ..model.units import human_bytes
+from ..collect import user_code
+from ..model import Finding, Fix, LineStats, SourceLine, human_bytes
 
 #: Calls that copy one device value to the host: ``x.item()``, ``float(x)``, ``int(x)``.
 _READS = ("item",)

@@ -8,12 +8,14 @@
 
 from __future__ import annotations
 
-from ..diagnose.ranks.cross_rank import make_report
-from ..diagnose.ranks.rank_summary import TOP, summary
-from ..model.ranks import SKEW_MARGIN, Finding, RankReport, RankSummary
+from ..diagnose import TOP, make_report, summary
+from ..lazy_exports import lazy_surface
+from ..model import SKEW_MARGIN, Finding, RankReport, RankSummary
 from .engines import from_view
 from .gather import DistributedError, gather
 
 __all__ = ["summary", "gather", "from_view", "RankReport", "RankSummary", "Finding", "DistributedError",
            "make_report", "SKEW_MARGIN", "TOP"]
 
+
+__getattr__ = lazy_surface(__name__, {})

@@ -12,9 +12,8 @@ import pickle
 import time
 from typing import Any
 
-from ..diagnose.ranks.cross_rank import make_report
-from ..diagnose.ranks.rank_summary import TOP
-from ..model.ranks import SKEW_MARGIN, RankReport, failed_summary
+from ..diagnose import TOP, make_report
+from ..model import SKEW_MARGIN, RankReport, failed_summary
 from .gather import DistributedError, read_payload
 
 
@@ -24,8 +23,8 @@ def engine_summary(get_shell: Any, top: int, timeout: float | None, engine: int,
     ``get_shell`` is the engine's own ``get_ipython`` (sent as a reference to that name)."""
     import torch.distributed as dist
 
-    from ..collect.namespace.names import shell_names
-    from ..diagnose.ranks.rank_summary import summary
+    from ..collect import shell_names
+    from ..diagnose import summary
 
     shell = get_shell() if callable(get_shell) else None
     namespace = shell.user_ns if shell is not None else {}

@@ -12,9 +12,8 @@ import sys
 import time
 from typing import Any, Mapping
 
-from ..diagnose.ranks.cross_rank import make_report
-from ..diagnose.ranks.rank_summary import TOP, summary
-from ..model.ranks import SKEW_MARGIN, RankReport, RankSummary, failed_summary
+from ..diagnose import TOP, make_report, summary
+from ..model import SKEW_MARGIN, RankReport, RankSummary, failed_summary
 
 
 class DistributedError(RuntimeError):

@@ -7,8 +7,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from ..runtime import tracebacks
-from ..runtime.user_modes import beneath_user_modes
+from ..runtime import beneath_user_modes, tracebacks
 from .magic_support import is_result_type, running_cell_number
 
 
@@ -44,7 +43,7 @@ class CheckedCell:
 
     def _observer(self) -> Any:
         """What watches the cell run: entered before its first statement, left after its last."""
-        from ..observe.mode import DeviceCheckMode
+        from ..observe import DeviceCheckMode
 
         filename = self.filename
         return DeviceCheckMode(self.shell.user_ns, lambda frame: frame.f_code.co_filename == filename
@@ -138,7 +137,7 @@ class CheckedCell:
 
     def _unseen(self) -> tuple[str, ...]:
         """What the cell hands to TorchScript, whose ops no Python mode sees (read statically)."""
-        from ..collect.objects.script_modules import script_calls
+        from ..collect import script_calls
 
         try:
             return tuple(script_calls(self.transformed, self.shell.user_ns))
@@ -167,7 +166,7 @@ class CheckedCell:
         fix = explained.fix if explained is not None else None
         if fix is not None and fix.action is not None and getattr(shell, "kernel", None) is not None:
             # A widget frontend: the fix as a button, then a re-run of this cell.
-            from ..jupyter.fix_panel import fix_panel
+            from ..jupyter import fix_panel
             from .cell_widgets import run_here, shown
 
             source = self.source
@@ -176,7 +175,7 @@ class CheckedCell:
             shown(shell, panel)
 
     def _result(self) -> Any:
-        from ..observe.checked_block import DeviceCheckError
+        from ..observe import DeviceCheckError
 
         if self.args.strict and self.report is not None and self.report.has_findings:
             raise DeviceCheckError(self.report)

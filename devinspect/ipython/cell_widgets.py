@@ -66,7 +66,7 @@ class CellWidgets:
         if not shown:
             return 0
         try:
-            from ..jupyter.lifetime import close_all
+            from ..jupyter import close_all
 
             return close_all(shown)
         except Exception:  # a widget that cannot close must not stop the cell

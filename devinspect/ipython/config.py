@@ -5,7 +5,7 @@ from __future__ import annotations
 from traitlets import Bool, CaselessStrEnum, Int
 from traitlets.config import Configurable
 
-from ..model.scan_result import DEFAULT_MAX_ROWS, SORTS
+from ..model import DEFAULT_MAX_ROWS, SORTS
 
 
 class DevInspect(Configurable):

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..runtime.user_modes import beneath_user_modes
+from ..runtime import beneath_user_modes
 from .cell_runner import AwaitedCells, CheckedCell
 from .failed_cell import FailedCellExplainer
 from .magic_support import (
@@ -102,7 +102,7 @@ class DevcheckMagics(DevInspectMagics, AwaitedCells):
         if not args.last:
             raise UsageError("%devcheck checks a cell: put %%devcheck on the cell's first line "
                              "(or %devcheck --last to explain the last error)")
-        from ..diagnose.errors.explainer import explanation_of
+        from ..diagnose import explanation_of
 
         variable_name("%devcheck", args.variable, self.shell)
         error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)

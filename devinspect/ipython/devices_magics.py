@@ -9,9 +9,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..runtime.user_modes import beneath_user_modes
-from ..model.records import KINDS
-from ..model.scan_result import SORTS
+from ..model import KINDS, SORTS
+from ..runtime import beneath_user_modes
 from .magic_support import (
     DevInspectMagics,
     caller_result_use,
@@ -83,8 +82,8 @@ class DevicesMagics(DevInspectMagics):
             return self._why(args, line)
         if args.max_rows is not None and args.max_rows < 0:
             raise UsageError(f"%devices: -n takes a number of rows, 0 or more (0 shows all), not {args.max_rows}")
-        from ..diagnose.findings import scan
-        from ..model.scan_result import Display, Selection
+        from ..diagnose import scan
+        from ..model import Display, Selection
 
         namespace = self.shell.user_ns
         include_hidden = bool(args.hidden or self.settings.include_hidden)
@@ -152,7 +151,7 @@ class DevicesMagics(DevInspectMagics):
         """``%devices --why NAME``: the reference paths that keep that tensor alive."""
         from IPython.display import display
 
-        from ..collect.namespace.referrers import holders
+        from ..collect import holders
 
         variable_name("%devices", args.variable, self.shell)
         candidates = self._why_names(args, line)
@@ -201,8 +200,8 @@ class DevicesMagics(DevInspectMagics):
 
     def _explorer(self, view: Any, rescan: Any) -> Any:
         try:
-            from ..collect.machine.devices import present
-            from ..jupyter.devices_explorer import DevicesExplorer
+            from ..collect import present
+            from ..jupyter import DevicesExplorer
         except ImportError:  # no ipywidgets: the static output is complete
             return None
         return DevicesExplorer(view, rescan or (lambda: view), self.shell.user_ns, present(), shell=self.shell)

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..actions.cells import PendingEdit
+    from ..actions import PendingEdit
 
 #: The module that records edits: until something imported it, no cell has an edit to run.
 _EDITS = "devinspect.actions.cells"

@@ -8,7 +8,7 @@ from typing import Any
 
 from traitlets import TraitError
 
-from ..collect.code import locations
+from ..collect import locations
 from ..runtime import tracebacks
 from .cell_runner import awaiting_magic_cells
 from .cell_widgets import CellWidgets

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..runtime.user_modes import beneath_user_modes
+from ..runtime import beneath_user_modes
 
 
 @dataclass
@@ -161,8 +161,8 @@ class FailedCellExplainer:
             print(f"devinspect: could not explain the error ({type(exc).__name__}: {exc})", file=sys.stderr)
 
     def explanation(self, error: BaseException, torch: Any) -> Any:
-        from ..collect.namespace.names import shell_names
-        from ..diagnose.errors.explainer import explanation_of
+        from ..collect import shell_names
+        from ..diagnose import explanation_of
 
         # Only the out-of-memory scan needs IPython's own names (a walk of the namespace).
         exclude = shell_names(self.shell) if isinstance(error, torch.OutOfMemoryError) else ()
@@ -191,7 +191,7 @@ class FailedCellExplainer:
         # (a device tensor read as a NumPy array); anything else returns here at once.
         if torch is None or not self.settings.explain_errors or self.failed.was_reported(error):
             return None
-        from ..diagnose.errors.explainer import chained_errors
+        from ..diagnose import chained_errors
 
         # (or a library's own error raised from one of them: its chain holds the error the call raised)
         if not any(isinstance(e, (RuntimeError, TypeError, torch.OutOfMemoryError)) for e, _ in chained_errors(error)):
@@ -203,7 +203,7 @@ class FailedCellExplainer:
         self.failed.made_early(error, explanation)
         if not explanation:
             return None
-        from ..render.explanation_text import headline
+        from ..render import headline
 
         return headline(explanation) or None
 
@@ -216,7 +216,7 @@ class FailedCellExplainer:
         if getattr(shell, "kernel", None) is not None and any(f.action is not None for f in explanation.fixes):
             # A widget frontend: the fixes as buttons (then a re-run of the failed cell).
             try:
-                from ..jupyter.fix_panel import explanation_panel
+                from ..jupyter import explanation_panel
             except ImportError:  # no ipywidgets: the static output is complete
                 return
             from .cell_widgets import run_here, shown

@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import line_cell_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from ..runtime.user_modes import beneath_user_modes
+from ..runtime import beneath_user_modes
 from .cell_runner import AwaitedCells
 from .magic_support import (
     DevInspectMagics,
@@ -141,8 +141,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
                              "-d, -f, -o and -v")
         device = profiled_device(args.device)
         def live_view(profile: Any, plot_html: str | None) -> Any:
-            from ..jupyter.memory_dashboard import MemoryDashboard
-            from ..jupyter.memory_profile_widget import line_memory_widget
+            from ..jupyter import MemoryDashboard, line_memory_widget
 
             dashboard = MemoryDashboard(self._collector(str(device), True), self._memory_actions())
             return line_memory_widget(profile, dashboard, plot_html)
@@ -160,8 +159,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
 
     def _collector(self, device: str | None, count_tensors_by_default: bool, all_devices: bool = False) -> Any:
         """collect(count_tensors) -> MemorySnapshot, keeping the last tensor count between calls."""
-        from ..collect.machine.memory_readings import read
-        from ..collect.machine.memory_snapshot import build, in_use, tally_tensors
+        from ..collect import build, in_use, read, tally_tensors
 
         shell = self.shell
         last: dict[str, Any] = {}
@@ -198,7 +196,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
         if quiet and args.watch is None:
             return collect(True)
         if widgets_frontend:
-            from ..jupyter.memory_dashboard import MemoryDashboard, Watcher
+            from ..jupyter import MemoryDashboard, Watcher
 
             # Its first read counts the tensors (and raises UsageError for an unknown -d) before anything shows.
             dashboard = MemoryDashboard(collect, self._memory_actions())
@@ -238,7 +236,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
             self._set_event("post_run_cell", self._after_cell_watch, False)
 
     def _set_tracking(self, on: bool) -> None:
-        from ..collect.machine.memory_tracker import MemoryTracker
+        from ..collect import MemoryTracker
 
         if on:
             if self._tracker is None:
@@ -272,7 +270,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
     def _show_history(self, quiet: bool = False) -> Any:
         from IPython.display import display
 
-        from ..model.device_memory import MemoryHistory
+        from ..model import MemoryHistory
 
         history = self._tracker.history() if self._tracker is not None else MemoryHistory(())
         if quiet:
@@ -280,7 +278,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
         display(history)
         if history.cells and getattr(self.shell, "kernel", None) is not None:
             # A plot only where a frontend can show one; a terminal gets the table alone.
-            from ..render.memory.plot import HistoryPlot
+            from ..render import HistoryPlot
 
             try:
                 display(HistoryPlot(history))
@@ -299,7 +297,7 @@ class GpumemMagics(DevInspectMagics, AwaitedCells):
 def only_device(snapshot: Any, text: str) -> Any:
     import dataclasses
 
-    from ..model.scan_result import device_matches
+    from ..model import device_matches
 
     wanted = device_argument("%gpumem", text)
     keep = [d for d in snapshot.devices if device_matches(d.device, wanted)]

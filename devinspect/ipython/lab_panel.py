@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jupyter.lab_link import KernelAccess, LabLink
+from ..jupyter import KernelAccess, LabLink
 from .config import DevInspect
 from .edited_cells import EditedCells
 
@@ -33,19 +33,19 @@ class LabPanel:
             if info.silent or not info.store_history:
                 return
             self.link.after_cell(info.raw_cell or "", result.execution_count)
-        except Exception:  # noqa: BLE001 - the panel never breaks a cell
+        except Exception:  # the panel never breaks a cell
             pass
 
 
 def shell_names(shell: Any) -> list[str]:
-    from ..collect.namespace.names import shell_names as names  # imported when first needed (it imports torch)
+    from ..collect import shell_names as names  # imported when first needed (it imports torch)
 
     return names(shell)
 
 
 def lab_link(shell: Any, settings: DevInspect, edited_cells: EditedCells) -> LabPanel:
     def scan() -> Any:
-        from ..diagnose.findings import scan as scan_namespace
+        from ..diagnose import scan as scan_namespace
 
         return scan_namespace(shell.user_ns, include_hidden=bool(settings.include_hidden),
                               exclude=shell_names(shell), max_depth=settings.max_depth, max_items=settings.max_items)

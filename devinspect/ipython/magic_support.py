@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics
 from IPython.core.magic_arguments import parse_argstring
 
-from ..collect.code import locations
+from ..collect import locations
 
 #: How each magic is typed (a cell magic takes two %).
 MAGIC_PREFIX = {"devcheck": "%%"}
@@ -40,7 +40,7 @@ class DevInspectMagics(Magics):
             raise UsageError(f"{name}: {exc} in {line!r}") from None
 
     def _ipython_names(self) -> list[str]:
-        from ..collect.namespace.names import shell_names
+        from ..collect import shell_names
 
         return shell_names(self.shell)
 
@@ -99,7 +99,7 @@ def device_argument(magic: str, text: str | None) -> str | None:
     and a device this process does not have is a UsageError."""
     if text is None:
         return None
-    from ..collect.machine.devices import DeviceNameError, parse
+    from ..collect import DeviceNameError, parse
 
     try:
         return parse(text)
@@ -121,7 +121,7 @@ def variable_name(magic: str, name: str | None, shell: Any = None) -> None:
         raise UsageError(f"{magic}: -v {name}: IPython uses that name itself; choose another")
     user_ns = getattr(shell, "user_ns", None) if shell is not None else None
     if isinstance(user_ns, dict) and name in user_ns:
-        from ..collect.objects.static_getters import type_name
+        from ..collect import type_name
 
         held = type(dict.__getitem__(user_ns, name))
         if not is_result_type(held):  # an earlier result is replaced, nothing else
@@ -132,7 +132,7 @@ def variable_name(magic: str, name: str | None, shell: Any = None) -> None:
 def is_result_type(cls: type) -> bool:
     """Whether ``cls`` is one of devinspect's results (a scan, a report, an explanation: what
     ``-v`` stores), not any other object of devinspect's (a simulated tensor, an error)."""
-    from ..collect.objects.static_getters import type_module
+    from ..collect import type_module
 
     return type_module(cls).startswith(("devinspect.model.", "devinspect.render."))
 

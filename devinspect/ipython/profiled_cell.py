@@ -12,11 +12,9 @@ from typing import Any, Callable
 import torch
 from IPython.core.error import UsageError
 
-from ..runtime.user_modes import beneath_user_modes
-from ..observe.memory_recorder import LineKey, LineMemoryRecorder, named_allocations
-from ..observe.line_tracers import mark_statements, uses_markers
+from ..observe import LineKey, LineMemoryRecorder, mark_statements, named_allocations, uses_markers
+from ..runtime import beneath_user_modes
 from .cell_runner import CheckedCell
-
 
 #: The note on a function's lines known from its allocations alone (no ``sys.monitoring``).
 UNFOLLOWED_LINES = "unfollowed lines"
@@ -49,7 +47,7 @@ class ProfiledCell(CheckedCell):
     def _finish(self, error: BaseException | None) -> None:
         try:
             self.mode.__exit__(None, None, None)  # first: our own recorder leaves the user's stack
-        except Exception as exc:  # noqa: BLE001 - the profile must never replace the cell's outcome
+        except Exception as exc:  # the profile must never replace the cell's outcome
             print(f"devinspect: the memory profile could not be shown ({type(exc).__name__}: {exc})", file=sys.stderr)
             self.report = None
             return
@@ -57,8 +55,8 @@ class ProfiledCell(CheckedCell):
 
     @beneath_user_modes()  # no mode the user left entered sees devinspect's own work
     def _build_profile(self, error: BaseException | None) -> None:
-        from ..collect.code.failing_call import first_line
-        from ..diagnose.memory_profile_builder import build_profile
+        from ..collect import first_line
+        from ..diagnose import build_profile
 
         try:
             self.report = build_profile(
@@ -72,14 +70,14 @@ class ProfiledCell(CheckedCell):
             self._store(self.report)
             if not self.args.output:
                 self._display()
-        except Exception as exc:  # noqa: BLE001 - the profile must never replace the cell's outcome
+        except Exception as exc:  # the profile must never replace the cell's outcome
             print(f"devinspect: the memory profile could not be shown ({type(exc).__name__}: {exc})", file=sys.stderr)
             self.report = None
 
     def _display(self) -> None:
         from IPython.display import display
 
-        from ..render.memory.plot import ProfileWithPlot
+        from ..render import ProfileWithPlot
         from .magic_support import display_live
 
         if getattr(self.shell, "kernel", None) is not None and self.live_view is not None:
@@ -149,8 +147,7 @@ def function_codes(namespace: Any, names: list[str]) -> tuple[Any, ...]:
     """The code objects ``-f NAME`` asks for, read statically: a function, a method, or a
     module (its class's ``forward``) or module class. A name that reads as anything else is a
     UsageError; functions the cell defines itself need no -f (the cell's code is profiled)."""
-    from ..collect.objects.static_getters import class_dict, mro, type_name
-    from ..collect.namespace.path_lookup import MISSING, object_at
+    from ..collect import MISSING, class_dict, mro, object_at, type_name
 
     codes = []
     for name in names:

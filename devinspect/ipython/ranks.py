@@ -39,7 +39,7 @@ def show_ranks(shell: Any, magic: str, args: Any, focus: str, exclude: Any) -> A
     widget = None
     if getattr(shell, "kernel", None) is not None:
         try:
-            from ..jupyter.ranks_widget import ranks_widget
+            from ..jupyter import ranks_widget
 
             widget = ranks_widget(report)
         except ImportError:  # no ipywidgets: the static report is complete
@@ -65,7 +65,7 @@ def engines_view(namespace: Any) -> Any:
             client = value
     if client is None:
         return None
-    from ..distributed.gather import DistributedError
+    from ..distributed import DistributedError
 
     try:
         return client[:]

@@ -15,18 +15,10 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Callable, MutableMapping
 
-from ..collect.namespace.names import is_path
-from ..model.records import KINDS
-from ..model.scan_result import ScanView
-from ..model.units import human_bytes
-from ..model import tensor_columns
-from ..model.columns import Column
+from ..collect import is_path, mro, type_name
+from ..model import KINDS, Column, ScanView, human_bytes, tensor_columns
+from ..render import NARROW, SEVERITY_MARK, ModuleNode, fix_html, module_tree, name_html, parent_of, summary_line
 from .explorer_table import GridState, grid_columns, page, select, table_frame
-from ..render.html import NARROW, fix_html, name_html
-from ..collect.objects.static_getters import mro, type_name
-from ..render.module_tree import ModuleNode, module_tree, parent_of
-from ..render.table import SEVERITY_MARK
-from ..render.text import summary_line
 from .fix_panel import FixButton
 from .lifetime import close_all
 
@@ -161,7 +153,7 @@ class DevicesExplorer:
         self.show_tree()
 
     def refresh(self) -> None:
-        from ..runtime.user_modes import beneath_user_modes
+        from ..runtime import beneath_user_modes
 
         with beneath_user_modes():  # read again after a click: unseen by a mode the user left entered
             view = self.rescan()
@@ -192,7 +184,8 @@ class DevicesExplorer:
             parts = [w.HTML(body, layout=w.Layout(width="auto"))]  # 100% and its margins would not fit
             if f.fix is not None and f.fix.action is not None:
                 button = FixButton(f.fix, self.namespace, shell=self.shell)
-                button.after = lambda _result, f=f, row=len(rows), button=button: self._fixed(f, row, button)
+                row = len(rows)
+                button.after = lambda _result, f=f, row=row, button=button: self._fixed(f, row, button)
                 if shown is not None and shown[0] == (f.code, f.subject):
                     button.status.value, shown = shown[2], None  # still here: its last outcome beside it
                 parts.append(button.box)
@@ -351,11 +344,11 @@ class DevicesExplorer:
         return name, [d for d in self.devices if d != record.device], f"move {name} to another device"
 
     def _holder(self, name: str) -> Any:
-        from ..actions.result import UNKNOWN, NamePath
+        from ..actions import UNKNOWN, NamePath
 
         try:
             holder = NamePath(name).holder_read_statically(self.namespace)
-        except Exception:  # noqa: BLE001 - a name that cannot be read statically: the move says what happens
+        except Exception:  # a name that cannot be read statically: the move says what happens
             return None
         return None if holder is UNKNOWN else holder
 
@@ -368,27 +361,26 @@ class DevicesExplorer:
     def _move(self, name: str, device: str) -> None:
         """Move ``name``; the result is shown beside its row (the view is read again when it moved)."""
         from .. import actions
-
-        from ..runtime.user_modes import beneath_user_modes
+        from ..runtime import beneath_user_modes
 
         try:
             with beneath_user_modes():
                 result = actions.move(self.namespace, name, device)
-        except Exception as exc:  # noqa: BLE001 - shown beside the row
+        except Exception as exc:  # shown beside the row
             result = actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
         self._show_move(name, device, result)
 
     def _release_then_move(self) -> None:
         """The choice a refused move names: release the graphs that hold its tensors, then move."""
         from .. import actions
-        from ..model.fixes import Move
+        from ..model import Move
 
         if self._release_offer is None:
             return
         name, device, release = self._release_offer
         try:
             result = actions.apply_after_release(self.namespace, release, Move(name, device))
-        except Exception as exc:  # noqa: BLE001 - shown beside the row
+        except Exception as exc:  # shown beside the row
             result = actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
         self._show_move(name, device, result)
 

@@ -10,10 +10,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
-from ..model import tensor_columns
-from ..model.columns import Column
-from ..model.records import TensorRecord
-from ..model.scan_result import device_matches
+from ..model import Column, TensorRecord, device_matches, tensor_columns
 
 if TYPE_CHECKING:
     import numpy as np

@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Callable, Iterable, MutableMapping
 
-from ..model.fixes import EmptyCache, Finding, Fix, ReleaseHistory
+from ..model import EmptyCache, Finding, Fix, ReleaseHistory
 
 
 def result_html(ok: bool, message: str, by_hand: Iterable[Any] = ()) -> str:
@@ -52,7 +52,7 @@ class FixButton:
 
     def _run(self, action: Any, released_first: Any = None) -> Any:
         from .. import actions
-        from ..runtime.user_modes import beneath_user_modes
+        from ..runtime import beneath_user_modes
 
         kwargs = {"made_for": self.made_for}
         if self.shell is not None:
@@ -62,7 +62,7 @@ class FixButton:
                 if released_first is not None:
                     return actions.apply_after_release(self.namespace, released_first, action, **kwargs)
                 return actions.apply_fix(self.namespace, action, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - shown in the panel, never a traceback
+        except Exception as exc:  # shown in the panel, never a traceback
             return actions.ActionResult(False, f"{type(exc).__name__}: {exc}")
 
     def _show(self, result: Any, also: str = "") -> None:
@@ -71,7 +71,7 @@ class FixButton:
     @property
     def by_hand(self) -> list[Any]:
         """The edits this fix shows that Apply fix cannot make (a file's lines, not a cell's)."""
-        from ..diagnose.edit_checks import edits_by_hand
+        from ..diagnose import edits_by_hand
 
         return edits_by_hand(self.fix)
 
@@ -129,7 +129,7 @@ def fix_panel(fix: Fix, namespace: MutableMapping[str, Any], rerun: Callable[[],
             print("Ran here: the cell's own output above still shows the earlier run.")
             try:
                 rerun()  # type: ignore[misc]
-            except Exception as exc:  # noqa: BLE001 - shown in the panel
+            except Exception as exc:  # shown in the panel
                 print(f"{type(exc).__name__}: {exc}")
 
     # Re-run cell only where running the cell again can work once the fix is applied; a fix

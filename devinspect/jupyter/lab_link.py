@@ -34,7 +34,7 @@ from ..version import __version__
 from .lab_state import NamespaceWatch, device_memory, scan_state
 
 if TYPE_CHECKING:
-    from ..actions.cells import PendingEdit
+    from ..actions import PendingEdit
 
 TARGET = "devinspect"
 #: Cells whose allocated bytes the panel's history shows.
@@ -82,7 +82,7 @@ class LabLink:
             self._manager = comm.get_comm_manager()
             self._manager.register_target(TARGET, self._opened_by_front_end)
             opened = comm.create_comm(target_name=TARGET, data={"type": "loaded", "version": __version__})
-        except Exception:  # noqa: BLE001 - a shell without a kernel (terminal IPython) has no front end
+        except Exception:  # a shell without a kernel (terminal IPython) has no front end
             return
         self._track(opened)
         edit_sinks.add(self)
@@ -92,12 +92,12 @@ class LabLink:
         if self._manager is not None:
             try:
                 self._manager.unregister_target(TARGET, self._opened_by_front_end)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         for opened in self._opened:
             try:
                 opened.close(data={"type": "unloaded"})
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         self._opened.clear()
         self.comms.clear()
@@ -157,7 +157,7 @@ class LabLink:
             state = scan_state(result, text_filter)
             self._findings = tuple(result.findings)
             state["ms"] = round((time.perf_counter() - started) * 1000, 1)
-        except Exception as exc:  # noqa: BLE001 - said in the panel, never raised into the session
+        except Exception as exc:  # said in the panel, never raised into the session
             state = {"type": "scan", "error": f"{type(exc).__name__}: {exc}", "findings": [], "tensors": [],
                      "matching": 0, "total": 0, "filter": text_filter}
         self.stale = False
@@ -176,7 +176,7 @@ class LabLink:
         try:
             result = actions.apply_fix(self.kernel.namespace, fix.action, **self.kernel.apply_kwargs())
             ok, message = result.ok, result.message + shown_in_editors(fix, result)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
         opened.send({"type": "applied", "index": index, "ok": ok, "message": message})
         self.stale = True
@@ -210,7 +210,7 @@ class LabLink:
         for opened in list(self.comms):
             try:
                 opened.send(data)
-            except Exception:  # noqa: BLE001 - a comm whose front end went away
+            except Exception:  # a comm whose front end went away
                 self._closed(opened)
 
 
@@ -237,7 +237,7 @@ def _soon(callback: Callable[[], None]) -> None:
 
             IOLoop.current(instance=False).add_callback(callback)  # type: ignore[union-attr]
             return
-        except Exception:  # noqa: BLE001
+        except Exception:
             callback()
             return
     loop.call_soon(callback)

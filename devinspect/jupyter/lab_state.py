@@ -27,7 +27,7 @@ def device_memory() -> list[dict[str, Any]]:
     torch = sys.modules.get("torch")
     if torch is None:
         return []
-    from ..collect.machine.memory_readings import accelerator_call
+    from ..collect import accelerator_call
 
     kinds: list[tuple[str, int]] = []
     try:
@@ -40,7 +40,7 @@ def device_memory() -> list[dict[str, Any]]:
             initialised = getattr(backend, "is_initialized", None)
             if not callable(initialised) or initialised():
                 kinds.append((current.type, int(accelerator.device_count())))
-    except Exception:  # noqa: BLE001 - a backend that cannot answer shows no device
+    except Exception:  # a backend that cannot answer shows no device
         return []
     devices = []
     for kind, count in kinds:
@@ -50,7 +50,7 @@ def device_memory() -> list[dict[str, Any]]:
                               ("peak", "max_memory_allocated")):
                 try:
                     entry[key] = int(accelerator_call(kind, name, index))
-                except Exception:  # noqa: BLE001 - missing is data: None
+                except Exception:  # missing is data: None
                     entry[key] = None
             devices.append(entry)
     return devices

@@ -13,10 +13,8 @@ import threading
 from html import escape
 from typing import Any, Callable, Mapping
 
-from ..model.device_memory import DeviceMemory, MemorySnapshot
-from ..model.units import human_bytes
-from ..render.memory.snapshot_html import bars, reconciliation_table
-from ..render.memory.snapshot_text import details, device_title, headline
+from ..model import DeviceMemory, MemorySnapshot, human_bytes
+from ..render import bars, details, device_headline, device_title, reconciliation_table
 
 #: (action key, button label, icon, tooltip)
 _BUTTONS = (
@@ -51,7 +49,7 @@ class _DeviceView:
         return next(b for b in self.bars if b.description == label)
 
     def update(self, d: DeviceMemory) -> None:
-        lines = [f"<b>{escape(device_title(d))}</b>", escape(headline(d))]
+        lines = [f"<b>{escape(device_title(d))}</b>", escape(device_headline(d))]
         extra = details(d)
         if extra:
             lines.append(escape(extra))

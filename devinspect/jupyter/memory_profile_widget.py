@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model.memory_profile import LineMemoryProfile
-from ..render.memory.profile import render_html
+from ..model import LineMemoryProfile
+from ..render import render_html
 
 
 def line_memory_widget(profile: LineMemoryProfile, dashboard: Any, plot_html: str | None = None) -> Any:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model.ranks import RankReport
-from ..render.ranks_html import findings_html, ranks_table_html, top_table_html
-from ..render.ranks_text import report_text
+from ..model import RankReport
+from ..render import findings_html, ranks_table_html, report_text, top_table_html
 
 
 def ranks_widget(report: RankReport) -> Any:

@@ -15,9 +15,9 @@ import statistics
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
+from .device_memory import nullable
 from .display import Displayed
 from .fixes import Finding
-from .device_memory import nullable
 
 if TYPE_CHECKING:
     import pandas as pd

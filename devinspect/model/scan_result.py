@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
+from . import tensor_columns
 from .display import Displayed
 from .fixes import Finding
-from . import tensor_columns
 from .record_table import RecordTable, record_column, size_keys
 from .records import (
     KINDS,

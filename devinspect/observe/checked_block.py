@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any, Iterator, Mapping
 
-from ..model.check_report import CheckReport
+from ..model import CheckReport
 from .mode import DeviceCheckMode
 
 

@@ -26,7 +26,7 @@ import sys
 from types import CodeType
 from typing import Any, Protocol
 
-from ..model.memory_profile import LineKey
+from ..model import LineKey
 
 
 class LineListener(Protocol):

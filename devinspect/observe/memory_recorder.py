@@ -20,7 +20,7 @@ from typing import Any, Callable, Collection
 
 import torch
 
-from ..model.memory_profile import LineKey, LineTotals, Recording
+from ..model import LineKey, LineTotals, Recording
 from ..runtime import tensor_getters
 from .line_tracers import line_tracer
 from .memory_sources import MAX_EVENTS, cuda_events, device_module_call, event_source
@@ -153,9 +153,9 @@ class LineMemoryRecorder:
                     if top[1] is not None:  # the frame's line before ends here (as _end, inline: run per line)
                         since = top[5] + 1
                         made = highest[index] if since == index else max(highest[since:index + 1])
-                        if allocated > made:  # noqa: PLR1730 - per line event: a comparison, not a call
+                        if allocated > made:  # per line event: a comparison, not a call
                             made = allocated
-                        if made < top[4]:  # noqa: PLR1730
+                        if made < top[4]:
                             made = top[4]
                         totals = top[2]
                         totals.runs += 1
@@ -283,8 +283,7 @@ def named_allocations(namespace: Any, device: torch.device, exclude: Any = (),
     (``loss``, ``t``) names its memory at once, and the whole namespace is scanned only where
     one of them is held deeper: the scan walks every module and optimizer state (about 6 ms
     for a small GPT-2 and its AdamW, a third of a training step's own time on a GPU)."""
-    from ..collect.namespace.path_lookup import object_at
-    from ..collect.namespace.scan import scan
+    from ..collect import object_at, scan
 
     if wanted is not None:
         names = _named_at_the_top(namespace, device, exclude, wanted)
@@ -306,7 +305,7 @@ def named_allocations(namespace: Any, device: torch.device, exclude: Any = (),
 def _named_at_the_top(namespace: Any, device: torch.device, exclude: Any, wanted: Collection[int]) -> dict[int, str]:
     """The wanted addresses held by a tensor under a name of its own, to that name (read as the
     scan reads a tensor: its metadata only)."""
-    from ..collect.objects.tensor_facts import tensor_facts
+    from ..collect import tensor_facts
 
     names: dict[int, str] = {}
     for name, value in list(namespace.items()):

@@ -38,8 +38,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..collect.machine.memory_readings import accelerator_call
-from ..model.memory_profile import MemoryEvent
+from ..collect import accelerator_call
+from ..model import MemoryEvent
 from .line_tracers import running_lines
 
 #: Events kept per run (about 100 bytes each); a longer run keeps counting lines and totals.

@@ -22,7 +22,7 @@ the check sees, and on those of a graph made before it (see :mod:`.gradient_copi
 Copies and syncs go to the innermost line of the user's own code (never library code); when
 a call raises and its tensor inputs sit on different devices (decided from the
 inputs, never from the message), the operands are named in the user's words and the
-fix comes from :mod:`devinspect.diagnose.fixes`.
+fix comes from :mod:`devinspect.diagnose.fix_builders`.
 """
 
 from __future__ import annotations
@@ -37,19 +37,10 @@ from typing import Any, Callable, Mapping
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..collect.code import locations
-from ..runtime import tensor_getters
-from ..collect.code.failing_call import first_line, names_a_device, op_name, tensor_inputs
-from ..collect.objects.static_getters import type_is_one_of
-from ..collect.namespace.path_lookup import object_at
-from ..diagnose.errors.mismatch import Failure, diagnose
-from ..diagnose.transfer_findings import repeated_transfer, round_trip, sync_in_loop, unpinned_non_blocking
-from ..model.fixes import Cause
-from ..model.check_report import CheckReport, LineStats, Mismatch
-from ..model.fixes import SEVERITY_ORDER, Finding
-from ..model.records import SourceLine
-from ..runtime import tracebacks, warning_places
-from ..runtime.user_modes import beneath_user_modes
+from ..collect import first_line, locations, names_a_device, object_at, op_name, tensor_inputs, type_is_one_of
+from ..diagnose import Failure, diagnose, repeated_transfer, round_trip, sync_in_loop, unpinned_non_blocking
+from ..model import SEVERITY_ORDER, Cause, CheckReport, Finding, LineStats, Mismatch, SourceLine
+from ..runtime import beneath_user_modes, tensor_getters, tracebacks, warning_places
 from .fast_paths import FastPaths
 from .gradient_copies import GradientCopies
 
@@ -165,11 +156,11 @@ def _storage(t: Any) -> Any:
     try:
         if type(t) is _T or type(t) is torch.nn.Parameter:
             return tensor_getters.storage(t) if tensor_getters.layout(t) is torch.strided else None
-        from ..collect.objects.tensor_facts import inner_tensors
+        from ..collect import inner_tensors
 
         inner = inner_tensors(t)
         return _storage(inner[0]) if inner else tensor_getters.storage(t)
-    except Exception:  # noqa: BLE001 - no storage of its own (meta, sparse, a functional wrapper)
+    except Exception:  # no storage of its own (meta, sparse, a functional wrapper)
         return None
 
 
@@ -200,12 +191,12 @@ def _nbytes(t: Any) -> int:
     try:
         if type(t) is _T and tensor_getters.layout(t) is torch.strided:
             return int(tensor_getters.nbytes(t))
-        from ..collect.objects.tensor_facts import tensor_facts
+        from ..collect import tensor_facts
 
         with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
             facts = tensor_facts(t)
         return int(facts[3] or 0)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return 0
 
 
@@ -277,7 +268,7 @@ class DeviceCheckMode(TorchFunctionMode):
     # -- the hot path ----------------------------------------------------------
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        __tracebackhide__ = True  # noqa: F841 - IPython hides this frame from the user's traceback
+        __tracebackhide__ = True  # IPython hides this frame from the user's traceback
         name = getattr(func, "__name__", None)
         if name not in _INTERESTING or (name in _QUIET_ON_HOST and args and type(args[0]) is _T
                                         and args[0].is_cpu):
@@ -303,11 +294,11 @@ class DeviceCheckMode(TorchFunctionMode):
         return self._interesting(name, func, args, kwargs or {})
 
     def _interesting(self, name: str, func: Any, args: tuple, kwargs: dict) -> Any:
-        __tracebackhide__ = True  # noqa: F841
+        __tracebackhide__ = True
         try:
             with _NO_SUBCLASS():
                 before = self._before(name, func, args, kwargs)
-        except Exception:  # noqa: BLE001 - the check's own failure never reaches the cell
+        except Exception:  # the check's own failure never reaches the cell
             before, self.internal_errors = None, self.internal_errors + 1
         try:
             if name == "backward":
@@ -330,7 +321,7 @@ class DeviceCheckMode(TorchFunctionMode):
         try:
             with _NO_SUBCLASS():
                 self._after(name, args, kwargs, result, before)
-        except Exception:  # noqa: BLE001
+        except Exception:
             self.internal_errors += 1
         return result
 
@@ -348,7 +339,7 @@ class DeviceCheckMode(TorchFunctionMode):
                         if origin is not None:
                             self._from_device.set(result, origin)
                             return
-        except Exception:  # noqa: BLE001
+        except Exception:
             self.internal_errors += 1
 
     # -- events ----------------------------------------------------------------
@@ -584,19 +575,19 @@ class DeviceCheckMode(TorchFunctionMode):
                     failure = Failure(self.namespace, sys._getframe(), self.is_cell_frame, self._source,
                                       self._created.get)
                     self.mismatch = diagnose(failure, op_name(func), tensors, devices, exc)
-            except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
+            except Exception:  # a diagnosis must never hide the user's error
                 self.internal_errors += 1
                 self.mismatch = Mismatch(
                     op=op_name(func), error=first_line(exc), devices=tuple(devices), operands=(), cell_line=None,
                     user_frame=None, module_path=None, target_device=None, fix=None,
                 )
-        except Exception:  # noqa: BLE001
+        except Exception:
             self.internal_errors += 1
 
     def _explained_after(self, error: BaseException) -> Mismatch | None:
         """A mismatch no op of this mode saw fail (torch.compile meets it while tracing, on fake
         tensors): explained from the error and its traceback, as a plain cell's is."""
-        from ..diagnose.errors.explainer import chained_errors, explain_mismatch
+        from ..diagnose import chained_errors, explain_mismatch
 
         try:
             # A library may have re-raised it (its own class, its own words): the chain leads to the call.
@@ -605,7 +596,7 @@ class DeviceCheckMode(TorchFunctionMode):
                 if found is not None:
                     return found
             return None
-        except Exception:  # noqa: BLE001 - a diagnosis must never hide the user's error
+        except Exception:  # a diagnosis must never hide the user's error
             self.internal_errors += 1
             return None
 
@@ -641,8 +632,7 @@ class DeviceCheckMode(TorchFunctionMode):
             if s.sync_count >= LOOP_SYNCS:
                 findings.append(sync_in_loop(s))
         findings.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
-        from ..diagnose.errors.device_errors import explain_device_error
-        from ..diagnose.errors.explainer import chained_errors
+        from ..diagnose import chained_errors, explain_device_error
 
         device_error = next((found for inner, entries in reversed(chained_errors(error))
                              if (found := explain_device_error(inner, self.namespace, entries)) is not None),

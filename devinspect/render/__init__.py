@@ -7,15 +7,21 @@ without the data importing this code.
 
 from __future__ import annotations
 
-from ..model import display
-from ..model.action_result import ActionResult
-from ..model.check_report import CheckReport, DeviceError, Mismatch
-from ..model.device_memory import MemoryHistory, MemorySnapshot
-from ..model.explanation import Explanation
-from ..model.holders import Holders
-from ..model.memory_profile import LineMemoryProfile
-from ..model.ranks import RankReport
-from ..model.scan_result import ScanView
+from ..lazy_exports import lazy_surface
+from ..model import (
+    ActionResult,
+    CheckReport,
+    DeviceError,
+    Explanation,
+    Holders,
+    LineMemoryProfile,
+    MemoryHistory,
+    MemorySnapshot,
+    Mismatch,
+    RankReport,
+    ScanView,
+    display,
+)
 from . import (
     action_result,
     check_report_html,
@@ -44,3 +50,31 @@ display.register(LineMemoryProfile, text=profile.render_text, html=profile.rende
                  figure=plot.lines_figure)
 display.register(RankReport, text=ranks_text.report_text, html=ranks_html.report_html)
 display.register(ActionResult, text=action_result.render_text, html=action_result.render_html)
+
+_SURFACE = {
+    "HistoryPlot": "memory.plot",
+    "ModuleNode": "module_tree",
+    "NARROW": "html",
+    "ProfileWithPlot": "memory.plot",
+    "SEVERITY_MARK": "table",
+    "bars": "memory.snapshot_html",
+    "details": "memory.snapshot_text",
+    "device_headline": "memory.snapshot_text",
+    "device_title": "memory.snapshot_text",
+    "findings_html": "ranks_html",
+    "fix_html": "html",
+    "headline": "explanation_text",
+    "name_html": "html",
+    "parent_of": "module_tree",
+    "ranks_table_html": "ranks_html",
+    "reconciliation_table": "memory.snapshot_html",
+    "render": "environment_text",
+    "render_html": "memory.profile",
+    "report_text": "ranks_text",
+    "summary_line": "text",
+    "top_table_html": "ranks_html",
+}
+__getattr__ = lazy_surface(__name__, _SURFACE)
+
+# Named like a module of this package, which would shadow a lazy name once imported:
+from .module_tree import module_tree as module_tree  # noqa: E402 - after the lazy door

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model.check_report import CheckReport, DeviceError, Mismatch, Operand
+from ..model import CheckReport, DeviceError, Mismatch, Operand
 from . import check_report_text
 from .check_report_text import WORST_LINES, operand_kind, summary_line
 from .html import CELL, TABLE, WRAP, column_table, fix_html, name_html

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from ..model.check_report import CheckReport, DeviceError, LineStats, Mismatch, Operand
-from ..model.columns import Column, each
-from ..model.units import human_bytes, shape_text
+from ..model import CheckReport, Column, DeviceError, LineStats, Mismatch, Operand, each, human_bytes, shape_text
 from .table import SEVERITY_MARK, aligned_lines
 from .text import fix_block, render_findings
 

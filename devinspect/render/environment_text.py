@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model.units import human_bytes
+from ..model import human_bytes
 
 
 def render(report: dict[str, Any]) -> str:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model.explanation import Explanation, OutOfMemory
-from ..model.units import human_bytes
+from ..model import Explanation, OutOfMemory, human_bytes
 from .check_report_html import device_error_html, mismatch_html
 from .explanation_text import (
     DEVCHECK_HINT,

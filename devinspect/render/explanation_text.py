@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..model.explanation import Explanation, HeldTensor, MemoryFigures, OutOfMemory
-from ..model.units import human_bytes, shape_text
+from ..model import Explanation, HeldTensor, MemoryFigures, OutOfMemory, human_bytes, shape_text
 from .check_report_text import device_error_lines, mismatch_lines
 from .text import fix_block
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model.holders import Holders, Reference
-from ..model.units import human_bytes, shape_text
+from ..model import Holders, Reference, human_bytes, shape_text
 from .html import text_table
 from .text import plural
 

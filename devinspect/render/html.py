@@ -12,10 +12,7 @@ import tokenize
 from html import escape
 from typing import Container, Iterable, Sequence
 
-from ..model import tensor_columns
-from ..model.columns import Column
-from ..model.fixes import Fix
-from ..model.scan_result import ScanView
+from ..model import Column, Fix, ScanView, tensor_columns
 from .table import SEVERITY_MARK, closing_notes, visible_rows
 from .text import summary_line
 

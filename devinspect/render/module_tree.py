@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..model.scan_result import ScanResult
+from ..model import ScanResult
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING
 
-from ..model.units import human_bytes, shape_text
+from ..model import human_bytes, shape_text
 from .html import CELL, NUM
 from .ranks_text import MARK, dtensor_lines, rank_rows, report_text, skew_text
 
 if TYPE_CHECKING:
-    from ..model.ranks import RankReport, RankSummary
+    from ..model import RankReport, RankSummary
 
 
 def ranks_table_html(report: RankReport) -> str:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..model.units import human_bytes, shape_text
+from ..model import human_bytes, shape_text
 
 if TYPE_CHECKING:
-    from ..model.ranks import RankReport
+    from ..model import RankReport
 
 MARK = {"error": "✖", "warning": "⚠", "hint": "·"}
 #: Largest tensors shown per rank in text (``.tensors_frame`` has them all).

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..model.columns import Column
-from ..model.records import KINDS, TensorRecord
-from ..model.scan_result import DEFAULT_MAX_ROWS, SORTS, ScanView, size_keys  # noqa: F401 - named here too
-from ..model.tensor_columns import note_cell, size_cell, size_key  # noqa: F401 - named here too
-from ..model.units import human_bytes
+from ..model import (  # noqa: F401 - named here too  # noqa: F401 - named here too
+    DEFAULT_MAX_ROWS,
+    KINDS,
+    SORTS,
+    Column,
+    ScanView,
+    TensorRecord,
+    human_bytes,
+    note_cell,
+    size_cell,
+    size_key,
+    size_keys,
+)
 
 _KIND_RANK = {k: i for i, k in enumerate(KINDS)}
 

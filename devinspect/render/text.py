@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import tensor_columns
-from ..model.fixes import Finding, Fix
-from ..model.scan_result import ScanView
-from ..model.units import human_bytes
+from ..model import Finding, Fix, ScanView, human_bytes, tensor_columns
 from .table import SEVERITY_MARK, aligned_lines, closing_notes, visible_rows
 
 

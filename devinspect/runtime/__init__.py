@@ -7,3 +7,14 @@ notebook cell is shown at once (:mod:`.edit_sinks`).
 It imports nothing else of devinspect, so every other part, the simulated device included,
 can stand on it.
 """
+
+from ..lazy_exports import lazy_surface
+
+_SURFACE = {
+    "PACKAGE_ROOT": "own_code",
+    "beneath_user_modes": "user_modes",
+    "error_holders": "tracebacks",
+    "is_own_file": "own_code",
+    "tidy_traceback": "tracebacks",
+}
+__getattr__ = lazy_surface(__name__, _SURFACE)

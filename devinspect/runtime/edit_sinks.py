@@ -44,7 +44,7 @@ def offered(edit: Any) -> bool:
     for sink in list(_sinks):
         try:
             shown = sink.offer(edit) or shown
-        except Exception:  # noqa: BLE001 - a front end that cannot show it leaves the edit pending, as without one
+        except Exception:  # a front end that cannot show it leaves the edit pending, as without one
             pass
     return shown
 
@@ -54,5 +54,5 @@ def withdrawn(edit: Any) -> None:
     for sink in list(_sinks):
         try:
             sink.withdraw(edit)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass

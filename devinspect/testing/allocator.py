@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..model.units import human_bytes
+from ..model import human_bytes
 
 ROUND = 512
 SMALL_REQUEST = 1 << 20  # 1 MiB: up to this, a request comes from the small pool

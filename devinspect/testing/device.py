@@ -12,8 +12,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from ..runtime import warning_places
-from ..runtime.tracebacks import tidy_traceback
+from ..runtime import tidy_traceback, warning_places
 from . import forks, generators, moves, pinned, real_devices, storages
 from . import streams as stream_module
 from .allocator import Allocator, Block

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..model.units import parse_bytes
+from ..model import parse_bytes
 from ..runtime import tensor_getters
 from .allocator import Allocator, Block
 

@@ -11,10 +11,17 @@ Public surface: :func:`failing_call`, :func:`first_line`, :func:`compiled_call`,
 from ...lazy_exports import lazy_surface
 
 _SURFACE = {
-    "failing_call": "failing_call", "first_line": "failing_call", "traceback_entries": "failing_call",
-    "compiled_call": "compiled_call",
-    "finished_errors": "error_frames", "error_locals": "error_frames",
-    "is_own_file": "locations", "frame_locals": "locations",
+    "dropped_records": "move_statements",
+    "error_locals": "error_frames",
+    "finished_errors": "error_frames",
+    "first_line": "failing_call",
+    "frame_locals": "locations",
+    "function_calls": "user_code",
+    "is_own_file": "locations",
+    "model_calls": "user_code",
+    "moved_in_cells": "user_code",
+    "traceback_entries": "failing_call",
+    "traceback_locals": "call_stack",
 }
-__all__ = sorted(_SURFACE)
 __getattr__ = lazy_surface(__name__, _SURFACE)
+__all__ = sorted(_SURFACE)

@@ -12,8 +12,7 @@ from typing import Any, Iterator
 import torch
 
 from ...runtime import tensor_getters
-from ..objects.container_snapshots import dict_items
-from ..objects.static_getters import instance_dict, str_items, type_name
+from ..objects import dict_items, instance_dict, str_items, type_name
 from . import locations
 from .locations import frame_locals
 

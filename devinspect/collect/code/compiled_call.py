@@ -15,8 +15,7 @@ from typing import Any
 import torch
 
 from ...runtime import tensor_getters
-from ..objects.static_getters import instance_dict
-from ..objects.tensor_facts import fake_device_of
+from ..objects import fake_device_of, instance_dict
 from . import locations
 from .failing_call import (
     FACTORIES,

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from ..objects.static_getters import str_items, type_name
+from ..objects import str_items, type_name
 from . import locations
 from .call_stack import traceback_locals
 

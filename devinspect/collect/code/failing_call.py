@@ -25,9 +25,8 @@ from typing import Any, Iterator
 import torch
 
 from ...runtime import tensor_getters
-from ..namespace.path_lookup import MISSING, attribute_of, item_of
-from ..objects.script_modules import script_object, script_tensors
-from ..objects.static_getters import instance_dict, type_is_one_of, type_name
+from ..namespace import MISSING, attribute_of, item_of
+from ..objects import instance_dict, script_object, script_tensors, type_is_one_of, type_name
 from . import locations, user_functions
 from .factories import FACTORIES, LIKE_FACTORIES
 

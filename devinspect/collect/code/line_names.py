@@ -10,10 +10,9 @@ from __future__ import annotations
 import ast
 from typing import Any, Mapping
 
-from ...model.records import TensorRecord
+from ...model import TensorRecord
 from ...runtime import tensor_getters
-from ..namespace.names import root_of
-from ..namespace.path_lookup import MISSING, object_at
+from ..namespace import MISSING, object_at, root_of
 
 #: Methods that give the same tensor in another dtype or layout, on its device: ``x.float()`` on a
 #: line passes ``x`` as far as where it lives goes.

@@ -24,8 +24,8 @@ import types
 from importlib.util import find_spec
 from typing import Callable
 
-from ...model.records import SourceLine
-from ...runtime.own_code import PACKAGE_ROOT, is_own_file  # noqa: F401 - a kind of path, read here with the others
+from ...model import SourceLine
+from ...runtime import PACKAGE_ROOT, is_own_file  # noqa: F401 - a kind of path, read here with the others
 
 _PACKAGE_DIRS = ("site-packages", "dist-packages")
 

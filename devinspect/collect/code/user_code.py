@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..objects.static_getters import type_is_one_of
+from ..objects import type_is_one_of
 from . import locations
 from .expressions import called_model, expression_root
 from .output_operands import output_operands
@@ -312,8 +312,8 @@ _MODULE_METHODS = frozenset(k for k in vars(torch.nn.Module) if not k.startswith
 def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
     """The namespace variables the session's latest cell calling each of ``modules`` passes to it
     (module roots as the namespace names them), read from the cells' text."""
-    from ...model.records import ModelCall
-    from ..namespace.path_lookup import MISSING, object_at
+    from ...model import ModelCall
+    from ..namespace import MISSING, object_at
 
     found: dict[str, list[ModelCall]] = {}
     for cell in reversed(session_cells()):
@@ -480,7 +480,7 @@ def _argument_given(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter:
 
 
 def _namespace_value(namespace: Any, text: str) -> Any:
-    from ..namespace.path_lookup import MISSING, object_at
+    from ..namespace import MISSING, object_at
 
     value = object_at(namespace, text)
     return None if value is MISSING else value
@@ -502,8 +502,8 @@ def _own_method_without_forward(namespace: Any, func: ast.expr) -> bool:
     source never calls the module (no ``self(...)``, ``self.forward(...)`` or a submodule call),
     or a name the model does not have at all (a branch for another kind of model, never run): it
     passes the model no inputs. A library's method (``generate``) is not read: it may."""
-    from ..namespace.path_lookup import MISSING, object_at
-    from ..objects.static_getters import instance_dict, static_class_attr
+    from ..namespace import MISSING, object_at
+    from ..objects import instance_dict, static_class_attr
 
     if not isinstance(func, ast.Attribute):
         return False
@@ -549,7 +549,7 @@ def calls_with_locals(tree: ast.AST) -> Iterator[tuple[ast.Call, frozenset[str],
 def _users_function_node(function: Any) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The parsed ``def`` of ``function`` when it is a plain function of the user's code (the
     session's cells or the user's files), else None."""
-    from ..objects.static_getters import FUNCTION_CODE
+    from ..objects import FUNCTION_CODE
 
     if type(function) is not types.FunctionType or not locations.is_user_code(FUNCTION_CODE(function)):
         return None
@@ -577,7 +577,7 @@ def helper_inputs(function: ast.FunctionDef | None, name: str, before: int, loca
     """The notebook's variables a local of ``function`` (the cell's ``def``) was made from by a call
     of the user's own helper that moves nothing, as its last binding before line ``before``
     (``data, targets = get_batch(train_data, i)`` makes ``data`` from ``train_data``)."""
-    from ..namespace.path_lookup import MISSING, object_at
+    from ..namespace import MISSING, object_at
 
     if function is None:
         return []
@@ -629,8 +629,8 @@ def moved_in_cells() -> list[str]:
 
 def function_calls(namespace: Any, modules: set[str]) -> list[Any]:
     """Calls in the latest cells (not of ``modules``) that pass two or more namespace tensors."""
-    from ...model.records import FunctionCall
-    from ..namespace.path_lookup import object_at
+    from ...model import FunctionCall
+    from ..namespace import object_at
 
     out = []
     seen: set[str] = set()

@@ -13,8 +13,8 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from ..namespace.path_lookup import MISSING
-from ..objects.static_getters import FUNCTION_CODE, instance_dict, static_class_attr
+from ..namespace import MISSING
+from ..objects import FUNCTION_CODE, instance_dict, static_class_attr
 from . import locations, user_code
 from .factories import FACTORIES, LIKE_FACTORIES
 

@@ -18,8 +18,7 @@ import sys
 import time
 from typing import Any, Iterable, Mapping
 
-from ...model.device_memory import DeviceMemory, MemorySnapshot, TensorTally
-from ...model.record_table import record_column
+from ...model import DeviceMemory, MemorySnapshot, TensorTally, record_column
 from .memory_readings import in_words, read, stat
 
 __all__ = ["snapshot", "read", "build", "tally_tensors"]
@@ -56,7 +55,7 @@ def snapshot(
 
 def tally_tensors(namespace: Mapping[str, Any], exclude: Iterable[str] = ()) -> dict[str, TensorTally]:
     """Tensor storage per device: named, held by history, and alive but unnamed (gc walk)."""
-    from ..namespace.scan import scan
+    from .. import scan
 
     return tallies_of(scan(namespace, include_hidden=True, all_objects=True, exclude=exclude))
 

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from ...model.device_memory import CellDevice, CellMemory, MemoryHistory
+from ...model import CellDevice, CellMemory, MemoryHistory
 from .memory_readings import accelerator_call, kib, other_accelerators, read_process, reset_process_peak, stat
 
 

@@ -8,11 +8,21 @@ Public surface: :func:`scan`, :class:`ScanOptions`, :class:`NameIndex`, :func:`h
 from ...lazy_exports import lazy_surface
 
 _SURFACE = {
-    "scan": "scan", "NameIndex": "scan", "module_paths": "scan",
+    "MISSING": "path_lookup",
+    "NameIndex": "scan",
     "ScanOptions": "walk",
+    "attr_name": "names",
+    "attribute_of": "path_lookup",
     "holders": "referrers",
-    "object_at": "path_lookup", "attribute_of": "path_lookup", "item_of": "path_lookup", "MISSING": "path_lookup",
-    "namespace_items": "names", "shell_names": "names", "root_of": "names", "literal": "names",
+    "item_of": "path_lookup",
+    "literal": "names",
+    "literal_value": "names",
+    "module_paths": "scan",
+    "module_tree_paths": "names",
+    "namespace_items": "names",
+    "object_at": "path_lookup",
+    "root_of": "names",
+    "shell_names": "names",
 }
-__all__ = sorted(_SURFACE)
 __getattr__ = lazy_surface(__name__, _SURFACE)
+__all__ = sorted(_SURFACE)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...model.record_table import RecordTable
+from ...model import RecordTable
 
 
 def link_aliases(records: RecordTable) -> list[int]:

@@ -7,11 +7,21 @@ from typing import Any, Mapping
 
 import torch
 
-from ...model.records import ModuleSummary, Unregistered
-from ..objects.class_source import (assigned_while_running, attribute_assignment, class_source_lines, library_of,
-                                    moved_as_used, moved_where_read)
+from ...model import ModuleSummary, Unregistered
+from ..objects import (
+    assigned_while_running,
+    attribute_assignment,
+    class_source_lines,
+    instance_dict,
+    library_of,
+    moved_as_used,
+    moved_where_read,
+    mro,
+    plain_class_dict,
+    static_class_attr,
+    type_name,
+)
 from .placement import OFFLOADED_NOTE, ON_HOST_NOTE, moves_inputs, off_map, placement_of
-from ..objects.static_getters import instance_dict, mro, plain_class_dict, static_class_attr, type_name
 
 _Module = torch.nn.Module
 
@@ -88,12 +98,12 @@ def unregistered_attribute(mt: type, full: str, owner: str, attr: str, vt: type)
     try:
         running, moved = assigned_while_running(mt, attr), moved_as_used(mt, attr)
         each_read = moved_where_read(mt, attr)
-    except Exception:  # noqa: BLE001 - a source we cannot read says nothing
+    except Exception:  # a source we cannot read says nothing
         running = moved = each_read = False
     where = None
     try:
         found = attribute_assignment(mt, attr)
-    except Exception:  # noqa: BLE001 - a source we cannot read just has no edit
+    except Exception:  # a source we cannot read just has no edit
         found = None
     if found is not None:
         mt, where = found
@@ -101,7 +111,7 @@ def unregistered_attribute(mt: type, full: str, owner: str, attr: str, vt: type)
     if class_default:
         try:
             default_at, init_at = class_source_lines(mt, attr)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     container = next((k.__name__ for k in (dict, tuple, list, set) if issubclass(vt, k)), None)
     return Unregistered(full, owner, attr, type_name(mt), class_default, where, default_at, init_at, container,

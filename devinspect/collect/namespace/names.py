@@ -16,8 +16,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from ..objects.container_snapshots import dict_items, mapping_items
-from ..objects.static_getters import instance_dict, plain_str, str_items, type_name
+from ..objects import dict_items, instance_dict, mapping_items, plain_str, str_items, type_name
 
 #: IPython's output-history names: ``_``, ``__``, ``___``, ``_12``, ``Out``, ``_oh``.
 HISTORY_RE = re.compile(r"^(_{1,3}|_\d+|Out|_oh)$")

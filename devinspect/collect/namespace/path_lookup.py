@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 
 from ...runtime import tensor_getters
-from ..objects.static_getters import MODULE_DICT, instance_dict, slot_values, type_is_one_of
+from ..objects import MODULE_DICT, instance_dict, slot_values, type_is_one_of
 
 _T = torch.Tensor
 _Module = torch.nn.Module

@@ -8,8 +8,7 @@ from typing import Any
 import torch
 
 from ...runtime import tensor_getters
-from ..objects.container_snapshots import dict_items
-from ..objects.static_getters import instance_dict
+from ..objects import dict_items, instance_dict
 
 #: Buffers PyTorch keeps on the host by design, by the module class that holds them: they
 #: never make a model split across devices.

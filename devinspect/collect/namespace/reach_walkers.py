@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ...runtime import tensor_getters
-from ..objects.container_snapshots import dict_values, sequence_items
+from ..objects import dict_values, sequence_items
 from .walk import ScanOptions, Walker
 
 _Tensor = torch.Tensor

@@ -28,28 +28,31 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from ...model.holders import Holders, Reference
+from ...model import Holders, Reference
 from ...runtime import tensor_getters
+from .. import tensor_facts
 from ..code import locations
-from ..objects.class_source import user_class_attributes
-from ..objects.container_snapshots import dict_items, sequence_items
-from ..objects.interiors import paused_frame, proxied_dict
-from ..objects.script_modules import script_object, script_tensors
-from ..objects.static_getters import (
+from ..objects import (
     ATOM_IDS,
     PROXY_TYPES,
     class_dict,
+    dict_items,
     instance_dict,
     is_opaque_package,
     made_instance_dict,
     mro,
+    paused_frame,
+    proxied_dict,
+    script_object,
+    script_tensors,
+    sequence_items,
     slot_values,
     static_class_attr,
     type_is_one_of,
     type_module,
     type_name,
+    user_class_attributes,
 )
-from ..objects.tensor_facts import tensor_facts
 from .names import HISTORY_RE, PLUMBING, attr_name, binds_module, child_name, describe_error, key_text, namespace_items
 from .path_lookup import object_at
 

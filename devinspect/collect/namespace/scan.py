@@ -18,12 +18,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from ...model.fixes import Finding
-from ...model.records import HistoryHold, SchedulerSummary, TensorRecord, device_is_accelerator
-from ...model.scan_result import ScanResult, Selection
+from ...model import Finding, HistoryHold, ScanResult, SchedulerSummary, Selection, TensorRecord, device_is_accelerator
 from ...runtime import tensor_getters
-from ..objects.static_getters import type_module, type_name
-from ..objects.tensor_facts import tensor_facts
+from .. import tensor_facts
+from ..objects import type_module, type_name
 from .names import HISTORY_RE, PLUMBING, binds_module, is_history_name, module_tree_paths, namespace_items, root_items
 from .path_lookup import MISSING, object_at
 from .reach_walkers import HolderWalker, ReachWalker
@@ -93,9 +91,8 @@ def scan(
                               "model.layers[0], d[\"key\"])")
     if rules is not None:
         # What the user's cells pass to their models and functions: the rules read inputs from it.
-        from ..code.dropped_moves import dropped_records
-        from ..code.user_code import function_calls, model_calls, moved_in_cells
-        from ..objects.table_holders import table_holders
+        from .. import table_holders
+        from ..code import dropped_records, function_calls, model_calls, moved_in_cells
 
         top = {m.name for m in walker.modules if "." not in m.name and "[" not in m.name}
         result = dataclasses.replace(result, calls=tuple(model_calls(namespace, top)) if top else (),
@@ -135,7 +132,7 @@ def finished_errors_no_name_reaches(namespace: Mapping[str, Any], *, exclude: It
     namespace, the output history nor the last traceback), as a scan with ``all_objects``
     names its frames' tensors (``<ValueError from Cell In[3], line 1>:f.x``): for the action
     that releases their frames."""
-    from ..code.error_frames import finished_errors
+    from ..code import finished_errors
 
     items = namespace_items(namespace)
     user, history = root_items(items, set(exclude) | PLUMBING, True)

@@ -1,9 +1,8 @@
 """The walk: every tensor a namespace reaches, as records, read-only.
 
-The walk never runs user code (see :mod:`devinspect.collect.objects.static_getters`), copies, moves,
-synchronises or prints nothing, does not initialise CUDA, and its result holds no reference
-to any user object. devinspect's own objects (earlier results in ``Out``) and the frames of
-devinspect, IPython and the standard library in ``sys.last_traceback`` are not walked.
+The walk never runs user code (see :mod:`devinspect.collect.objects.static_getters`), copies, moves, synchronises
+or prints nothing, does not initialise CUDA, and its result holds no reference to any user object; devinspect's own
+objects (results in ``Out``) and non-user frames in ``sys.last_traceback`` are not walked.
 """
 
 from __future__ import annotations
@@ -19,32 +18,47 @@ from typing import Any
 
 import torch
 
-from ...model.record_table import IndexNames
-from ...model.record_table import RecordTable, spans_touched
-from ...model.records import LoaderSummary, ModuleSummary, OptimizerSummary, TensorRecord, Truncation, Unregistered
+from ...model import (
+    IndexNames,
+    LoaderSummary,
+    ModuleSummary,
+    OptimizerSummary,
+    RecordTable,
+    TensorRecord,
+    Truncation,
+    Unregistered,
+    spans_touched,
+)
 from ...runtime import tensor_getters
-from ..code.call_stack import traceback_locals
-from ..code.error_frames import error_locals
-from ..objects.class_source import recomputed_attributes, user_class_attributes
-from ..objects.container_snapshots import dict_items, sequence_items
-from ..objects.interiors import foreign_container_note, paused_locals, proxied_dict
-from ..objects.rebuild_recipes import SCHEDULER_MODULES, optimizer_summary, scheduler_kwargs
-from ..objects.script_modules import class_name, script_members, script_object
-from ..objects.static_getters import (
+from .. import device_names, dtype_names, shape_of, tensor_facts
+from ..code import error_locals, traceback_locals
+from ..objects import (
     ATOM_IDS,
     OPAQUE,
     PROXY_TYPES,
+    SCHEDULER_MODULES,
+    class_name,
+    dict_items,
+    foreign_container_note,
     instance_dict,
     is_opaque_package,
     odd_instance_dict,
+    optimizer_summary,
+    paused_locals,
+    proxied_dict,
     proxy_referent,
+    recomputed_attributes,
+    scheduler_kwargs,
+    script_members,
+    script_object,
+    sequence_items,
     slot_values,
     static_class_attr,
     str_items,
     type_module,
     type_name,
+    user_class_attributes,
 )
-from ..objects.tensor_facts import device_names, dtype_names, shape_of, tensor_facts
 from .aliases import link_aliases
 from .module_summary import SUMMARY_FIELDS, module_bytes, module_summary, only_parameters, unregistered_attribute
 from .names import attr_name, child_name, describe_error, dict_item_name, key_text, module_tree_paths
@@ -61,8 +75,7 @@ _storage_key = torch._C.StorageBase.__dict__["_cdata"].__get__
 _TRACEBACK_OF = BaseException.__dict__["__traceback__"].__get__
 
 
-#: Attributes every ``nn.Module`` has; anything else in a module's ``__dict__`` is the user's.
-_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+_MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))  #: what every module has; the rest of its __dict__ is the user's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -682,7 +695,6 @@ class Walker:
         self._attribute_records[owner] = self._attribute_records.get(owner, 0) + count
 
 
-#: Items of a container read as one run of columns.
-_RUN = 4096
-#: The note of a quantized tensor, by dtype name: a strided tensor is quantized exactly when its dtype is.
+_RUN = 4096  #: items of a container read as one run of columns
+#: The note of a quantized tensor, by dtype name (a strided tensor is quantized exactly when its dtype is).
 _QUANTIZED = dict.fromkeys(("qint8", "quint8", "qint32", "quint4x2", "quint2x4"), "quantized")

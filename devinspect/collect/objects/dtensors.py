@@ -7,8 +7,8 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from ...model.ranks import DTensorPlacement
-from ..namespace.names import namespace_items
+from ...model import DTensorPlacement
+from ..namespace import namespace_items
 from .static_getters import instance_dict, slot_values, static_class_attr, str_items
 
 

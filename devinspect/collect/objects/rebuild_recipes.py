@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ...model.records import OptimizerSummary
-from ..namespace.names import literal_value
+from ...model import OptimizerSummary
+from ..namespace import literal_value
 from .static_getters import instance_dict, str_items, type_module, type_name
 
 #: Where PyTorch's learning-rate schedulers live.

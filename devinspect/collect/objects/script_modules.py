@@ -13,8 +13,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from ..namespace.names import attr_name, module_tree_paths
-from ..namespace.path_lookup import object_at
+from ..namespace import attr_name, module_tree_paths, object_at
 from .static_getters import instance_dict, type_name
 
 _ScriptModule = torch._C.ScriptModule

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 import torch
 
-from ...model.records import TableHolder
+from ...model import TableHolder
 from ..code import locations
 from .class_source import assigned_while_running, library_of, made_with_device, moves_itself
 from .static_getters import FUNCTION_CODE, instance_dict, mro, plain_class_dict, type_name
@@ -33,7 +33,7 @@ def table_holders(items: Iterable[tuple[str, Any]]) -> list[TableHolder]:
         try:
             placed = tuple(a for a in attrs if assigned_while_running(cls, a) or moves_itself(cls, a))
             made = tuple((a, *m) for a in attrs if (m := made_with_device(cls, a)) is not None)
-        except Exception:  # noqa: BLE001 - a source we cannot read says nothing
+        except Exception:  # a source we cannot read says nothing
             continue
         out.append(TableHolder(name, type_name(cls), placed, made))
     return out

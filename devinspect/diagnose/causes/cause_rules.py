@@ -13,14 +13,28 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ...model.fixes import Cause
-from ...model.fixes import Fix
-from .call_rules import (library_default_device, passed_alongside, passed_into_library, passed_to_moved_models,
-                         split_model)
+from ...model import Cause, Fix
+from .call_rules import (
+    library_default_device,
+    passed_alongside,
+    passed_into_library,
+    passed_to_moved_models,
+    split_model,
+)
 from .context import CauseContext, Covered, FailedCall
-from .rules import (buffer_replaced_in_method, comprehension_item, dropped_move, local_of_user_function,
-                    made_by_factory, meta_device, model_parameter, namespace_variable, optimizer_state,
-                    traced_local, unregistered_attribute)
+from .rules import (
+    buffer_replaced_in_method,
+    comprehension_item,
+    dropped_move,
+    local_of_user_function,
+    made_by_factory,
+    meta_device,
+    model_parameter,
+    namespace_variable,
+    optimizer_state,
+    traced_local,
+    unregistered_attribute,
+)
 
 
 class CauseRule(Protocol):

@@ -13,16 +13,14 @@ from typing import Any
 
 import torch
 
+from ...collect import container_of, object_at, root_of, type_is_one_of, type_name
+from ...model import Fix
 from ...runtime import tensor_getters
-from ...collect.namespace.names import container_of, root_of
-from ...collect.objects.static_getters import type_is_one_of, type_name
-from ...collect.namespace.path_lookup import object_at
-from ...model.fixes import Fix
-from . import device_names, made_in_code, creation_sites
+from .. import fix_builders
+from . import creation_sites, device_names, made_in_code
 from .context import FailedCall, NamedOperand
 from .fix_writing import edit_fix, line_fix, movable, plain_tensors_under
 from .value_flow import holds_device
-from .. import fixes
 
 _T = torch.Tensor
 #: Tensors one fix moves line by line (more: each is named, the fix is the line that made them).
@@ -35,11 +33,11 @@ def namedtuple_fix(call: FailedCall, root: str, holder: Any) -> Fix:
     device_expr = device_names.device_expression(call.namespace, target)
     loop = creation_sites.loop_line(root, call.cell_file, call.failing_line, call.namespace,
                              lambda n, v: creation_sites.moved_expression(n, v, target, device_expr))
-    origin = made_in_code.namespace_origin(root, call.cell, call.failing_line, [root] if loop else [],
+    origin = made_in_code.made_in_session(root, call.cell, call.failing_line, [root] if loop else [],
                                            device_expr, call.namespace, target, moved=loop)
     if origin is not None and origin.in_failed_cell and origin.edit is not None:
         return edit_fix(call, origin, f"make the loop's batches on {target} where this cell makes them")
-    code = fixes.assignment(root, creation_sites.moved_expression(root, holder, target, device_expr) or root)
+    code = fix_builders.assignment(root, creation_sites.moved_expression(root, holder, target, device_expr) or root)
     return Fix(f"move the tensors of {root} to {target}, keeping the {type_name(type(holder))}", code, rerun=True)
 
 def comprehension_fix(call: FailedCall, n: NamedOperand) -> Fix | None:
@@ -75,26 +73,26 @@ def container_fix(call: FailedCall, name: str, container: Any) -> Fix:
     root = root_of(name)
     loop = creation_sites.loop_line(root, call.cell_file, call.failing_line, call.namespace,
                              lambda n, v: creation_sites.moved_expression(n, v, target, device_expr)) or (
-        fixes.assignment(name, fixes.container_moved(name, device_expr, kind, all_tensors)) if name != root
+        fix_builders.assignment(name, fix_builders.container_moved(name, device_expr, kind, all_tensors)) if name != root
         else None)  # batch.data of a BatchEncoding: the dict it keeps, in place
-    origin = made_in_code.namespace_origin(root, call.cell, call.failing_line, [root] if loop else [],
+    origin = made_in_code.made_in_session(root, call.cell, call.failing_line, [root] if loop else [],
                                            device_expr, call.namespace, target, moved=loop)
     if origin is not None and origin.made_by not in ("loop", "inside", "factory") and not movable(call, root):
         origin = None  # `.to(dev)` on the line that made a list or dict would raise (device= inside it would not)
     leaves = all_tensors and bool(values) and all(type(v) is _T and tensor_getters.requires_grad(v) and tensor_getters.is_leaf(v)
                                                  for v in values)
     of_dicts = bool(values) and kind != "dict" and all(type(v) is dict for v in values)
-    moved = fixes.move_container(name, target, kind, all_tensors=all_tensors, leaves=leaves, of_dicts=of_dicts)
+    moved = fix_builders.move_container(name, target, kind, all_tensors=all_tensors, leaves=leaves, of_dicts=of_dicts)
     if leaves:  # an optimizer's state of those tensors follows them, as the next step needs it
         firsts = {found[0].name for found in map(call.index.lookup, values) if found is not None}
         states = call.index.result.of_kind("optimizer_state")
         holders = sorted({root_of(r.name) for r in states if r.param in firsts and r.device != target})
-        moved = fixes.combine([moved, *map(fixes.optimizer_state, holders)])
+        moved = fix_builders.combine([moved, *map(fix_builders.optimizer_state, holders)])
     # batch["inputs"] of a nested batch: every tensor under batch (device= on its line lasts; these now)
     if name != root and (origin is None or origin.made_by == "factory"):
         held = [r.name for r in plain_tensors_under(call, root) if r.device != target]
         if 1 < len(held) <= MOVED_AT_MOST:
-            moved = fixes.move_tensors(root, held, target) or moved
+            moved = fix_builders.move_tensors(root, held, target) or moved
     if origin is not None and origin.in_failed_cell and origin.edit is not None:
         what = "the loop's batches" if origin.made_by == "loop" else root
         return edit_fix(call, origin, f"make {what} on {target} where this cell makes {'them' if loop else 'it'}")

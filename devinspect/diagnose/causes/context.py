@@ -15,10 +15,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ...collect.code import locations
-from ...model.fixes import Cause
-from ...model.check_report import Operand
-from ...model.records import SourceLine
+from ...collect import locations
+from ...model import Cause, Operand, SourceLine
 
 
 @dataclass

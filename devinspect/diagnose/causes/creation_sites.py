@@ -18,14 +18,10 @@ from typing import Any, Mapping
 
 import torch
 
-from ...collect.code import locations, user_code
-from ...collect.code.failing_call import FACTORIES, LIKE_FACTORIES, SAME_DEVICE_METHODS
-from ...collect.objects.static_getters import static_class_attr
-from ...model.fixes import Cause
-from ...model.fixes import SourceEdit
-from ...model.records import SourceLine
+from ...collect import FACTORIES, LIKE_FACTORIES, SAME_DEVICE_METHODS, locations, static_class_attr, user_code
+from ...model import Cause, SourceEdit, SourceLine
 from ...runtime import tensor_getters
-from .. import fixes
+from .. import fix_builders
 
 _T = torch.Tensor
 
@@ -344,15 +340,15 @@ def moved_expression(name: str, value: Any, target: str, device_expr: str, depth
     if len(tensors) == len(items):
         if not any(str(tensor_getters.device(v)) != target for v in tensors):
             return None
-        return fixes.container_moved(name, device_expr, type(value).__name__, True)
+        return fix_builders.container_moved(name, device_expr, type(value).__name__, True)
     if type(value) is not dict or not all(type(k) is str for k, _ in items):
         moved = any(tensor_getters.is_tensor(v) and str(tensor_getters.device(v)) != target for _, v in items)
-        return fixes.container_moved(name, device_expr, type(value).__name__, False) if moved else None
+        return fix_builders.container_moved(name, device_expr, type(value).__name__, False) if moved else None
     parts = []
     for key, item in items:  # a batch of dicts: each part that holds a tensor elsewhere, moved in place
-        inner = moved_expression(f"{name}[{fixes.literal(key)}]", item, target, device_expr, depth + 1)
+        inner = moved_expression(f"{name}[{fix_builders.literal(key)}]", item, target, device_expr, depth + 1)
         if inner is not None:
-            parts.append(f"{fixes.literal(key)}: {inner}")
+            parts.append(f"{fix_builders.literal(key)}: {inner}")
     return f"{{**{name}, {', '.join(parts)}}}" if parts else None
 
 
@@ -386,7 +382,7 @@ def wrong_loop_targets(root: str, target: str, cell_file: str | None, failing_li
 # -- finding the line -------------------------------------------------------------------------
 
 
-def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
+def assigned_in_session(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
                      device_expr: str, wrap: bool = False, moved: str | None = None,
                      made: str | None = None) -> Cause | None:
     """Where the namespace variable ``name`` (of class ``made``, when known) was made: in the failed
@@ -572,7 +568,7 @@ def call_argument(caller: types.FrameType, caller_line: str, function: str, code
 
 def _calls_a_module(frame: types.FrameType, func: ast.expr) -> bool:
     """Whether ``func`` (as written in ``frame``'s line) names an ``nn.Module``, read statically."""
-    from ...collect.namespace.path_lookup import MISSING, object_at
+    from ...collect import MISSING, object_at
 
     scope = dict(frame.f_globals) if type(frame.f_globals) is dict else {}
     if frame.f_locals is not frame.f_globals:
@@ -607,7 +603,7 @@ def assignments_in_methods(cls: type, attr: str, skip: tuple[str, ...] = ("__ini
     """``self.<attr> = …`` statements in the user's own methods of ``cls`` other than ``skip``
     (a buffer reassigned in ``forward`` gets its device there on every call); with ``calls_on``,
     the ``self.<calls_on>.append(…)`` (``extend``, ``insert``) statements instead."""
-    from ...collect.objects.static_getters import FUNCTION_CODE, mro, plain_class_dict
+    from ...collect import FUNCTION_CODE, mro, plain_class_dict
 
     out = []
     for klass in mro(cls):

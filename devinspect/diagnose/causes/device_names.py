@@ -12,10 +12,9 @@ from typing import Any, Mapping
 
 import torch
 
-from ...collect.code import locations, user_code
-from ...collect.namespace.names import namespace_items
+from ...collect import locations, namespace_items, user_code
 from ...runtime import tensor_getters
-from .. import fixes
+from .. import fix_builders
 
 _T = torch.Tensor
 
@@ -93,4 +92,4 @@ def device_expression(namespace: Mapping[str, Any], device: str, frame: types.Fr
     notebook's, or a module file's own: a module cannot see the notebook's names), else a literal."""
     visible = namespace if frame is None or frame.f_globals is namespace else frame.f_globals
     return (device_in_frame(frame, device, avoid, prefer, line) or device_variable(visible, device)
-            or fixes.device_literal(device))
+            or fix_builders.device_literal(device))

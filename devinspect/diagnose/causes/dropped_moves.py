@@ -17,11 +17,18 @@ from typing import Any, Iterator
 
 import torch
 
-from ...collect.code import locations, user_code
-from ...collect.code.dropped_moves import Dropped, device_of, dropped_before, dropped_in_session, line_of
-from ...collect.code.failing_call import value_in_frame
-from ...collect.namespace.path_lookup import object_at
-from ...model.fixes import EditCell, Finding, Fix, SourceEdit
+from ...collect import (
+    Dropped,
+    device_of,
+    dropped_before,
+    dropped_in_session,
+    line_of,
+    locations,
+    object_at,
+    user_code,
+    value_in_frame,
+)
+from ...model import EditCell, Finding, Fix, SourceEdit
 from . import line_edits
 
 _WHY = "Tensor.to returns a moved copy and leaves the tensor where it is (Module.to moves a module in place)"

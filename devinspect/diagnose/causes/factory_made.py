@@ -8,8 +8,8 @@ import ast
 import types
 from typing import Any, Iterable
 
-from ...collect.code import locations, user_code
-from ...model.fixes import Cause
+from ...collect import locations, user_code
+from ...model import Cause
 from .creation_sites import factory_calls
 
 

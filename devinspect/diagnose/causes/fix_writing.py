@@ -9,13 +9,8 @@ from typing import Any
 
 import torch
 
-from ...collect.code import locations
-from ...collect.namespace.path_lookup import object_at
-from ...collect.objects.static_getters import type_is_one_of
-from ...model.fixes import Cause
-from ...model.fixes import EditCell, Fix
-from ...model.records import SourceLine
-from ...model.scan_result import is_under
+from ...collect import locations, object_at, type_is_one_of
+from ...model import Cause, EditCell, Fix, SourceLine, is_under
 from . import creation_sites, device_names, made_in_code
 from .context import FailedCall, NamedOperand
 
@@ -49,7 +44,7 @@ def line_fix(call: FailedCall, where: SourceLine, frame: Any) -> Fix | None:
 def library(call: FailedCall) -> str:
     """The package the user's innermost line called into, whose code then failed (``transformers``
     for a ``generate`` that ended in ``F.conv1d``), or ``""``."""
-    from ...collect.code import call_stack
+    from ...collect import call_stack
 
     package = ""
     for f in call_stack.frames_from(call.failure.stack):

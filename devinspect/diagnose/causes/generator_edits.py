@@ -16,10 +16,8 @@ from typing import Any, Iterator
 
 import torch
 
-from ...collect.code import user_code
-from ...collect.code.failing_call import value_in_frame
-from ...collect.namespace.path_lookup import MISSING, object_at
-from ...model.fixes import SourceEdit
+from ...collect import MISSING, object_at, user_code, value_in_frame
+from ...model import SourceEdit
 from . import line_edits
 
 

@@ -14,9 +14,8 @@ import ast
 import linecache
 from dataclasses import dataclass
 
-from ...collect.code import locations
-from ...model.fixes import SourceEdit
-from ...model.records import SourceLine
+from ...collect import locations
+from ...model import SourceEdit, SourceLine
 
 
 @dataclass(frozen=True)

@@ -21,20 +21,22 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from ...collect.code import locations, user_code, user_functions
-from ...collect.objects.static_getters import (
+from ...collect import (
     FUNCTION_CODE,
+    MISSING,
     instance_dict,
+    locations,
     mro,
+    object_at,
     plain_class_dict,
     static_class_attr,
     type_is_one_of,
     type_name,
+    user_code,
+    user_functions,
 )
-from ...collect.namespace.path_lookup import MISSING, object_at
-from ...model.fixes import Cause
-from ...model.fixes import SourceEdit
-from .. import fixes
+from ...model import Cause, SourceEdit
+from .. import fix_builders
 from . import creation_sites
 from .device_names import device_variable
 
@@ -205,7 +207,7 @@ def device_inside(statement: user_code.Statement, namespace: Mapping[str, Any], 
     name = device_variable(namespace, target)
     if name is not None and statement.cell is not None and not _local_names(function) & {name}:
         return name
-    return fixes.device_literal(target)
+    return fix_builders.device_literal(target)
 
 
 def _local_names(function: ast.AST | None) -> set[str]:
@@ -265,7 +267,7 @@ def edits_for_call(statement: user_code.Statement, namespace: Mapping[str, Any],
     parameter = _device_parameter(function) if function is not None else None
     if parameter is not None and not _passes(value, function, parameter):
         here = device_variable(namespace, target) if statement.cell is not None else None
-        edit = _argument_added(statement, value, f"{parameter}={here or fixes.device_literal(target)}")
+        edit = _argument_added(statement, value, f"{parameter}={here or fix_builders.device_literal(target)}")
         return [edit] if edit is not None else []
     made = returned_statements(called.code)
     if made:  # by the device the call passes it, where it takes one
@@ -437,9 +439,9 @@ def edits_for_attributes(owner: Any, attrs: list[str], namespace: Mapping[str, A
     return list(dict.fromkeys(edits))
 
 
-def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
+def made_in_session(name: str, cell_frame: types.FrameType | None, failing_line: int, wrong: list[str],
                      device_expr: str, namespace: Mapping[str, Any], target: str, **kw: Any) -> Cause | None:
-    """:func:`origins.namespace_origin`, but where the line that made ``name`` only receives its tensors
+    """:func:`creation_sites.assigned_in_session`, but where the line that made ``name`` only receives its tensors
     from a function of the user's (``hidden = model.init_hidden(4)``), that function's lines; and where
     it unpacks several (``s, a, r = buffer.sample(8)``), a line after it that moves each."""
     current = user_code.current_cell(cell_frame.f_code.co_filename) if cell_frame is not None else None
@@ -460,7 +462,7 @@ def namespace_origin(name: str, cell_frame: types.FrameType | None, failing_line
                      if (e := creation_sites.moved_expression(n, dict.get(namespace, n), target, device_expr)) is not None]
             edit = creation_sites.unpacking_edit(statement, moved)
             return Cause(edit.where, "value", edit, here, together=names) if edit is not None else None
-    return creation_sites.namespace_origin(name, cell_frame, failing_line, wrong, device_expr, **kw)
+    return creation_sites.assigned_in_session(name, cell_frame, failing_line, wrong, device_expr, **kw)
 
 
 def attributes_origin(owner: Any, root: str, names: list[str], namespace: Mapping[str, Any],

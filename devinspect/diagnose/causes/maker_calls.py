@@ -18,16 +18,17 @@ from typing import Any
 
 import torch
 
-from ...collect.code import locations, user_code, user_functions
-from ...collect.code.failing_call import value_in_frame
-from ...collect.namespace.path_lookup import MISSING
-from ...collect.objects.static_getters import (
+from ...collect import (
     FUNCTION_CODE,
+    MISSING,
     instance_dict,
+    locations,
     static_class_attr,
+    user_code,
+    user_functions,
+    value_in_frame,
 )
-from ...model.fixes import Cause
-from ...model.fixes import SourceEdit
+from ...model import Cause, SourceEdit
 from ...runtime import tensor_getters
 from . import creation_sites
 

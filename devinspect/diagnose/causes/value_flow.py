@@ -23,10 +23,9 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from ...collect.code import locations, user_code
-from ...collect.objects.static_getters import instance_dict
+from ...collect import instance_dict, locations, user_code
+from ...model import Cause
 from ...runtime import tensor_getters
-from ...model.fixes import Cause
 from . import creation_sites, device_names, made_in_code, maker_calls
 
 _T = torch.Tensor

@@ -30,23 +30,21 @@ from typing import Any, Mapping
 
 import torch
 
-from ...collect.code import locations
-from ...runtime import tensor_getters
-from .. import edit_checks
-from ...collect.code.failing_call import (
+from ...collect import (
     FACTORIES,
     Entry,
     Result,
     first_line,
+    locations,
     message,
     running_expression,
     traceback_entries,
     value_in_frame,
 )
-from ...model.check_report import DeviceError, Operand
-from ...model.fixes import Fix
-from ..causes import device_names, generator_edits, line_edits
-from ..causes.dropped_moves import dropped_move_fix
+from ...model import DeviceError, Fix, Operand
+from ...runtime import tensor_getters
+from .. import edit_checks
+from ..causes import device_names, dropped_move_fix, generator_edits, line_edits
 from .failed_frames import Failed, describe, source_of
 from .loader_errors import loader_error, loader_generator
 from .meta_data import meta_data
@@ -63,13 +61,13 @@ def explain_device_error(exc: BaseException | None, namespace: Mapping[str, Any]
     try:
         entries = list(traceback_entries(exc.__traceback__)) if entries is None else entries
         failed = Failed(exc, entries, namespace)
-    except Exception:  # noqa: BLE001 - an error whose frames cannot be read is not claimed
+    except Exception:  # an error whose frames cannot be read is not claimed
         return None
     with torch._C.DisableTorchFunction():
         for reader in (host_array, loader_error, generator_device, meta_data):
             try:
                 found = reader(failed) if entries else None
-            except Exception:  # noqa: BLE001 - a kind that cannot be read is not claimed
+            except Exception:  # a kind that cannot be read is not claimed
                 found = None
             if found is not None:
                 fix = getattr(found, "fix", None)

@@ -28,20 +28,19 @@ from typing import Any, Mapping
 
 import torch
 
-from ...collect.code import locations
-from ...collect.code.compiled_call import compiled_call
-from ...collect.code.failing_call import (
+from ...collect import (
     Entry,
     Temporary,
     Traced,
+    compiled_call,
     failing_call,
     first_line,
+    locations,
     says_mismatch,
     traceback_entries,
+    type_is_one_of,
 )
-from ...collect.objects.static_getters import type_is_one_of
-from ...model.check_report import Mismatch
-from ...model.explanation import Explanation
+from ...model import Explanation, Mismatch
 from ...runtime import tensor_getters
 from .device_errors import explain_device_error
 from .mismatch import Failure, diagnose

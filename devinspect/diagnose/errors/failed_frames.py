@@ -9,11 +9,8 @@ from typing import Any, Mapping
 
 import torch
 
-from ...collect.code import locations
-from ...collect.code.failing_call import Entry
-from ...model.check_report import Operand
-from ...model.fixes import EditCell, Fix, SourceEdit
-from ...model.records import SourceLine
+from ...collect import Entry, locations
+from ...model import EditCell, Fix, Operand, SourceEdit, SourceLine
 from ...runtime import tensor_getters
 from ..causes import line_edits
 

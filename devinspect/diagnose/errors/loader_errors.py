@@ -28,16 +28,25 @@ from typing import Any
 
 import torch
 
-from ...collect.code import locations, user_code
-from ...collect.code.dropped_moves import current_index
-from ...collect.code.failing_call import Entry, first_line, message, running_expression, value_in_frame
-from ...collect.namespace.names import namespace_items
-from ...collect.namespace.path_lookup import MISSING, object_at
-from ...collect.objects.static_getters import FUNCTION_CODE, instance_dict, type_name
-from ...model.check_report import DeviceError, Operand
-from ...model.fixes import Fix
+from ...collect import (
+    FUNCTION_CODE,
+    MISSING,
+    Entry,
+    current_index,
+    first_line,
+    instance_dict,
+    locations,
+    message,
+    namespace_items,
+    object_at,
+    running_expression,
+    type_name,
+    user_code,
+    value_in_frame,
+)
+from ...model import DeviceError, Fix, Operand
 from ...runtime import tensor_getters
-from .. import fixes
+from .. import fix_builders
 from ..causes import generator_edits, line_edits
 from .failed_frames import Failed
 
@@ -120,7 +129,7 @@ def _names_of(namespace: Any, value: Any) -> list[str]:
 
 def _device_tensors(dataset: Any, name: str) -> list[Any]:
     """The records of the dataset's tensors that are on a device (read as ``%devices`` reads them)."""
-    from ...collect.namespace.scan import scan
+    from ...collect import scan
 
     result = scan({name: dataset})
     return [r for r in result.records if r.kind in ("tensor", "parameter", "buffer", "attribute")
@@ -263,9 +272,9 @@ def _options_fix(failed: Failed, found: Any, loader: Any, names: list[str], stat
     code_lines = []
     if names:
         if state.get("_pin_memory"):
-            code_lines.append(fixes.assignment(f"{names[0]}.pin_memory", "False"))
+            code_lines.append(fix_builders.assignment(f"{names[0]}.pin_memory", "False"))
         if (state.get("_num_workers") or 0) > 0:
-            code_lines.append(fixes.assignment(f"{names[0]}.num_workers", "0"))
+            code_lines.append(fix_builders.assignment(f"{names[0]}.num_workers", "0"))
     code = "\n".join(c for c in code_lines if c) or None
     made = _made_where(failed, found[0], found[1], loader) if found is not None else None
     edits = line_edits.Changes(made[0]).without_keywords(made[1], dropped).edits() if made is not None else None
@@ -309,7 +318,7 @@ def loader_generator(failed: Failed, operand: Operand, target: str, device_expr:
         frame = found[0].frame if loader is None else None  # made on the line that iterates it, else in a cell
         edits = generator_edits.on_device(statement, sampler or call, frame, failed.namespace, device_expr)
     sampler = instance_dict(loader).get("sampler") if loader is not None else None
-    code = (fixes.assignment(f"{names[0]}.sampler.generator", value)
+    code = (fix_builders.assignment(f"{names[0]}.sampler.generator", value)
             if names and type(sampler) is _Sampler and instance_dict(sampler).get("generator") is None else None)
     own = ast.unparse(given) if given is not None else None
     what = (f"{loader_text} shuffles with {f'its generator {own}, a host one' if own else 'a host generator'}, on "

@@ -18,9 +18,8 @@ import re
 import types
 from typing import Any
 
-from ...collect.code.expressions import expression_root
-from ...collect.code.failing_call import first_line, message, running_expression, value_in_frame
-from ...model.check_report import DeviceError
+from ...collect import expression_root, first_line, message, running_expression, value_in_frame
+from ...model import DeviceError
 from ...runtime import tensor_getters
 from .failed_frames import Failed, describe, source_of
 

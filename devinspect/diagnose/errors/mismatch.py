@@ -26,19 +26,21 @@ import ast
 import dataclasses
 from typing import Any
 
-from ...collect.code import line_names, locations, call_stack
+from ...collect import Result, Temporary, Traced, binds_module, call_stack, first_line, line_names, locations
+from ...model import Cause, Fix, Mismatch, Operand, device_is_accelerator
 from ...runtime import tensor_getters
-from ...collect.code.failing_call import Result, Temporary, Traced, first_line
-from ...collect.namespace.names import binds_module
-from ...model.fixes import Cause
-from ...model.check_report import Mismatch, Operand
-from ...model.fixes import Fix
-from ...model.records import device_is_accelerator
-from ..causes import factory_made
-from ..causes.cause_rules import WHEN_NO_FIX, causes
-from ..causes.context import CauseContext, FailedCall, Failure, NamedOperand
-from ..causes.fix_writing import library, model_of
-from .. import edit_checks, fixes
+from .. import edit_checks, fix_builders
+from ..causes import (
+    WHEN_NO_FIX,
+    CauseContext,
+    FailedCall,
+    Failure,
+    NamedOperand,
+    causes,
+    factory_made,
+    library,
+    model_of,
+)
 
 __all__ = ["Failure", "diagnose"]
 
@@ -56,7 +58,7 @@ class _Diagnosis:
         self.failure, self.op, self.values, self.devices, self.exc = failure, op, operands, devices, exc
 
     def build(self) -> Mismatch:
-        from ...collect.namespace.scan import NameIndex, module_paths
+        from ...collect import NameIndex, module_paths
 
         failure = self.failure
         frames = locations.user_frames(failure.stack)
@@ -71,8 +73,8 @@ class _Diagnosis:
         self._named = named
         target = self._target(named)
         fix = self._fix(named, target) if target else None
-        fix = fixes.importing_torch(edit_checks.with_edits_that_run(fix), binds_module(failure.namespace, "torch"))
-        fix = fixes.with_note(fix, fixes.PARTIAL_STEP_NOTE) if call_stack.optimizer_step_running(failure.stack) else fix
+        fix = fix_builders.importing_torch(edit_checks.with_edits_that_run(fix), binds_module(failure.namespace, "torch"))
+        fix = fix_builders.with_note(fix, fix_builders.PARTIAL_STEP_NOTE) if call_stack.optimizer_step_running(failure.stack) else fix
         user_frame = failure.line or (failure.source(self.inner) if self.inner is not None
                                       and self.inner is not self.cell else None)
         # The module named next to the user's line is the one whose forward that line is in, not a
@@ -114,7 +116,7 @@ class _Diagnosis:
         device, dtype = str(tensor_getters.device(value)), str(tensor_getters.dtype(value)).removeprefix("torch.")
         try:
             shape = tuple(int(s) for s in tensor_getters.shape(value))
-        except Exception:  # noqa: BLE001 - a symbolic or unreadable shape
+        except Exception:  # a symbolic or unreadable shape
             shape = None
         created = self.failure.created(value)
         detail = factory_made.creation_detail(created)
@@ -186,8 +188,8 @@ class _Diagnosis:
             for n in named:
                 model = model_of(call, n)
                 if model is not None:
-                    return fixes.target_device(model.devices)
-        return fixes.target_device(real)
+                    return fix_builders.target_device(model.devices)
+        return fix_builders.target_device(real)
 
     # -- the fix: the table of cause rules -------------------------------------------------------
     def _fix(self, named: list[NamedOperand], target: str) -> Fix | None:
@@ -195,9 +197,9 @@ class _Diagnosis:
         parts = causes(call)
         if not parts:
             return WHEN_NO_FIX(CauseContext(call)).fix
-        fix = fixes.combine(parts)
+        fix = fix_builders.combine(parts)
         call_line = self.failure.source(self.cell).text if self.cell is not None else ""
         note = call_stack.keyword_hook_gap(self.failure.stack,
                                            [(n.operand.name, n.local, n.value) for n in call.misplaced],
                                            self.modules, call_line)
-        return fixes.with_note(fix, note) if note else fix
+        return fix_builders.with_note(fix, note) if note else fix

@@ -15,11 +15,18 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
-from ...model.explanation import HeldTensor, MemoryFigures, OutOfMemory
-from ...model.fixes import EmptyCache, Fix, ReleaseHistory
-from ...model.record_table import record_column
-from ...model.records import TensorRecord
-from ...model.units import human_bytes, parse_bytes
+from ...model import (
+    EmptyCache,
+    Fix,
+    HeldTensor,
+    MemoryFigures,
+    OutOfMemory,
+    ReleaseHistory,
+    TensorRecord,
+    human_bytes,
+    parse_bytes,
+    record_column,
+)
 
 #: The largest live tensors listed (rows of 1% of the device's tensor bytes or more).
 LARGEST = 8
@@ -61,10 +68,7 @@ ADVICE = (
 
 def out_of_memory(exc: BaseException, namespace: Mapping[str, Any], exclude: Iterable[str] = ()) -> OutOfMemory:
     """The post-mortem of ``exc``, a ``torch.OutOfMemoryError``, read now."""
-    from ...collect.code.error_frames import error_of
-    from ...collect.machine.memory_readings import read
-    from ...collect.machine.memory_snapshot import build, tallies_of
-    from ...collect.namespace.scan import scan
+    from ...collect import build, error_of, read, scan, tallies_of
 
     message = _message(exc)
     result = scan(namespace, include_hidden=True, all_objects=True, exclude=exclude)
@@ -180,7 +184,7 @@ def _is_last_error(exc: BaseException) -> bool:
 def _drop_traceback(holder: str, namespace: Mapping[str, Any]) -> str:
     """``saved.__traceback__ = None``, and the errors chained to it dropped too when there are
     (their tracebacks hold the same frames: ``raise X from e``, or raised while handling)."""
-    from ...collect.namespace.path_lookup import object_at
+    from ...collect import object_at
 
     error = object_at(namespace, holder)
     chained = issubclass(type(error), BaseException) and (BaseException.__dict__["__context__"].__get__(error)
@@ -197,7 +201,7 @@ _TRACEBACK_MARK = ".__traceback__:"
 def _importing(namespace: Mapping[str, Any], module: str) -> str:
     """The import a printed fix needs first, so that it runs as printed where ``module`` is
     not imported under its own name (``%load_ext`` alone does not bind ``devinspect``)."""
-    from ...collect.namespace.names import binds_module
+    from ...collect import binds_module
 
     return "" if binds_module(namespace, module) else f"import {module}\n"
 
@@ -302,7 +306,7 @@ def _largest(records: list[TensorRecord]) -> tuple[HeldTensor, ...]:
 
 
 def _held(r: TensorRecord) -> HeldTensor:
-    from ...collect.code.error_frames import describe
+    from ...collect import describe
 
     earlier = describe(r.name) if r.kind == "unnamed" else None
     note = ""

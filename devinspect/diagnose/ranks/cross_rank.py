@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from ...model.ranks import SKEW_MARGIN, Finding, RankReport, RankSummary, skew
-from ...model.units import human_bytes
+from ...model import SKEW_MARGIN, Finding, RankReport, RankSummary, human_bytes, skew
 
 #: Parameters named per desync finding.
 EXAMPLES = 5

@@ -11,10 +11,7 @@ import time
 from itertools import compress
 from typing import Any, Mapping
 
-from ...model.fixes import Finding
-from ...model.ranks import DeviceUse, ParameterSignature, RankSummary, TopTensor
-from ...model.record_table import record_column
-from ...model.records import PLAIN_TYPE_NAMES
+from ...model import PLAIN_TYPE_NAMES, DeviceUse, Finding, ParameterSignature, RankSummary, TopTensor, record_column
 
 #: Tensors listed per rank unless asked otherwise.
 TOP = 20
@@ -99,8 +96,7 @@ def _scan_part(namespace: Mapping[str, Any], top: int, _: dict[str, Any], exclud
 
 
 def _memory_part(namespace: Mapping[str, Any], top: int, parts: dict[str, Any], exclude: Any) -> dict[str, Any]:
-    from ...collect.machine.memory_readings import read
-    from ...collect.machine.memory_snapshot import build, tallies_of
+    from ...collect import build, read, tallies_of
 
     readings = read()
     result = parts.get("_result")
@@ -142,7 +138,7 @@ def _dtensor_part(namespace: Mapping[str, Any], top: int, parts: dict[str, Any],
     """DTensor parameters of the modules the namespace names, read from their instance
     dicts (no property or ``__getattr__`` of the user's runs). Only the names under which
     the scan found a tensor of a class other than Tensor and Parameter are looked into."""
-    from ...collect.objects.dtensors import dtensor_placements
+    from ...collect import dtensor_placements
 
     result = parts.get("_result")
     roots = None if result is None else {root for root, class_name in zip(

@@ -15,8 +15,7 @@ import base64
 import io
 from typing import Any
 
-from ...model.device_memory import MemoryHistory
-from ...model.memory_profile import LineMemory, LineMemoryProfile
+from ...model import LineMemory, LineMemoryProfile, MemoryHistory
 
 _MIB = float(1 << 20)
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ...model.columns import Column, each
-from ...model.memory_profile import LineMemory, LineMemoryProfile
-from ...model.units import human_bytes, signed_bytes
+from ...model import Column, LineMemory, LineMemoryProfile, each, human_bytes, signed_bytes
 from ..html import column_table
 from ..table import aligned_lines
 

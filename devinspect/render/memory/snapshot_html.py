@@ -8,10 +8,17 @@ from __future__ import annotations
 
 from html import escape
 
-from ...model.device_memory import DeviceMemory, MemoryHistory, MemorySnapshot, ReconRow
-from ...model.units import human_bytes
+from ...model import DeviceMemory, MemoryHistory, MemorySnapshot, ReconRow, human_bytes
 from ..html import CELL, NUM, text_table
-from .snapshot_text import HISTORY_HEADERS, details, device_title, headline, history_rows, recon_value, snapshot_title
+from .snapshot_text import (
+    HISTORY_HEADERS,
+    details,
+    device_headline,
+    device_title,
+    history_rows,
+    recon_value,
+    snapshot_title,
+)
 
 
 def bars(d: DeviceMemory) -> list[tuple[str, int]]:
@@ -74,7 +81,7 @@ def _how(r: ReconRow, top: str) -> str:
 
 
 def render_device(d: DeviceMemory) -> str:
-    parts = [f"<p><b>{escape(device_title(d))}</b><br>{escape(headline(d))}"]
+    parts = [f"<p><b>{escape(device_title(d))}</b><br>{escape(device_headline(d))}"]
     extra = details(d)
     if extra:
         parts.append(f"<br>{escape(extra)}")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ...model.device_memory import DeviceMemory, MemoryHistory, MemorySnapshot, ReconRow
-from ...model.units import human_bytes, signed_bytes
+from ...model import DeviceMemory, MemoryHistory, MemorySnapshot, ReconRow, human_bytes, signed_bytes
 from ..text import plural
 
 _LABEL_WIDTH = 58
@@ -24,7 +23,7 @@ def device_title(d: DeviceMemory) -> str:
     return f"{d.device}{name}" + (f"  ({' · '.join(where)})" if where else "")
 
 
-def headline(d: DeviceMemory) -> str:
+def device_headline(d: DeviceMemory) -> str:
     """The one line a user reads first: allocated, reserved, total (and peaks)."""
     if d.kind == "cpu":
         parts = [f"resident {human_bytes(d.process_bytes)}"]
@@ -65,7 +64,7 @@ def recon_value(r: ReconRow) -> str:
 
 
 def render_device(d: DeviceMemory) -> list[str]:
-    lines = [device_title(d), f"  {headline(d)}"]
+    lines = [device_title(d), f"  {device_headline(d)}"]
     extra = details(d)
     if extra:
         lines.append(f"  {extra}")

@@ -233,7 +233,7 @@ def _host_backend(args: tuple) -> str | None:
         with _without_onednn() if low_precision else contextlib.nullcontext():
             return torch._C._select_conv_backend(*host, stride, padding, dilation, transposed, output_padding,
                                                  groups, None).name
-    except Exception:  # noqa: BLE001 - arguments the host refuses: its own error follows
+    except Exception:  # arguments the host refuses: its own error follows
         return None
 
 

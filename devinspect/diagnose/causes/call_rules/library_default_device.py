@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....model.fixes import Cause
-from ... import fixes
+from ....model import Cause
+from ... import fix_builders
 from .. import creation_sites, device_names
 from ..context import CauseContext
 from ..fix_writing import edit_fix, library
@@ -21,13 +21,13 @@ def cause(context: CauseContext) -> Cause | None:
     frame = call.inner
     package = library(call) or "library code"
     if frame is None or not made or any(c is None or c.device_given for c in made):
-        return Cause(fix=fixes.made_inside_library(package, misplaced[0].device, target))
+        return Cause(fix=fix_builders.made_inside_library(package, misplaced[0].device, target))
     where = call.source(frame)
     in_cell = where.file == call.cell_file
     device_expr = device_names.device_expression(call.namespace, target, None if in_cell else frame, line=where.line)
     edit = creation_sites.default_device_edit(where, device_expr)
     if edit is None:
-        return Cause(fix=fixes.made_inside_library(package, misplaced[0].device, target))
+        return Cause(fix=fix_builders.made_inside_library(package, misplaced[0].device, target))
     factories = ", ".join(sorted({f"torch.{c.factory}" for c in made}))
     fix = edit_fix(call, Cause(where, "factory", edit, in_cell), f"run {where.label} with {target} as the default device")
     note = (f"{package} makes a tensor by {factories} without device=, so on the default device: under "

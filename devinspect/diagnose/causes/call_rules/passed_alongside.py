@@ -3,8 +3,8 @@ fail next, so each is fixed where it is made too."""
 
 from __future__ import annotations
 
-from ....collect.code import line_names
-from ....model.fixes import Cause
+from ....collect import line_names
+from ....model import Cause
 from ..context import CauseContext
 from .passed_tensors import passed_tensors
 

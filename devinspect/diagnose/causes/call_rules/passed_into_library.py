@@ -3,7 +3,7 @@ pass are the cause, each fixed where it is made."""
 
 from __future__ import annotations
 
-from ....model.fixes import Cause
+from ....model import Cause
 from ..context import CauseContext
 from .passed_tensors import passed_tensors
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import ast
 from typing import Callable
 
-from ....collect.code import line_names
-from ....model.fixes import Cause
+from ....collect import line_names
+from ....model import Cause
 from .. import creation_sites
 from ..context import CauseContext
 from ..fix_writing import line_fix, plain_tensors_under
-from ..rules.meta_device import variable_fix
-from ..rules.namespace_variable import named_record, of_record
+from ..rules import named_record, of_record, variable_fix
 
 
 def passed_tensors(context: CauseContext, wanted: Callable[[ast.Call], bool]) -> Cause | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from ....collect.namespace.names import root_of
-from ....model.fixes import Cause
+from ....collect import root_of
+from ....model import Cause
 from ..context import CauseContext
 from .passed_tensors import passed_tensors
 

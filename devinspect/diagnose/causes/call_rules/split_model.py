@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ....model.fixes import Cause
-from ....model.records import device_is_accelerator
+from ....model import Cause, device_is_accelerator
 from ..context import CauseContext, FailedCall
 from ..fix_writing import model_of
-from ..rules.model_parameter import model_parts
+from ..rules import model_parts
 
 
 def cause(context: CauseContext) -> Cause | None:

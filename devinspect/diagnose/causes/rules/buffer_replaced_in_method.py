@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....collect.code import locations
-from ....collect.namespace.path_lookup import MISSING, object_at
-from ....model.fixes import Cause
+from ....collect import MISSING, locations, object_at
+from ....model import Cause
 from .. import creation_sites, device_names, maker_calls
 from ..context import CauseContext
 from ..fix_writing import edit_fix

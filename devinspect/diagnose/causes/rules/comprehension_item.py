@@ -4,7 +4,7 @@ last rule: what no other rule recognised."""
 
 from __future__ import annotations
 
-from ....model.fixes import Cause
+from ....model import Cause
 from ..containers import comprehension_fix
 from ..context import CauseContext
 

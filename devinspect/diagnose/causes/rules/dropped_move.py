@@ -3,7 +3,7 @@ line is the cause (``x = x.to(dev)``)."""
 
 from __future__ import annotations
 
-from ....model.fixes import Cause
+from ....model import Cause
 from ..context import CauseContext
 from ..dropped_moves import dropped_move_fix
 

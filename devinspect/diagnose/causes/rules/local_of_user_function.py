@@ -8,11 +8,9 @@ from __future__ import annotations
 import types
 from typing import Any
 
-from ....collect.code import locations
-from ....model.fixes import Cause
-from ....model.fixes import Fix
-from ....model.records import SourceLine, device_is_accelerator
-from ... import fixes
+from ....collect import locations
+from ....model import Cause, Fix, SourceLine, device_is_accelerator
+from ... import fix_builders
 from .. import creation_sites, device_names, value_flow
 from ..containers import comprehension_fix, passed_container
 from ..context import CauseContext, FailedCall
@@ -52,7 +50,7 @@ def local_cause(context: CauseContext) -> Cause:
     passed = _passed_in(context, frame, trail.parameter or local, line, n.device)
     if passed is not None:
         return passed
-    edit = fixes.wrap_name_edit(call.source(frame), local, device_expr)
+    edit = fix_builders.wrap_name_edit(call.source(frame), local, device_expr)
     if edit is None:
         return Cause()
     split = device_is_accelerator(n.device) and device_is_accelerator(target)  # model parallel: the move is the design
@@ -73,7 +71,7 @@ def _device_at(call: FailedCall, where: SourceLine, target: str, local: str, fra
     there = next((f for f in call.frames if runs(f.f_code)), None)
     if there is None:
         named = device_names.device_variable(call.namespace, target) if where.cell is not None else None
-        return named or fixes.device_literal(target)
+        return named or fix_builders.device_literal(target)
     return device_names.device_expression(call.namespace, target, there, avoid={local}, line=where.line)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....model.fixes import Cause
+from ....model import Cause
 from .. import value_flow
 from ..context import CauseContext, NamedOperand
 from ..fix_writing import line_fix

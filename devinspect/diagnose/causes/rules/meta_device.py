@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....collect.namespace.names import root_of
-from ....model.fixes import Cause
-from ....model.fixes import Fix
-from ... import fixes
+from ....collect import root_of
+from ....model import Cause, Fix
+from ... import fix_builders
 from .. import creation_sites, device_names
 from ..context import CauseContext, FailedCall, NamedOperand
 from ..fix_writing import edit_fix, model_of
@@ -32,7 +31,7 @@ def _model_on_meta(call: FailedCall, n: NamedOperand) -> Cause | None:
         return None
     target = call.target
     whole = all(d == "meta" for d in model.devices)
-    fix = fixes.materialise(model.name, target if whole else None, max(1, model.unmaterialised),
+    fix = fix_builders.materialise(model.name, target if whole else None, max(1, model.unmaterialised),
                             initialiser=model.initialiser,
                             release=graph_holder_names(call.index.holders), release_traceback=True,
                             unsaved=unsaved_meta_buffers(call.index.result_under(model.name), model.name),
@@ -46,7 +45,7 @@ def variable_fix(call: FailedCall, n: NamedOperand) -> Fix:
     target = call.target
     root = root_of(n.record.name)
     device_expr = device_names.device_expression(call.namespace, target)
-    origin = creation_sites.namespace_origin(root, call.cell, call.failing_line, [], device_expr)
+    origin = creation_sites.assigned_in_session(root, call.cell, call.failing_line, [], device_expr)
     if origin is not None and origin.edit is not None:
         return edit_fix(call, origin, f"make {root} on {target} where it is made (on meta it holds no data to move)")
     return Fix(summary=f"make {root} again on {target}",

@@ -7,13 +7,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ....collect.code import user_code
-from ....collect.namespace.names import root_of
-from ....collect.namespace.path_lookup import object_at
-from ....collect.objects.static_getters import type_name
-from ....model.fixes import Cause
-from ....model.fixes import Fix
-from ... import fixes
+from ....collect import object_at, root_of, type_name, user_code
+from ....model import Cause, Fix
+from ... import fix_builders
 from .. import creation_sites, device_names, made_in_code
 from ..context import CauseContext, FailedCall, NamedOperand
 from ..fix_writing import model_of, movable
@@ -33,9 +29,9 @@ def model_parts(call: FailedCall, n: NamedOperand) -> Cause | None:
     target = call.target
     if model.deliberate_split and model.off_map:
         # Not a whole move: its inputs stay where its first part is (the hooks move them).
-        return Cause(fix=dataclasses.replace(fixes.redispatch(model.name, model.off_map, offloaded=model.offloaded > 0),
+        return Cause(fix=dataclasses.replace(fix_builders.redispatch(model.name, model.off_map, offloaded=model.offloaded > 0),
                                              rerun=True))
-    parts = fixes.parts_off(model, target)
+    parts = fix_builders.parts_off(model, target)
     # Modules it keeps in a plain list or dict attribute are not registered: its .to() leaves them.
     held = made_in_code.held_modules(call.index.result_under(model.name).modules, model, target)
     if held:
@@ -70,7 +66,7 @@ def _module_origin(call: FailedCall, path: str) -> Cause | None:
         if not movable(call, name):
             continue  # models[2]'s list: .to() on the line that made the list would raise
         made = type_name(type(object_at(call.namespace, name)))
-        origin = creation_sites.namespace_origin(name, call.cell, call.failing_line, [], device_expr, wrap=True,
+        origin = creation_sites.assigned_in_session(name, call.cell, call.failing_line, [], device_expr, wrap=True,
                                                  made=made)
         if origin is not None:
             return origin
@@ -93,9 +89,9 @@ def _move(call: FailedCall, model: Any, parts: list[str] | None = None) -> Fix:
                and r.name.startswith(tuple(f"{n}{sep}" for n in names for sep in ".["))]
     # Buffers are reassigned, never swapped: a module with no parameters is never refused
     # (one with any is: every parameter is swapped, those already on the target too).
-    if not swapped or all(fixes.moves_in_place(d, target, swap_flag) for d in model.devices if d != target):
+    if not swapped or all(fix_builders.moves_in_place(d, target, swap_flag) for d in model.devices if d != target):
         if parts is None:
             return move_fix(holders, model, target)
-        return fixes.move_module(names, target, optimizers=optimizers, part_of=part_of)
-    return fixes.move_module(names, target, release=graph_holder_names(holders), release_traceback=True,
+        return fix_builders.move_module(names, target, optimizers=optimizers, part_of=part_of)
+    return fix_builders.move_module(names, target, release=graph_holder_names(holders), release_traceback=True,
                              optimizers=optimizers, part_of=part_of)

@@ -9,12 +9,9 @@ from typing import Any
 
 import torch
 
-from ....collect.namespace.names import container_of, root_of
-from ....collect.namespace.path_lookup import MISSING, object_at
-from ....collect.objects.static_getters import type_is_one_of
-from ....model.fixes import Cause
-from ....model.check_report import Operand
-from ... import fixes
+from ....collect import MISSING, container_of, object_at, root_of, type_is_one_of
+from ....model import Cause, Operand
+from ... import fix_builders
 from .. import creation_sites, device_names, made_in_code
 from ..containers import MOVED_AT_MOST, container_fix, list_of_dicts_around, namedtuple_fix
 from ..context import CauseContext, NamedOperand
@@ -48,12 +45,12 @@ def variable_cause(context: CauseContext) -> Cause:
     wrong = creation_sites.wrong_loop_targets(root, target, call.cell_file, call.failing_line, namespace)
     # The variable's own line is the fix only for the tensor or module that moves (not w of w.t).
     is_movable = record.name == root or movable(call, root)
-    origin = made_in_code.namespace_origin(root, call.cell, call.failing_line, wrong, device_expr,
+    origin = made_in_code.made_in_session(root, call.cell, call.failing_line, wrong, device_expr,
                                            namespace, target) if is_movable else None
     first = call.index.lookup(n.value) if origin is None and issubclass(type(n.value), _T) else None
     if first is not None and not first[1] and first[0].name == first[0].root != root:
         # Named as the failing line reaches it (batch["ids"]), made as a variable of its own (ids = …).
-        made = made_in_code.namespace_origin(first[0].root, call.cell, call.failing_line, [], device_expr,
+        made = made_in_code.made_in_session(first[0].root, call.cell, call.failing_line, [], device_expr,
                                              namespace, target)
         origin = made if made is not None and not made.in_failed_cell else None
     if origin is not None and origin.in_failed_cell and origin.edit is not None:
@@ -66,18 +63,18 @@ def variable_cause(context: CauseContext) -> Cause:
     if not is_movable and origin is None:  # an object's tensors: made again where its class makes them
         origin = made_in_code.attributes_origin(object_at(namespace, root), root, held or [record.name],
                                                 namespace, target)
-    if 1 < len(held) <= MOVED_AT_MOST and (several := fixes.move_tensors(root, held, target)) is not None:
+    if 1 < len(held) <= MOVED_AT_MOST and (several := fix_builders.move_tensors(root, held, target)) is not None:
         note = f"With the edits, {root}'s class makes them on {target} from now on." if origin else None
         return Cause(fix=dataclasses.replace(several, edits=origin.edits if origin else (),
                                              note=" ".join(filter(None, [several.note, note])) or None))
     grads = {r.param for r in under.records if r.kind == "gradient"}
-    moved = fixes.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
+    moved = fix_builders.move_tensor(record.name, target, source=record.device, requires_grad=record.requires_grad,
                               is_leaf=record.is_leaf, is_parameter=record.kind == "parameter",
                               has_grad=record.name in grads, swap_flag=bool(under.options.get("swap_flag")))
     # The other tensors the same line made (inputs, labels = sample()) fail next: they move too.
     together = [r for r in (call.index.record(x) for x in (origin.together if origin else ()) if x != record.name)
                 if r is not None and r.kind == "tensor" and r.device != target and r.alias_of is None]
-    moved = fixes.combine([moved, *(fixes.move_tensor(r.name, target, source=r.device) for r in together)])
+    moved = fix_builders.combine([moved, *(fix_builders.move_tensor(r.name, target, source=r.device) for r in together)])
     edits = origin.edits if origin is not None else ()
     note = f"With the edit, {origin.where.where} makes it on {target} from now on." if edits else None
     return Cause(fix=dataclasses.replace(moved, edits=edits, rerun=moved.action is not None,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....model.fixes import Cause
-from ... import fixes
+from ....model import Cause
+from ... import fix_builders
 from ..context import CauseContext
 
 
@@ -14,4 +14,4 @@ def cause(context: CauseContext) -> Cause | None:
     operand = context.operand.operand
     if operand.source != "optimizer_state" or not operand.name:
         return None
-    return Cause(fix=dataclasses.replace(fixes.optimizer_state(operand.name.split(".state[", 1)[0]), rerun=True))
+    return Cause(fix=dataclasses.replace(fix_builders.optimizer_state(operand.name.split(".state[", 1)[0]), rerun=True))

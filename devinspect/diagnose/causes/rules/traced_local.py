@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ....model.fixes import Cause
+from ....model import Cause
 from .. import creation_sites, device_names
 from ..context import CauseContext
 from ..fix_writing import edit_fix

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ....collect.namespace.path_lookup import object_at
-from ....collect.objects.static_getters import type_is_one_of, type_name
-from ....model.fixes import Cause
-from ... import fixes
+from ....collect import object_at, type_is_one_of, type_name
+from ....model import Cause
+from ... import fix_builders
 from ..context import CauseContext
 
 
@@ -20,11 +19,11 @@ def cause(context: CauseContext) -> Cause | None:
     for module in call.index.holders.modules:
         for u in module.unregistered:
             if name == u.name:
-                return Cause(fix=dataclasses.replace(fixes.register_buffers(u, module.unregistered, call.target),
+                return Cause(fix=dataclasses.replace(fix_builders.register_buffers(u, module.unregistered, call.target),
                                                      rerun=True))
             if name.startswith((u.name + "[", u.name + ".")):
                 container = object_at(call.namespace, u.name)
                 kind = type_name(type(container)) if type_is_one_of(container, (list, tuple, dict)) else "list"
-                return Cause(fix=dataclasses.replace(fixes.move_container(u.name, call.target, kind, attribute_of=u),
+                return Cause(fix=dataclasses.replace(fix_builders.move_container(u.name, call.target, kind, attribute_of=u),
                                                      rerun=True))
     return Cause()

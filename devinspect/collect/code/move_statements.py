@@ -185,8 +185,8 @@ def line_of(dropped: Dropped) -> Any:
 
 def dropped_records(namespace: Any) -> list[Any]:
     """The dropped moves of the latest cells that still stand, as records (what a scan keeps)."""
-    from ...model.records import DroppedMove
-    from ..namespace.path_lookup import MISSING, object_at
+    from ...model import DroppedMove
+    from ..namespace import MISSING, object_at
 
     def read(name: str) -> Any:
         value = object_at(namespace, name)

@@ -23,25 +23,23 @@ import dataclasses
 import re
 from typing import Iterable
 
-from ..collect.namespace.names import is_getattr_call, is_identifier, is_path, literal, parse_path
-from ..model.fixes import (
+from ..collect import is_getattr_call, is_identifier, is_path, literal, parse_path
+from ..model import (
     Fix,
+    ModuleSummary,
     Move,
     MoveContainer,
     MoveOptimizerState,
+    OptimizerSummary,
     RebuildOptimizer,
     RebuildScheduler,
     RegisterBuffer,
     ReleaseGraphs,
     ReleaseHistory,
-    SourceEdit,
-    Steps,
-)
-from ..model.records import (
-    ModuleSummary,
-    OptimizerSummary,
     SchedulerSummary,
+    SourceEdit,
     SourceLine,
+    Steps,
     Unregistered,
     device_is_accelerator,
 )
@@ -235,7 +233,7 @@ def release_graphs(names: Iterable[str], traceback_too: bool) -> Fix:
 
 def combine(parts: list[Fix]) -> Fix:
     """Several fixes as one (two inputs of one failed op, say): code in order, every edit, the actions as steps."""
-    from ..model.fixes import Steps
+    from ..model import Steps
 
     if len(parts) == 1:
         return parts[0]
