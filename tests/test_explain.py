@@ -62,6 +62,15 @@ def test_a_plain_failing_cell_is_explained_under_its_traceback(ip, sim):
     assert "device mismatch in <code>F.linear</code>" in html
 
 
+def test_a_models_output_handed_straight_on_is_named_as_the_line_writes_it(ip, sim):
+    run(ip, "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+            "model = nn.Linear(4, 3).to('sim')\nx = torch.randn(2, 4, device='sim')\nlabels = torch.tensor([0, 1])")
+    _result, text, html, _captured = run(ip, "loss = F.cross_entropy(model(x), labels)")
+    assert "the output of model(x)" in text and "(unnamed)" not in text
+    assert "the output of model(x)" in html
+    assert 'labels = labels.to("sim:0")' in text  # the name is shown, never used as code
+
+
 def test_the_printed_fix_runs_as_printed_and_the_cell_then_works(ip, sim):
     run(ip, SETUP)
     run(ip, "y = model(x)")

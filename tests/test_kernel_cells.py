@@ -80,6 +80,7 @@ def test_an_edit_belongs_to_its_cell_and_to_its_text(lab):
     cell.text = FAILING + "\nprint('typed')"  # the user changed the cell before running it again
     lab.run(cell)
     assert cell.failed and cell.text.endswith("print('typed')")
+    assert "was dropped: you changed the cell since" in cell.text_of_outputs()  # said, not silent
     cell.text = FAILING
     lab.run(cell)  # the edit was of text that is gone: the text runs as written
     assert cell.failed and cell.text == FAILING

@@ -14,6 +14,8 @@ Every reader here is static: no user ``__getattr__``, ``__len__``, ``__eq__`` or
 from ..lazy_exports import lazy_surface
 
 _SURFACE = {
+    "MODULE_METHODS": "code.user_code",
+    "model_output_on_line": "code.line_names",
     "DeviceNameError": "machine.devices",
     "Dropped": "code.move_statements",
     "Entry": "code.failing_call",

@@ -138,6 +138,8 @@ class EditedCells:
                 for edit in pending:
                     if edit not in chain and edit.cell is not None and ids.get(edit.cell) == cell_id:
                         cells.forget(edit)  # the cell now runs other text: that edit is of text gone
+                        print(f"devinspect: the edit Apply fix recorded for this cell (Cell In[{edit.cell}]) was "
+                              "dropped: you changed the cell since, so it runs as you wrote it", file=sys.stderr)
             return chain
         except Exception:  # never break a cell: it runs as sent
             return []

@@ -65,6 +65,9 @@ class Operand:
     dtype: str
     shape: tuple[Any, ...] | None
     detail: str = ""
+    #: How the user's line writes a tensor no name reaches (``the output of model(x)``); shown in
+    #: place of a name, never used as one in a fix's code.
+    written: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ def _code(text: str) -> str:
 
 
 def _operand_row(o: Operand) -> str:
-    name = o.name or "(unnamed)"
+    name = o.name or o.written or "(unnamed)"
     return (
         "<tr>"
         f'<td style="{_NAME}" title="{escape(name, quote=True)}"><code>{name_html(name)}</code></td>'

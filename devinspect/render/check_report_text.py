@@ -25,7 +25,7 @@ def mismatch_lines(m: Mismatch) -> list[str]:
         count = "one unnamed tensor" if len(temporaries) == 1 else f"{len(temporaries)} unnamed tensors"
         lines.append(f"  {count} made on the failing line: {', '.join(o.device for o in temporaries)}")
     for o in m.operands:
-        name = o.name or "(unnamed)"
+        name = o.name or o.written or "(unnamed)"
         extra = f" — {o.detail}" if o.detail else ""
         lines.append(f"  {name:<28} {o.device:<8} {operand_kind(o):<14}  [{o.source}]{extra}")
     if m.fix:
@@ -44,7 +44,7 @@ def device_error_lines(e: DeviceError) -> list[str]:
         lines.append(f"  raised in {e.user_frame.label}: {e.user_frame.text}")
     for o in e.operands:
         extra = f" — {o.detail}" if o.detail else ""
-        lines.append(f"  {o.name or '(unnamed)':<28} {o.device:<8} {operand_kind(o):<14}  [{o.source}]{extra}")
+        lines.append(f"  {o.name or o.written or '(unnamed)':<28} {o.device:<8} {operand_kind(o):<14}  [{o.source}]{extra}")
     if e.cause:
         lines.append(f"  why: {e.cause}")
     if e.fix:

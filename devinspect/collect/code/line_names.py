@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from ...model import TensorRecord
 from ...runtime import tensor_getters
 from ..namespace import MISSING, object_at, root_of
+from .expressions import called_model
 
 #: Methods that give the same tensor in another dtype or layout, on its device: ``x.float()`` on a
 #: line passes ``x`` as far as where it lives goes.
@@ -66,3 +67,20 @@ def record_on_line(namespace: Mapping[str, Any], index: Any, node: ast.AST) -> t
     if found is None or found[1]:
         return None
     return renamed(found[0], ast.unparse(node)), value
+
+
+def model_output_on_line(namespace: Mapping[str, Any], line: str, modules: set[str],
+                         module_methods: frozenset[str]) -> str | None:
+    """``model(x)`` when ``line`` calls exactly one model of ``modules`` and hands its output on (an
+    argument of another call, or a side of arithmetic): how the user wrote a tensor that model
+    made. None when the line calls no model, or several."""
+    try:
+        tree = ast.parse(line.strip())
+    except SyntaxError:
+        return None
+    handed_on = [arg for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 for arg in [*node.args, *(k.value for k in node.keywords)]]
+    handed_on += [side for node in ast.walk(tree) if isinstance(node, ast.BinOp) for side in (node.left, node.right)]
+    calls = {ast.unparse(node) for node in handed_on if called_model(node, modules, module_methods) is not None}
+    every = {ast.unparse(node) for node in ast.walk(tree) if called_model(node, modules, module_methods) is not None}
+    return next(iter(calls)) if len(calls) == 1 and len(every) == 1 else None

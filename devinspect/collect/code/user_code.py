@@ -306,7 +306,7 @@ def current_cell(filename: str) -> Cell | None:
 
 #: ``nn.Module``'s own methods (``to``, ``eval``, ``parameters`` …): calling one passes the model
 #: no inputs (``forward`` and ``generate`` do).
-_MODULE_METHODS = frozenset(k for k in vars(torch.nn.Module) if not k.startswith("_")) - {"forward"}
+MODULE_METHODS = frozenset(k for k in vars(torch.nn.Module) if not k.startswith("_")) - {"forward"}
 
 
 def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
@@ -342,7 +342,7 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
             if function is not None and isinstance(node.func, ast.Name) and callee in parameter_names(function):
                 callee = _argument_given(function, callee, callee) or callee  # the model the cells pass in
             if callee not in modules or callee in found or (isinstance(node.func, ast.Attribute)
-                                                             and node.func.attr in _MODULE_METHODS):
+                                                             and node.func.attr in MODULE_METHODS):
                 continue  # not a call of the model: model.eval(), model[0].to(dev)
             if _own_method_without_forward(namespace, node.func):
                 continue  # model.init_hidden(bsz): the user's method that never runs the model
@@ -381,7 +381,7 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
                     continue
                 where = locations.source_line(cell.filename, node.lineno)
                 calls.setdefault(callee, []).append(ModelCall(callee, text, container, where))
-        for model, operand, expression in output_operands(tree, modules, _MODULE_METHODS):
+        for model, operand, expression in output_operands(tree, modules, MODULE_METHODS):
             # out - target, with out = model(x): target meets the output on the model's device.
             if model not in found and expression_root(operand) not in {n for line, n in bindings if line < expression.lineno} \
                     and object_at(namespace, ast.unparse(operand)) is not MISSING:
@@ -396,7 +396,7 @@ def model_calls(namespace: Any, modules: set[str]) -> list[Any]:
 
 def _model_output_in(call: ast.Call, modules: set[str]) -> str | None:
     """The model whose output ``call`` takes as an argument (``model`` in ``loss_fn(model(x), y)``)."""
-    return next(filter(None, (called_model(arg, modules, _MODULE_METHODS)
+    return next(filter(None, (called_model(arg, modules, MODULE_METHODS)
                               for arg in [*call.args, *(k.value for k in call.keywords)])), None)
 
 
@@ -520,7 +520,7 @@ def _own_method_without_forward(namespace: Any, func: ast.expr) -> bool:
         return False
     for n in ast.walk(node):
         if isinstance(n, ast.Call) and expression_root(n.func) == "self" and not (
-                isinstance(n.func, ast.Attribute) and n.func.attr in _MODULE_METHODS):
+                isinstance(n.func, ast.Attribute) and n.func.attr in MODULE_METHODS):
             return False  # self(x), self.forward(x), self.encoder(x): it may run the model
     return True
 

@@ -26,7 +26,18 @@ import ast
 import dataclasses
 from typing import Any
 
-from ...collect import Result, Temporary, Traced, binds_module, call_stack, first_line, line_names, locations
+from ...collect import (
+    MODULE_METHODS,
+    Result,
+    Temporary,
+    Traced,
+    binds_module,
+    call_stack,
+    first_line,
+    line_names,
+    locations,
+    model_output_on_line,
+)
 from ...model import Cause, Fix, Mismatch, Operand, device_is_accelerator
 from ...runtime import tensor_getters
 from .. import edit_checks, fix_builders
@@ -153,8 +164,13 @@ class _Diagnosis:
             detail = factory_made.creation_detail(created)
         inside = library(self._call([], "?"))
         source = "created" if created else "unknown"
+        # A model's output handed straight on (loss_fn(model(x), y)): said as the line writes it.
+        written = (model_output_on_line(self.failure.namespace, self.failure.source(self.cell).text,
+                                        {path for path in self.modules.values() if "." not in path and "[" not in path},
+                                        MODULE_METHODS) or "") if self.cell is not None and created is None else ""
         return NamedOperand(Operand(None, source, device, dtype, shape,
-                              detail or (f"made inside {inside}" if inside else "a temporary")), value, created=created)
+                                    detail or (f"made inside {inside}" if inside else "a temporary"),
+                                    written=f"the output of {written}" if written else ""), value, created=created)
 
     def _local_not_reached(self, value: Any) -> bool:
         """Whether ``value`` is a local of a user function and none of the session's names not walked
