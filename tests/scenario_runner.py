@@ -326,7 +326,7 @@ class ScenarioRun:
             self.apply_edits(fix.edits)
 
     def apply_button(self, fix: Any) -> None:
-        from devinspect.jupyter.fix_panel import FixButton
+        from devinspect.jupyter.fix_buttons import FixButton
 
         if fix.action is None:
             # No button: the printed edits are the fix (re-running the cell alone cannot work).

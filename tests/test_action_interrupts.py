@@ -186,7 +186,7 @@ def test_release_then_apply_says_what_the_release_did_when_the_apply_fails(sim, 
 
 
 def test_the_fix_panel_offers_release_graphs_beside_a_refused_fix_and_says_both(sim):
-    from devinspect.jupyter.fix_panel import FixButton
+    from devinspect.jupyter.fix_buttons import FixButton
 
     head = torch.nn.Linear(2, 2)
     ns = {"head": head, "loss": head(torch.ones(1, 2, requires_grad=True)).sum()}
@@ -266,7 +266,7 @@ def test_the_devices_table_offers_no_move_for_a_paused_generators_local_and_says
 
 
 def test_a_fix_applied_after_its_names_were_rebound_refuses_and_changes_nothing(sim):
-    from devinspect.jupyter.fix_panel import FixButton
+    from devinspect.jupyter.fix_buttons import FixButton
 
     model = torch.nn.Linear(2, 2)
     ns = {"model": model, "batch": [torch.ones(2)]}

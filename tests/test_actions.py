@@ -9,7 +9,7 @@ from torch import nn
 
 import devinspect
 from devinspect import actions
-from devinspect.jupyter.fix_panel import FixButton, findings_panel, fix_panel
+from devinspect.jupyter.fix_buttons import FixButton, findings_panel, fix_panel
 from devinspect.model.fixes import Fix, Move, RegisterBuffer, ReleaseGraphs
 
 

@@ -38,7 +38,7 @@ def _edits_of(action):
 
 
 def test_a_devices_finding_that_shows_an_edit_makes_it_and_the_cells_run_clean_again(kernel_ip, sim):
-    from devinspect.jupyter.fix_panel import FixButton
+    from devinspect.jupyter.fix_buttons import FixButton
 
     ip = kernel_ip
     _cells(ip, SETUP, MADE)
@@ -71,7 +71,7 @@ def test_a_register_buffer_fix_under_devcheck_makes_the_class_edit_too(kernel_ip
     (edit,) = fix.edits
     assert edit.where.cell == module_cell and "register_buffer" in edit.new
     assert _edits_of(fix.action) == [edit]
-    from devinspect.jupyter.fix_panel import fix_panel
+    from devinspect.jupyter.fix_buttons import fix_panel
 
     panel = fix_panel(fix, ip.user_ns, shell=ip)
     panel.apply.button.click()
@@ -84,7 +84,7 @@ def test_a_register_buffer_fix_under_devcheck_makes_the_class_edit_too(kernel_ip
 
 
 def test_an_edit_of_a_file_is_said_to_be_made_by_hand(kernel_ip, sim, tmp_path):
-    from devinspect.jupyter.fix_panel import FixButton
+    from devinspect.jupyter.fix_buttons import FixButton
     from devinspect.model.fixes import Fix, Move, SourceEdit
     from devinspect.model.records import SourceLine
 

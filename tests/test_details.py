@@ -111,7 +111,7 @@ def test_frames_have_one_missing_value(ip):
 def test_widget_text_is_escaped(sim):
     from devinspect.collect.machine.memory_readings import read
     from devinspect.collect.machine.memory_snapshot import build
-    from devinspect.jupyter.fix_panel import FixButton
+    from devinspect.jupyter.fix_buttons import FixButton
     from devinspect.jupyter.memory_dashboard import MemoryDashboard
     from devinspect.model.fixes import Fix, Move
 

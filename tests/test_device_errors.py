@@ -70,7 +70,7 @@ def test_a_dropped_move_is_named_at_its_line_and_the_fix_keeps_the_copy(ip, sim)
 
 
 def test_a_dropped_move_in_the_failed_cell_is_edited_there_by_apply_fix(ip, sim):
-    from devinspect.jupyter.fix_panel import FixButton
+    from devinspect.jupyter.fix_buttons import FixButton
 
     must_work(ip, PRELUDE)
     cell = "feats = torch.randn(2, 8, dtype=torch.float64)\nfeats.float().to(dev)\nout = model(feats.float())\n"
@@ -214,7 +214,7 @@ def test_a_dropped_copy_to_the_host_of_a_tensor_that_requires_grad_is_fixed_on_t
 
 
 def test_apply_fix_copies_the_tensor_in_the_failed_cell_and_the_cell_works(ip, sim):
-    from devinspect.jupyter.fix_panel import explanation_panel
+    from devinspect.jupyter.fix_buttons import explanation_panel
 
     must_work(ip, PRELUDE + "z = model(torch.randn(5, 8, device=dev))")
     explanation, _, _ = explained(ip, "arr = z.numpy()\nmean = arr.mean()")

@@ -198,7 +198,7 @@ def test_an_engine_that_fails_or_does_not_answer_is_its_row(engines):
 
 
 def test_the_widget_opens_on_the_outlier_and_shows_any_ranks_tensors():
-    from devinspect.jupyter.ranks_widget import ranks_widget
+    from devinspect.jupyter.rank_views import ranks_widget
     from devinspect.model.ranks import TopTensor
 
     ranks = [RankSummary(rank=r, world_size=3, devices=(DeviceUse("sim:0", 1, 100, 512 * (10 if r == 2 else 1)),),

@@ -96,7 +96,7 @@ def test_a_torchscript_model_called_with_a_meta_input_is_explained_with_an_edit_
     assert run(ip, "y = scripted(x)")[0].success
 
 def test_apply_fix_under_an_explained_error_moves_the_input(ip, sim):
-    from devinspect.jupyter.fix_panel import explanation_panel
+    from devinspect.jupyter.fix_buttons import explanation_panel
 
     run(ip, SETUP)
     run(ip, "y = model(x)")
@@ -333,7 +333,7 @@ def test_the_printed_release_runs_as_printed_where_only_the_extension_is_loaded(
 
 
 def test_release_history_frees_what_the_explanation_says(ip, capped):
-    from devinspect.jupyter.fix_panel import explanation_panel
+    from devinspect.jupyter.fix_buttons import explanation_panel
 
     run(ip, OOM_SETUP)
     run(ip, "out = step(keep)")

@@ -27,7 +27,7 @@ def test_a_tensor_made_in_the_failed_cell_is_fixed_by_editing_that_cell(ip, sim)
     (edit,) = fix.edits
     assert (edit.old, edit.new) == ("features = torch.randn(4, 8)", "features = torch.randn(4, 8, device=dev)")
     assert fix.code is None and fix.rerun  # moving features now would not last: the cell makes it again
-    from devinspect.jupyter.fix_panel import FixButton
+    from devinspect.jupyter.fix_buttons import FixButton
 
     button = FixButton(fix, ip.user_ns, shell=ip)
     button.button.click()

@@ -157,7 +157,7 @@ def test_fix_runs_as_printed_and_the_problem_is_gone(ip, request, case, source, 
 
 def click(fix, ip) -> None:
     """Apply fix as a user clicks it; a follow-up button (release graphs) is clicked when offered."""
-    from devinspect.jupyter.fix_panel import FixButton
+    from devinspect.jupyter.fix_buttons import FixButton
 
     button = FixButton(fix, ip.user_ns, shell=ip)
     assert not button.button.disabled

@@ -13,11 +13,9 @@ _SURFACE = {
     "MemoryDashboard": "memory_dashboard",
     "Watcher": "memory_dashboard",
     "close_all": "lifetime",
-    "explanation_panel": "fix_panel",
+    "explanation_panel": "fix_buttons",
+    "fix_panel": "fix_buttons",
     "line_memory_widget": "memory_profile_widget",
+    "ranks_widget": "rank_views",
 }
 __getattr__ = lazy_surface(__name__, _SURFACE)
-
-# Named like a module of this package, which would shadow a lazy name once imported:
-from .fix_panel import fix_panel as fix_panel  # noqa: E402 - after the lazy door
-from .ranks_widget import ranks_widget as ranks_widget  # noqa: E402 - after the lazy door

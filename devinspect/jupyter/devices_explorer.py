@@ -19,7 +19,7 @@ from ..collect import is_path, mro, type_name
 from ..model import KINDS, Column, ScanView, human_bytes, tensor_columns
 from ..render import NARROW, SEVERITY_MARK, ModuleNode, fix_html, module_tree, name_html, parent_of, summary_line
 from .explorer_table import GridState, grid_columns, page, select, table_frame
-from .fix_panel import FixButton
+from .fix_buttons import FixButton
 from .lifetime import close_all
 
 _MOVE_WIDTH = "7.2em"

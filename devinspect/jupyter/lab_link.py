@@ -170,7 +170,7 @@ class LabLink:
             opened.send({"type": "applied", "index": index, "ok": False,
                          "message": "that finding is gone: the panel shows the findings again (nothing was changed)"})
             return
-        from .fix_panel import shown_in_editors
+        from .fix_buttons import shown_in_editors
 
         fix = self._findings[index].fix
         try:
