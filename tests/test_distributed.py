@@ -19,6 +19,17 @@ from devinspect.model.ranks import DeviceUse, ParameterSignature, RankSummary
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def no_default_process_group():
+    """Each test starts without a default process group, whatever an earlier test in this
+    worker left (a DTensor test makes one of world size 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    yield
+
+
 def test_four_ranks_on_the_simulated_device_name_the_outlier(tmp_path):
     report, text, html = run_job("sim", 4, tmp_path / "report.pkl")
     assert [s.rank for s in report.summaries] == [0, 1, 2, 3] and report.world_size == 4

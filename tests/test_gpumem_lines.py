@@ -78,6 +78,24 @@ def generated_cell(seed: int) -> tuple[str, list[int], int, int, dict[str, int]]
     return "\n".join(lines), changes, peak, peak_line, live
 
 
+def climbed_to_peak(changes: list[int], start: int, peak_line: int) -> int:
+    """The line a peak belongs to: where the total climbed to within PEAK_TOLERANCE of it, the lines
+    after it up to the peak's own never falling below that (a few bytes after the jump do not take it).
+    ``changes[i]`` is line ``i + 2``'s (the cell's first line is the magic's), as ``peak_line`` counts."""
+    from devinspect.diagnose.memory_profile_builder import PEAK_TOLERANCE
+
+    totals, total = {}, start
+    for index, change in enumerate(changes):
+        total += change
+        totals[index + 2] = total
+    peak = totals[peak_line]
+    floor = peak - int(peak * PEAK_TOLERANCE)
+    line = peak_line
+    while line - 1 in totals and totals[line - 1] >= floor:
+        line -= 1
+    return line
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_generated_cells_give_each_line_its_bytes(ip, dev, seed):
     body, changes, peak, peak_line, live = generated_cell(seed)
@@ -85,7 +103,8 @@ def test_generated_cells_give_each_line_its_bytes(ip, dev, seed):
     prof, result, _ = profiled(ip, body)
     assert result.success, body
     assert [m.change for m in prof.lines] == changes, body
-    assert prof.peak.allocated - prof.allocated_start == peak and prof.peak.line == f"line {peak_line}", body
+    assert prof.peak.allocated - prof.allocated_start == peak, body
+    assert prof.peak.line == f"line {climbed_to_peak(changes, prof.allocated_start, peak_line)}", body
     alive = {}
     for m in prof.lines:
         for name, size in m.alive:

@@ -198,12 +198,17 @@ def test_dtensor_counts_its_local_shard():
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, distribute_tensor
 
-    if not dist.is_initialized():
+    made_here = not dist.is_initialized()
+    if made_here:
         dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
-    mesh = init_device_mesh("cpu", (1,))
-    dt = distribute_tensor(torch.randn(4, 4), mesh, [Replicate()])
-    rec = by_name(devinspect.scan({"dt": dt}))["dt"]
-    assert rec.type_name == "DTensor" and rec.storage_bytes == 64
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        dt = distribute_tensor(torch.randn(4, 4), mesh, [Replicate()])
+        rec = by_name(devinspect.scan({"dt": dt}))["dt"]
+        assert rec.type_name == "DTensor" and rec.storage_bytes == 64
+    finally:
+        if made_here:  # the next test in this worker starts without a group, as a fresh process does
+            dist.destroy_process_group()
 
 
 def test_roots_and_dotted_prefix_restrict_the_walk():

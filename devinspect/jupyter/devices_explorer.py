@@ -249,7 +249,10 @@ class DevicesExplorer:
         self.release_button.on_click(lambda _b: self._release_then_move())
         self._release_offer: tuple[str, str, Any] | None = None
         self.body = w.VBox(self.rows)
-        self.table = w.VBox([controls, header, self.body, pager])
+        # The button is also kept in the table, hidden, so that closing the output closes it (it is
+        # shown only inside the row it is offered for).
+        spare = w.Box([self.release_button], layout=w.Layout(display="none"))
+        self.table = w.VBox([controls, header, self.body, pager, spare])
 
     def set(self, **changes: Any) -> None:
         """Change the filter, device, kind or page, and show the page."""
