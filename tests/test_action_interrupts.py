@@ -48,8 +48,8 @@ def test_every_action_kind_interrupted_at_every_25th_line_is_done_or_undone_and_
 @pytest.mark.slow
 def test_every_action_kind_interrupted_at_every_line_is_done_or_undone_and_says_which(sim):
     """Every line of every kind; the one that walks every live object on each try (half a second
-    each), at every 10th of its lines."""
-    per_kind = interrupt_every_action(sim, stride=1, walking_stride=10)
+    each in a full session), at every 40th of its lines."""
+    per_kind = interrupt_every_action(sim, stride=1, walking_stride=40)
     assert all(counts.interrupted > 0 for counts in per_kind.values()), per_kind
     total = _total(per_kind)
     assert total.interrupted > 3000
