@@ -26,14 +26,11 @@ from lab import (
     wait_idle,
 )
 
+# The same session as the kernel-side tests of the link: a model whose class keeps a plain tensor.
+from test_lab_link import CLASS_CELL, EDITED, FAILING, SETUP
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-SETUP = "import torch\nfrom torch import nn\nfrom devinspect import testing\ndevice = testing.enable()"
-CLASS_CELL = ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-              "        self.fc = nn.Linear(4, 4)\n        self.scale = torch.ones(4)\n\n"
-              "    def forward(self, x):\n        return self.fc(x) * self.scale")
-FAILING = "features = torch.randn(2, 4)\nout = model(features)"
-EDITED = "features = torch.randn(2, 4, device=device)\nout = model(features)"
 BUFFER_LINE = '        self.register_buffer("scale", torch.ones(4), persistent=False)'
 CELLS = [
     "%load_ext devinspect",  # 0
